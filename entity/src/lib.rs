@@ -1,0 +1,9 @@
+//! SeaORM entities of sea-orm-outbox.
+//!
+//! [`event_record`] is the outbox table `t_event_record` described in the project's design: one
+//! row per event, written in the business transaction and relayed by the worker.
+#![deny(missing_docs)]
+
+pub mod event_record;
+
+pub use event_record::EventStatus;

@@ -1,0 +1,19 @@
+//! Migrations of sea-orm-outbox.
+//!
+//! Run them with `sea-orm-cli migrate up -d migration -u URL`, `cargo run -p migration -- up -u
+//! URL`, or from code with `Migrator::up(&db, None)`.
+#![deny(missing_docs)]
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_create_t_event_record;
+
+/// The migrator holding every sea-orm-outbox migration, in order.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261130_000001_create_t_event_record::Migration)]
+    }
+}

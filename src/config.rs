@@ -1,0 +1,178 @@
+//! Worker configuration. Defaults are the seed design's.
+use std::time::Duration;
+
+use crate::error::OutboxError;
+use crate::retry::RetryPolicy;
+
+/// Default wait after a round before the next one: 5 s (a fixed delay, not a fixed rate).
+pub const DEFAULT_POLL_DELAY: Duration = Duration::from_secs(5);
+/// Default number of candidates read per round: 20.
+pub const DEFAULT_BATCH_SIZE: u64 = 20;
+/// Default lease: 10 minutes. A `SENDING` row whose `claimed_at` is older is reclaimed.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
+/// Default interval between reclaim passes: 60 s.
+pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
+/// Default send timeout: 3 s, far below the lease.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
+/// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
+/// out is over long before another instance may reclaim the event.
+pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
+
+/// How a [`crate::Worker`] polls, claims, sends and retries.
+///
+/// ```
+/// use std::time::Duration;
+/// use sea_orm_outbox::WorkerConfig;
+/// let config = WorkerConfig::default()
+///     .poll_delay(Duration::from_millis(200))
+///     .batch_size(50);
+/// config.validate()?;
+/// # Ok::<(), sea_orm_outbox::OutboxError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// Wait after each round (default 5 s).
+    pub poll_delay: Duration,
+    /// Candidates per round (default 20).
+    pub batch_size: u64,
+    /// Lease length (default 10 min).
+    pub lease: Duration,
+    /// Reclaim pass interval (default 60 s).
+    pub reclaim_interval: Duration,
+    /// Longest a single publish may take before it counts as a retryable failure (default 3 s).
+    pub send_timeout: Duration,
+    /// Retry limit and back-off.
+    pub retry: RetryPolicy,
+    /// The instance id stored in `claim_owner`; `None` generates one with
+    /// [`crate::instance_id`] from `service_name` and the process id.
+    pub instance_id: Option<String>,
+    /// Service name used in a generated instance id (default `outbox`).
+    pub service_name: String,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            poll_delay: DEFAULT_POLL_DELAY,
+            batch_size: DEFAULT_BATCH_SIZE,
+            lease: DEFAULT_LEASE,
+            reclaim_interval: DEFAULT_RECLAIM_INTERVAL,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+            retry: RetryPolicy::default(),
+            instance_id: None,
+            service_name: "outbox".to_owned(),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Sets the wait after each round.
+    pub fn poll_delay(mut self, d: Duration) -> Self {
+        self.poll_delay = d;
+        self
+    }
+    /// Sets the number of candidates per round.
+    pub fn batch_size(mut self, n: u64) -> Self {
+        self.batch_size = n;
+        self
+    }
+    /// Sets the lease length.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.lease = d;
+        self
+    }
+    /// Sets the reclaim pass interval.
+    pub fn reclaim_interval(mut self, d: Duration) -> Self {
+        self.reclaim_interval = d;
+        self
+    }
+    /// Sets the send timeout.
+    pub fn send_timeout(mut self, d: Duration) -> Self {
+        self.send_timeout = d;
+        self
+    }
+    /// Sets the retry policy.
+    pub fn retry(mut self, r: RetryPolicy) -> Self {
+        self.retry = r;
+        self
+    }
+    /// Sets a fixed instance id (at most 128 characters).
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = Some(id.into());
+        self
+    }
+    /// Sets the service name used in a generated instance id.
+    pub fn service_name(mut self, name: impl Into<String>) -> Self {
+        self.service_name = name.into();
+        self
+    }
+
+    /// Checks that the configuration can work.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when the batch size is 0, a duration is zero, the send
+    /// timeout is more than a third of the lease, or the instance id is empty or longer than
+    /// 128 characters.
+    pub fn validate(&self) -> Result<(), OutboxError> {
+        let bad = |m: String| Err(OutboxError::InvalidConfig(m));
+        if self.batch_size == 0 {
+            return bad("batch_size must be at least 1".into());
+        }
+        for (name, d) in [
+            ("poll_delay", self.poll_delay),
+            ("lease", self.lease),
+            ("reclaim_interval", self.reclaim_interval),
+            ("send_timeout", self.send_timeout),
+        ] {
+            if d.is_zero() {
+                return bad(format!("{name} must be greater than zero"));
+            }
+        }
+        if self.send_timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
+            return bad(format!(
+                "send_timeout ({} ms) must be at most a third of the lease ({} ms): a send still \
+                 running when the lease ends is sent again by another instance",
+                self.send_timeout.as_millis(),
+                self.lease.as_millis()
+            ));
+        }
+        if let Some(id) = &self.instance_id {
+            if id.trim().is_empty() || id.chars().count() > entity::event_record::CLAIM_OWNER_MAX_LEN {
+                return bad(format!(
+                    "instance_id must be 1 to {} characters",
+                    entity::event_record::CLAIM_OWNER_MAX_LEN
+                ));
+            }
+        }
+        self.retry.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_seeds_and_valid() {
+        let c = WorkerConfig::default();
+        assert_eq!(c.poll_delay, Duration::from_secs(5));
+        assert_eq!(c.batch_size, 20);
+        assert_eq!(c.lease, Duration::from_secs(600));
+        assert_eq!(c.reclaim_interval, Duration::from_secs(60));
+        assert_eq!(c.send_timeout, Duration::from_secs(3));
+        assert_eq!(c.retry.max_retries, 3);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn rejects_send_timeout_near_the_lease() {
+        let c = WorkerConfig::default()
+            .lease(Duration::from_secs(3))
+            .send_timeout(Duration::from_secs(3));
+        assert!(matches!(c.validate(), Err(OutboxError::InvalidConfig(_))));
+        let c = WorkerConfig::default().batch_size(0);
+        assert!(c.validate().is_err());
+        let c = WorkerConfig::default().instance_id("");
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,122 @@
+//! Errors of sea-orm-outbox.
+use sea_orm::DbErr;
+
+/// Why an event was refused before anything was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventError {
+    /// A required text field is empty (or only whitespace).
+    #[error("event field `{field}` must not be empty")]
+    Empty {
+        /// `biz_no` or `event_type`.
+        field: &'static str,
+    },
+    /// A text field is longer than its column.
+    #[error("event field `{field}` is {len} characters long; the column holds at most {max}")]
+    TooLong {
+        /// `biz_no` or `event_type`.
+        field: &'static str,
+        /// Its length in characters.
+        len: usize,
+        /// The column's limit in characters.
+        max: usize,
+    },
+    /// The payload is larger than the configured maximum (bytes).
+    #[error("event payload is {size} bytes; the limit is {max} bytes")]
+    PayloadTooLarge {
+        /// Payload size in bytes.
+        size: usize,
+        /// The limit in bytes ([`crate::EventLimits::max_payload_bytes`]).
+        max: usize,
+    },
+    /// The payload bytes are not valid UTF-8 text.
+    #[error("event payload is not valid UTF-8: {0}")]
+    InvalidUtf8(String),
+    /// The payload value could not be serialized to JSON.
+    #[error("event payload could not be serialized to JSON: {0}")]
+    Serialize(String),
+}
+
+/// Every error the library returns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    /// The event was refused before anything was written; the surrounding transaction was not
+    /// committed by this library.
+    #[error("invalid event: {0}")]
+    InvalidEvent(#[from] EventError),
+    /// A worker or publisher configuration that cannot work.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The outbox table does not exist in this database.
+    #[error(
+        "table t_event_record does not exist: run the migration first \
+         (`sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
+    )]
+    TableMissing(DbErr),
+    /// Any other database error.
+    #[error("database error: {0}")]
+    Db(DbErr),
+}
+
+impl From<DbErr> for OutboxError {
+    fn from(err: DbErr) -> Self {
+        if is_missing_table(&err) {
+            OutboxError::TableMissing(err)
+        } else {
+            OutboxError::Db(err)
+        }
+    }
+}
+
+/// Whether `err` says the outbox table is missing (Postgres 42P01, MySQL 1146, SQLite "no such
+/// table").
+fn is_missing_table(err: &DbErr) -> bool {
+    let text = err.to_string();
+    text.contains("t_event_record")
+        && (text.contains("does not exist")
+            || text.contains("doesn't exist")
+            || text.contains("no such table"))
+}
+
+/// Whether a failed publish may succeed if tried again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PublishErrorKind {
+    /// Try again after back-off (broker down, timeout, throttled).
+    Retryable,
+    /// Can never succeed (message too large, bad topic name): the event goes straight to `FAIL`.
+    Permanent,
+}
+
+/// Why a [`crate::Publisher`] could not deliver a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?} publish error: {message}")]
+pub struct PublishError {
+    /// Retryable or permanent.
+    pub kind: PublishErrorKind,
+    /// What went wrong; stored in `t_event_record.last_error`.
+    pub message: String,
+}
+
+impl PublishError {
+    /// A failure worth retrying after back-off.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        PublishError {
+            kind: PublishErrorKind::Retryable,
+            message: message.into(),
+        }
+    }
+
+    /// A failure that can never succeed; the event goes to `FAIL` at once.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        PublishError {
+            kind: PublishErrorKind::Permanent,
+            message: message.into(),
+        }
+    }
+
+    /// Whether trying again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.kind == PublishErrorKind::Retryable
+    }
+}

@@ -1,0 +1,123 @@
+//! Writing events in the business transaction.
+use async_trait::async_trait;
+use sea_orm::{
+    ActiveModelBehavior, ActiveModelTrait, ConnectionTrait, EntityTrait, IntoActiveModel,
+    TransactionSession, TransactionTrait, TryIntoModel,
+};
+
+use crate::error::OutboxError;
+use crate::event::{EventLimits, NewEvent};
+use crate::store;
+
+/// Adds outbox writes to any SeaORM connection: a `DatabaseTransaction` (the normal case), a
+/// `DatabaseConnection`, or the `db` an `ActiveModelBehavior` hook receives.
+///
+/// ```no_run
+/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
+/// use sea_orm::{TransactionSession, TransactionTrait};
+/// use sea_orm_outbox::{NewEvent, OutboxExt};
+///
+/// let txn = db.begin().await?;
+/// // ... insert the order with `txn` ...
+/// let event_id = txn
+///     .with_event(NewEvent::json("ORD-1001", "ORDER_CREATED", &serde_json::json!({"amount": 42}))?)
+///     .await?;
+/// txn.commit().await?; // the order and its event commit together
+/// # let _ = event_id; Ok(()) }
+/// ```
+#[async_trait]
+pub trait OutboxExt: ConnectionTrait + Sized {
+    /// Inserts `event` as a `WAIT` row due now (database clock) and returns its id. Nothing is
+    /// sent here: the relay publishes it after the transaction commits; if the transaction rolls
+    /// back, so does the event.
+    ///
+    /// Runs `INSERT INTO t_event_record (...) VALUES (..., 'WAIT', 0, now, now, now)` with
+    /// `RETURNING id` on Postgres and SQLite, `LAST_INSERT_ID()` on MySQL.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidEvent`] before anything is written when the event breaks
+    /// [`EventLimits::default`] (empty or over-long fields, payload over 4 MiB);
+    /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+    async fn with_event(&self, event: NewEvent) -> Result<i64, OutboxError> {
+        self.with_event_limited(event, &EventLimits::default()).await
+    }
+
+    /// [`OutboxExt::with_event`] with explicit limits (for example the broker's message size).
+    ///
+    /// # Errors
+    /// As [`OutboxExt::with_event`], checking `limits`.
+    async fn with_event_limited(&self, event: NewEvent, limits: &EventLimits) -> Result<i64, OutboxError> {
+        event.validate(limits)?;
+        Ok(store::insert_event(self, &event).await?)
+    }
+}
+
+impl<C: ConnectionTrait> OutboxExt for C {}
+
+/// Saves `model` and the event `make_event` derives from the saved row in ONE transaction:
+/// either both rows exist afterwards or neither does.
+///
+/// Opens a transaction on `db`, calls `ActiveModelTrait::save` (insert or update, running the
+/// model's `ActiveModelBehavior` hooks), builds the event from the saved model, inserts it with
+/// [`OutboxExt::with_event_limited`] and commits. Returns the saved model and the event id.
+///
+/// ```no_run
+/// # mod order { use sea_orm::entity::prelude::*;
+/// #   #[derive(Clone, Debug, PartialEq, DeriveEntityModel)] #[sea_orm(table_name = "orders")]
+/// #   pub struct Model { #[sea_orm(primary_key)] pub id: i64, pub order_no: String, pub amount: i64 }
+/// #   #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)] pub enum Relation {}
+/// #   impl ActiveModelBehavior for ActiveModel {} }
+/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
+/// use sea_orm::{ActiveValue::Set, NotSet};
+/// use sea_orm_outbox::{transactional_publish, NewEvent};
+///
+/// let order = order::ActiveModel { id: NotSet, order_no: Set("ORD-1".into()), amount: Set(42) };
+/// let (saved, event_id) = transactional_publish(db, order, |o: &order::Model| {
+///     Ok(NewEvent::json(&o.order_no, "ORDER_CREATED", &serde_json::json!({"orderId": o.id, "amount": o.amount}))?)
+/// })
+/// .await?;
+/// # let _ = (saved, event_id); Ok(()) }
+/// ```
+///
+/// # Errors
+/// The error of `make_event` or of the event's validation ([`OutboxError::InvalidEvent`], with
+/// [`EventLimits::default`]), or a database error; in every case the transaction is rolled back
+/// and nothing is written.
+pub async fn transactional_publish<C, A, F>(
+    db: &C,
+    model: A,
+    make_event: F,
+) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
+where
+    C: TransactionTrait,
+    A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<<A::Entity as EntityTrait>::Model> + Send,
+    <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
+    F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
+{
+    transactional_publish_limited(db, model, &EventLimits::default(), make_event).await
+}
+
+/// [`transactional_publish`] with explicit event limits.
+///
+/// # Errors
+/// As [`transactional_publish`], checking `limits`.
+pub async fn transactional_publish_limited<C, A, F>(
+    db: &C,
+    model: A,
+    limits: &EventLimits,
+    make_event: F,
+) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
+where
+    C: TransactionTrait,
+    A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<<A::Entity as EntityTrait>::Model> + Send,
+    <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
+    F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
+{
+    let txn = db.begin().await?;
+    // On any early return `txn` is dropped, which rolls the transaction back.
+    let saved = model.save(&txn).await?.try_into_model()?;
+    let event = make_event(&saved)?;
+    let event_id = txn.with_event_limited(event, limits).await?;
+    txn.commit().await?;
+    Ok((saved, event_id))
+}

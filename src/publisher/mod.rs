@@ -1,0 +1,66 @@
+//! Where the relay sends events: the [`Publisher`] trait and the publishers that ship with the
+//! crate.
+mod logging;
+mod memory;
+
+use async_trait::async_trait;
+
+pub use logging::LoggingPublisher;
+pub use memory::InMemoryPublisher;
+
+use crate::error::PublishError;
+
+/// One outbox event on its way to the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxMessage {
+    /// `t_event_record.id`; the `eventId` property and the key an idempotent consumer
+    /// deduplicates on (a re-send by another instance keeps it).
+    pub event_id: i64,
+    /// Business key: message `keys` and `bizNo` property.
+    pub biz_no: String,
+    /// Event type: message tag and `eventType` property.
+    pub event_type: String,
+    /// Message body.
+    pub payload: String,
+    /// Failed attempts before this one (`retry_count`).
+    pub retry_count: i32,
+}
+
+impl OutboxMessage {
+    /// The user properties every message carries: `eventId`, `eventType`, `bizNo`.
+    pub fn properties(&self) -> [(&'static str, String); 3] {
+        [
+            ("eventId", self.event_id.to_string()),
+            ("eventType", self.event_type.clone()),
+            ("bizNo", self.biz_no.clone()),
+        ]
+    }
+}
+
+impl From<&entity::event_record::Model> for OutboxMessage {
+    fn from(m: &entity::event_record::Model) -> Self {
+        OutboxMessage {
+            event_id: m.id,
+            biz_no: m.biz_no.clone(),
+            event_type: m.event_type.clone(),
+            payload: m.payload.clone(),
+            retry_count: m.retry_count,
+        }
+    }
+}
+
+/// Sends one message to the broker, synchronously from the relay's point of view: return only
+/// once the broker accepted it (or refused it).
+///
+/// The relay wraps every call in the configured send timeout and treats a timeout as a
+/// retryable error. Delivery is at-least-once: the same `event_id` may be published again after
+/// a reclaim, so consumers must be idempotent.
+#[async_trait]
+pub trait Publisher: Send + Sync {
+    /// Publishes `message`.
+    ///
+    /// # Errors
+    /// [`PublishError::retryable`] for failures worth retrying after back-off,
+    /// [`PublishError::permanent`] for failures that can never succeed (the event goes to `FAIL`).
+    async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError>;
+}

@@ -1,0 +1,83 @@
+//! Retry limit and back-off.
+use std::time::Duration;
+
+use crate::error::OutboxError;
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Back to `WAIT`, due after this back-off.
+    Retry(Duration),
+    /// Retries exhausted: `FAIL` (dead letter).
+    DeadLetter,
+}
+
+/// Quadratic back-off with a retry limit: after the n-th failed attempt the event waits
+/// n² × `backoff_base` (seed: 5 s, 20 s, 45 s), capped at `max_backoff`; the failure that makes
+/// n greater than `max_retries` (the 4th with the default 3) turns it into a dead letter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries allowed after the first attempt (default 3).
+    pub max_retries: u32,
+    /// Back-off unit (default 5 s). Tests use milliseconds.
+    pub backoff_base: Duration,
+    /// Upper bound of one back-off (default 1 hour).
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            backoff_base: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The back-off after the `n`-th failed attempt: n² × base, at most `max_backoff`.
+    pub fn backoff(&self, n: u32) -> Duration {
+        self.backoff_base
+            .checked_mul(n.saturating_mul(n))
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff)
+    }
+
+    /// The decision after the `n`-th failed attempt (n = `retry_count` + 1).
+    pub fn decide(&self, n: u32) -> RetryDecision {
+        if n > self.max_retries {
+            RetryDecision::DeadLetter
+        } else {
+            RetryDecision::Retry(self.backoff(n))
+        }
+    }
+
+    /// Checks the policy.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when `max_backoff` is smaller than `backoff_base`.
+    pub fn validate(&self) -> Result<(), OutboxError> {
+        if self.max_backoff < self.backoff_base {
+            return Err(OutboxError::InvalidConfig(
+                "retry.max_backoff must not be smaller than retry.backoff_base".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_backoff() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.decide(1), RetryDecision::Retry(Duration::from_secs(5)));
+        assert_eq!(p.decide(2), RetryDecision::Retry(Duration::from_secs(20)));
+        assert_eq!(p.decide(3), RetryDecision::Retry(Duration::from_secs(45)));
+        assert_eq!(p.decide(4), RetryDecision::DeadLetter);
+        assert_eq!(p.backoff(1000), Duration::from_secs(3600));
+    }
+}

@@ -1,0 +1,93 @@
+//! The one place that knows how each backend writes "now", "now + d" and "now - d", and how it
+//! returns a new row's id.
+//!
+//! Every time the outbox compares comes from the database clock, never the application's, so
+//! that instances with skewed clocks cannot steal or keep leases wrongly (the design's rule):
+//!
+//! | backend | now | now ± d |
+//! | --- | --- | --- |
+//! | Postgres | `CURRENT_TIMESTAMP` (`timestamptz`, microseconds) | `CURRENT_TIMESTAMP ± INTERVAL 'n microseconds'` |
+//! | MySQL / MariaDB | `UTC_TIMESTAMP(6)` (any session time zone agrees) | `UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND` |
+//! | SQLite | `strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')` | the same with a `'±s.ffffff seconds'` modifier |
+//!
+//! Postgres' `CURRENT_TIMESTAMP` is the start of the transaction; the relay's statements run
+//! alone (autocommit), where it equals the statement's time. Within one statement every backend
+//! returns the same "now" for each use, so `next_retry_time - update_time` is the back-off exactly.
+//!
+//! SQLite keeps time as text: every value the outbox writes has the one fixed-width form
+//! `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` (SQLite's clock has milliseconds; the last three digits
+//! are zero), so text order is time order and chrono reads it back as RFC 3339.
+//!
+//! Durations are rendered into the SQL as integer microseconds (Postgres, MySQL) or decimal
+//! seconds (SQLite) formatted by this module from a [`Duration`], so no user text reaches SQL.
+use std::time::Duration;
+
+use sea_orm::sea_query::Expr;
+use sea_orm::DbBackend;
+
+/// `now` on `backend`'s clock.
+pub fn now(backend: DbBackend) -> Expr {
+    Expr::cust(now_sql(backend, None))
+}
+
+/// `now + d` on `backend`'s clock.
+pub fn now_plus(backend: DbBackend, d: Duration) -> Expr {
+    Expr::cust(now_sql(backend, Some(('+', d))))
+}
+
+/// `now - d` on `backend`'s clock.
+pub fn now_minus(backend: DbBackend, d: Duration) -> Expr {
+    Expr::cust(now_sql(backend, Some(('-', d))))
+}
+
+/// The SQL text of `now` or `now ± d`.
+pub fn now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
+    match (backend, offset) {
+        (DbBackend::Postgres, None) => "CURRENT_TIMESTAMP".to_owned(),
+        (DbBackend::Postgres, Some((sign, d))) => {
+            format!("(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')", d.as_micros())
+        }
+        (DbBackend::MySql, None) => "UTC_TIMESTAMP(6)".to_owned(),
+        (DbBackend::MySql, Some((sign, d))) => {
+            format!("(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)", d.as_micros())
+        }
+        // SQLite, and any backend added later that speaks its dialect.
+        (_, None) => "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')".to_owned(),
+        (_, Some((sign, d))) => format!(
+            "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now', '{sign}{}.{:06} seconds')",
+            d.as_secs(),
+            d.subsec_micros()
+        ),
+    }
+}
+
+/// Whether `INSERT ... RETURNING id` is the way to learn a new row's id on `backend`.
+///
+/// Postgres and SQLite (3.35+) return it; MySQL and MariaDB report it as `LAST_INSERT_ID()`
+/// (sea-orm's `mariadb-use-returning` must stay off: MariaDB has no `UPDATE ... RETURNING`).
+pub fn insert_returns_id(backend: DbBackend) -> bool {
+    !matches!(backend, DbBackend::MySql)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_each_backend() {
+        let d = Duration::from_millis(1500);
+        assert_eq!(now_sql(DbBackend::Postgres, None), "CURRENT_TIMESTAMP");
+        assert_eq!(
+            now_sql(DbBackend::Postgres, Some(('+', d))),
+            "(CURRENT_TIMESTAMP + INTERVAL '1500000 microseconds')"
+        );
+        assert_eq!(
+            now_sql(DbBackend::MySql, Some(('-', d))),
+            "(UTC_TIMESTAMP(6) - INTERVAL 1500000 MICROSECOND)"
+        );
+        assert_eq!(
+            now_sql(DbBackend::Sqlite, Some(('+', d))),
+            "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now', '+1.500000 seconds')"
+        );
+    }
+}

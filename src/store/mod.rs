@@ -1,0 +1,273 @@
+//! The outbox's statements: the only code that knows SQL and backends.
+//!
+//! One function per statement of the design, each deciding by `rows_affected` and returning a
+//! typed outcome. Every guard (`status`, `claim_owner`) is part of the `WHERE` clause, so a late
+//! worker can never overwrite a row another instance has taken over. Times come from
+//! [`dialect`], the database clock.
+//!
+//! Each statement is built by a `*_statement` function and executed by another, so its SQL can be
+//! rendered per backend (and `EXPLAIN`ed in tests) without a database.
+pub mod dialect;
+
+use std::time::Duration;
+
+use entity::event_record::{self, Column, Entity, Model};
+use entity::EventStatus;
+use sea_orm::sea_query::{Expr, ExprTrait, InsertStatement, Query};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Select, UpdateMany,
+};
+
+use crate::event::NewEvent;
+
+/// Outcome of [`claim`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// `rows_affected == 1`: the lease is ours.
+    Won,
+    /// `rows_affected == 0`: another instance claimed it first (or it is no longer due). Normal
+    /// with many scanners; not an error.
+    Lost,
+}
+
+/// Outcome of an owner-guarded transition ([`mark_success`], [`release_for_retry`],
+/// [`mark_fail`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// The row was still `SENDING` under our lease and now has its new state.
+    Applied,
+    /// `rows_affected == 0`: our lease was reclaimed meanwhile; the row was left as it is so the
+    /// new owner's outcome stands.
+    LeaseLost,
+}
+
+impl Transition {
+    fn from_rows(rows: u64) -> Self {
+        if rows == 1 {
+            Transition::Applied
+        } else {
+            Transition::LeaseLost
+        }
+    }
+}
+
+/// `INSERT` of a new `WAIT` event due now (database clock), `retry_count` 0.
+pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement {
+    let now = dialect::now(backend);
+    let mut insert = Query::insert();
+    insert
+        .into_table(Entity)
+        .columns([
+            Column::BizNo,
+            Column::EventType,
+            Column::Payload,
+            Column::Status,
+            Column::RetryCount,
+            Column::NextRetryTime,
+            Column::CreateTime,
+            Column::UpdateTime,
+        ])
+        .values_panic([
+            Expr::val(event.biz_no()),
+            Expr::val(event.event_type()),
+            Expr::val(event.payload()),
+            Expr::val(EventStatus::Wait.as_str()),
+            Expr::val(0),
+            now.clone(),
+            now.clone(),
+            now,
+        ]);
+    if dialect::insert_returns_id(backend) {
+        insert.returning_col(Column::Id);
+    }
+    insert
+}
+
+/// Inserts `event` as a `WAIT` row due now and returns its id. Does not validate: callers go
+/// through [`crate::OutboxExt::with_event`].
+///
+/// # Errors
+/// Any database error (for example a missing table).
+pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Result<i64, DbErr> {
+    let backend = db.get_database_backend();
+    let stmt = insert_statement(backend, event);
+    if dialect::insert_returns_id(backend) {
+        let row = db
+            .query_one(&stmt)
+            .await?
+            .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
+        row.try_get_by_index::<i64>(0)
+    } else {
+        let res = db.execute(&stmt).await?;
+        i64::try_from(res.last_insert_id())
+            .map_err(|_| DbErr::Custom("last insert id does not fit i64".into()))
+    }
+}
+
+/// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
+/// next_retry_time LIMIT batch`: served by `idx_status_next_retry`. Takes no lock.
+pub fn candidates_query(backend: DbBackend, batch: u64) -> Select<Entity> {
+    Entity::find()
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .filter(Expr::col(Column::NextRetryTime).lte(dialect::now(backend)))
+        .order_by_asc(Column::NextRetryTime)
+        .limit(batch)
+}
+
+/// The due `WAIT` events, oldest due first, at most `batch`. Several instances seeing the same
+/// rows is normal: [`claim`] decides who sends.
+///
+/// # Errors
+/// Any database error.
+pub async fn select_candidates<C: ConnectionTrait>(db: &C, batch: u64) -> Result<Vec<Model>, DbErr> {
+    candidates_query(db.get_database_backend(), batch).all(db).await
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE id = :id AND status = 'WAIT' AND next_retry_time <= now AND
+/// retry_count = :seen_retry_count`.
+///
+/// The last two guards go beyond the seed: a candidate read before another instance released it
+/// with back-off is not claimed early, and the `retry_count` the worker computes from stays the
+/// row's real one.
+pub fn claim_statement(backend: DbBackend, id: i64, seen_retry_count: i32, owner: &str) -> UpdateMany<Entity> {
+    let now = dialect::now(backend);
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::val(owner))
+        .col_expr(Column::ClaimedAt, now.clone())
+        .col_expr(Column::UpdateTime, now.clone())
+        .filter(Column::Id.eq(id))
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .filter(Expr::col(Column::NextRetryTime).lte(now))
+        .filter(Column::RetryCount.eq(seen_retry_count))
+}
+
+/// Takes the lease on event `id` (seen with `seen_retry_count`) for `owner`.
+///
+/// # Errors
+/// Any database error.
+pub async fn claim<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    seen_retry_count: i32,
+    owner: &str,
+) -> Result<Claim, DbErr> {
+    let res = claim_statement(db.get_database_backend(), id, seen_retry_count, owner)
+        .exec(db)
+        .await?;
+    Ok(if res.rows_affected == 1 {
+        Claim::Won
+    } else {
+        Claim::Lost
+    })
+}
+
+/// An update of event `id` guarded by `status = 'SENDING' AND claim_owner = :owner`.
+fn owned(id: i64, owner: &str) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .filter(Column::Id.eq(id))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Column::ClaimOwner.eq(owner))
+}
+
+/// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id = :id AND status =
+/// 'SENDING' AND claim_owner = :owner`. The lease columns stay as a record of who sent it.
+///
+/// # Errors
+/// Any database error.
+pub async fn mark_success<C: ConnectionTrait>(db: &C, id: i64, owner: &str) -> Result<Transition, DbErr> {
+    let now = dialect::now(db.get_database_backend());
+    let res = owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(Column::UpdateTime, now)
+        .exec(db)
+        .await?;
+    Ok(Transition::from_rows(res.rows_affected))
+}
+
+/// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
+/// retry_count = :retry_count, next_retry_time = now + :backoff, last_error = :reason,
+/// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`.
+///
+/// # Errors
+/// Any database error.
+pub async fn release_for_retry<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    backoff: Duration,
+    reason: &str,
+) -> Result<Transition, DbErr> {
+    let backend = db.get_database_backend();
+    let res = owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::RetryCount, Expr::val(retry_count))
+        .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
+        .col_expr(Column::LastError, Expr::val(reason))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+        .exec(db)
+        .await?;
+    Ok(Transition::from_rows(res.rows_affected))
+}
+
+/// `UPDATE t_event_record SET status = 'FAIL', retry_count = :retry_count, last_error = :reason,
+/// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`: a dead
+/// letter.
+///
+/// # Errors
+/// Any database error.
+pub async fn mark_fail<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    reason: &str,
+) -> Result<Transition, DbErr> {
+    let now = dialect::now(db.get_database_backend());
+    let res = owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
+        .col_expr(Column::RetryCount, Expr::val(retry_count))
+        .col_expr(Column::LastError, Expr::val(reason))
+        .col_expr(Column::UpdateTime, now)
+        .exec(db)
+        .await?;
+    Ok(Transition::from_rows(res.rows_affected))
+}
+
+/// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
+/// update_time = now WHERE status = 'SENDING' AND claimed_at < now - :lease`: served by
+/// `idx_status_claimed_at`. Judged by `claimed_at` alone, never by `next_retry_time`.
+pub fn reclaim_statement(backend: DbBackend, lease: Duration) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+}
+
+/// Returns every lease older than `lease` to `WAIT` (an instance died or hung mid-send) and
+/// says how many.
+///
+/// # Errors
+/// Any database error.
+pub async fn reclaim_stuck<C: ConnectionTrait>(db: &C, lease: Duration) -> Result<u64, DbErr> {
+    Ok(reclaim_statement(db.get_database_backend(), lease)
+        .exec(db)
+        .await?
+        .rows_affected)
+}
+
+/// Reads one event by id.
+///
+/// # Errors
+/// Any database error.
+pub async fn find_event<C: ConnectionTrait>(db: &C, id: i64) -> Result<Option<event_record::Model>, DbErr> {
+    Entity::find_by_id(id).one(db).await
+}
