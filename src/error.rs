@@ -120,3 +120,24 @@ impl PublishError {
         self.kind == PublishErrorKind::Retryable
     }
 }
+
+/// Whether `err` is a transient conflict that the same statement may simply run again after:
+/// a deadlock or serialization failure (SQLSTATE `40001`, Postgres `40P01`), a MySQL lock wait
+/// timeout (1205), or SQLite's busy/locked (codes 5, 6 and their extended forms).
+pub fn is_transient(err: &DbErr) -> bool {
+    use sea_orm::RuntimeErr;
+    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err else {
+        return false;
+    };
+    let Some(db_err) = e.as_database_error() else {
+        return false;
+    };
+    let code = db_err.code().map(|c| c.into_owned()).unwrap_or_default();
+    if matches!(code.as_str(), "40001" | "40P01") {
+        return true;
+    }
+    let text = db_err.message();
+    // MySQL reports lock wait timeout as SQLSTATE HY000; SQLite codes are numbers.
+    text.contains("Lock wait timeout")
+        || code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+}

@@ -32,7 +32,7 @@ pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use ext::{transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
-pub use migration::Migrator;
+pub use migration::{self, Migrator, MigratorTrait};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 pub use relay::{wait_until, Worker, WorkerSummary};
 pub use retry::{RetryDecision, RetryPolicy};

@@ -19,7 +19,33 @@ use sea_orm::{
     QuerySelect, Select, UpdateMany,
 };
 
+use crate::error::is_transient;
 use crate::event::NewEvent;
+
+/// Attempts a guarded statement makes when it meets a transient conflict (deadlock,
+/// serialization failure, SQLite busy) before the error is returned.
+pub const TRANSIENT_ATTEMPTS: u32 = 4;
+
+/// Runs `op` again (after 10, 20, 40 ms) while it fails with a transient conflict. Only for
+/// statements whose failed run changed nothing and that are safe to repeat: every guarded
+/// `UPDATE` here is (MariaDB, for one, may pick a reclaim and a claim as deadlock victims).
+async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T, DbErr>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, DbErr>>,
+{
+    let mut attempt = 1;
+    loop {
+        match op().await {
+            Err(e) if attempt < TRANSIENT_ATTEMPTS && is_transient(&e) => {
+                tracing::debug!(error = %e, attempt, "transient conflict; running the statement again");
+                tokio::time::sleep(Duration::from_millis(10 << (attempt - 1))).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
 
 /// Outcome of [`claim`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,9 +180,8 @@ pub async fn claim<C: ConnectionTrait>(
     seen_retry_count: i32,
     owner: &str,
 ) -> Result<Claim, DbErr> {
-    let res = claim_statement(db.get_database_backend(), id, seen_retry_count, owner)
-        .exec(db)
-        .await?;
+    let backend = db.get_database_backend();
+    let res = retry_transient(|| claim_statement(backend, id, seen_retry_count, owner).exec(db)).await?;
     Ok(if res.rows_affected == 1 {
         Claim::Won
     } else {
@@ -179,11 +204,10 @@ fn owned(id: i64, owner: &str) -> UpdateMany<Entity> {
 /// Any database error.
 pub async fn mark_success<C: ConnectionTrait>(db: &C, id: i64, owner: &str) -> Result<Transition, DbErr> {
     let now = dialect::now(db.get_database_backend());
-    let res = owned(id, owner)
+    let stmt = owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
-        .col_expr(Column::UpdateTime, now)
-        .exec(db)
-        .await?;
+        .col_expr(Column::UpdateTime, now);
+    let res = retry_transient(|| stmt.clone().exec(db)).await?;
     Ok(Transition::from_rows(res.rows_affected))
 }
 
@@ -202,16 +226,15 @@ pub async fn release_for_retry<C: ConnectionTrait>(
     reason: &str,
 ) -> Result<Transition, DbErr> {
     let backend = db.get_database_backend();
-    let res = owned(id, owner)
+    let stmt = owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
         .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
         .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
         .col_expr(Column::RetryCount, Expr::val(retry_count))
         .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
         .col_expr(Column::LastError, Expr::val(reason))
-        .col_expr(Column::UpdateTime, dialect::now(backend))
-        .exec(db)
-        .await?;
+        .col_expr(Column::UpdateTime, dialect::now(backend));
+    let res = retry_transient(|| stmt.clone().exec(db)).await?;
     Ok(Transition::from_rows(res.rows_affected))
 }
 
@@ -229,13 +252,12 @@ pub async fn mark_fail<C: ConnectionTrait>(
     reason: &str,
 ) -> Result<Transition, DbErr> {
     let now = dialect::now(db.get_database_backend());
-    let res = owned(id, owner)
+    let stmt = owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
         .col_expr(Column::RetryCount, Expr::val(retry_count))
         .col_expr(Column::LastError, Expr::val(reason))
-        .col_expr(Column::UpdateTime, now)
-        .exec(db)
-        .await?;
+        .col_expr(Column::UpdateTime, now);
+    let res = retry_transient(|| stmt.clone().exec(db)).await?;
     Ok(Transition::from_rows(res.rows_affected))
 }
 
@@ -258,10 +280,8 @@ pub fn reclaim_statement(backend: DbBackend, lease: Duration) -> UpdateMany<Enti
 /// # Errors
 /// Any database error.
 pub async fn reclaim_stuck<C: ConnectionTrait>(db: &C, lease: Duration) -> Result<u64, DbErr> {
-    Ok(reclaim_statement(db.get_database_backend(), lease)
-        .exec(db)
-        .await?
-        .rows_affected)
+    let backend = db.get_database_backend();
+    Ok(retry_transient(|| reclaim_statement(backend, lease).exec(db)).await?.rows_affected)
 }
 
 /// Reads one event by id.

@@ -1,0 +1,206 @@
+//! Test context: one fresh database per test on Postgres, MariaDB/MySQL and SQLite, migrated.
+//!
+//! URLs of the admin connections come from `OUTBOX_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`) and `OUTBOX_TEST_MYSQL_URL` (default
+//! `mysql://root@127.0.0.1:3306/test`). A missing server makes the test FAIL. Outside CI,
+//! `OUTBOX_TEST_BACKENDS=sqlite` (comma list) limits the backends a run touches; under `CI=true`
+//! every backend always runs.
+#![allow(dead_code)]
+
+pub mod order;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Schema};
+use migration::MigratorTrait;
+use sea_orm_outbox::{Migrator, OutboxMessage, PublishError, Publisher};
+
+/// The backends the suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+impl Backend {
+    fn key(self) -> &'static str {
+        match self {
+            Backend::Postgres => "postgres",
+            Backend::MySql => "mysql",
+            Backend::Sqlite => "sqlite",
+        }
+    }
+
+    /// Whether this run should touch `self` (always under CI).
+    pub fn enabled(self) -> bool {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            return true;
+        }
+        match std::env::var("OUTBOX_TEST_BACKENDS") {
+            Ok(list) => list.split(',').any(|b| b.trim() == self.key() || (b.trim() == "mariadb" && self == Backend::MySql)),
+            Err(_) => true,
+        }
+    }
+}
+
+/// A fresh, migrated database for one test.
+pub struct TestContext {
+    pub backend: Backend,
+    pub db: DatabaseConnection,
+    pub url: String,
+    admin_url: Option<String>,
+    name: String,
+}
+
+fn admin_url(backend: Backend) -> String {
+    match backend {
+        Backend::Postgres => std::env::var("OUTBOX_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
+        Backend::MySql => std::env::var("OUTBOX_TEST_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into()),
+        Backend::Sqlite => String::new(),
+    }
+}
+
+/// `url` with its database (path) replaced by `db`.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let cut = base.rfind('/').expect("database URL has a path");
+    let mut out = format!("{}/{}", &base[..cut], db);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+pub async fn connect(url: &str, max: u32) -> DatabaseConnection {
+    let mut opt = ConnectOptions::new(url.to_owned());
+    opt.max_connections(max)
+        .min_connections(0)
+        .connect_timeout(Duration::from_secs(10))
+        .sqlx_logging(false);
+    Database::connect(opt)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url} (is the server running?): {e}"))
+}
+
+impl TestContext {
+    /// Creates and migrates a database named after `label`.
+    pub async fn new(backend: Backend, label: &str) -> Self {
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let name = format!("ot_{}_{}", label.chars().take(40).collect::<String>(), suffix).to_lowercase();
+        let (url, admin) = match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{name}.db"));
+                (format!("sqlite://{}?mode=rwc", path.display()), None)
+            }
+            _ => {
+                let admin = admin_url(backend);
+                let conn = connect(&admin, 1).await;
+                let quoted = match backend {
+                    Backend::MySql => format!("`{name}`"),
+                    _ => format!("\"{name}\""),
+                };
+                conn.execute_unprepared(&format!("CREATE DATABASE {quoted}"))
+                    .await
+                    .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+                conn.close().await.ok();
+                (with_database(&admin, &name), Some(admin))
+            }
+        };
+        let db = connect(&url, 5).await;
+        if backend == Backend::Sqlite {
+            db.execute_unprepared("PRAGMA journal_mode=WAL").await.expect("WAL");
+        }
+        Migrator::up(&db, None).await.expect("migration up");
+        let schema = Schema::new(db.get_database_backend());
+        db.execute(schema.create_table_from_entity(order::Entity).if_not_exists())
+            .await
+            .expect("create orders");
+        TestContext { backend, db, url, admin_url: admin, name }
+    }
+
+    /// Another pool on the same database (a separate "instance").
+    pub async fn pool(&self, max: u32) -> DatabaseConnection {
+        let db = connect(&self.url, max).await;
+        if self.backend == Backend::Sqlite {
+            db.execute_unprepared("PRAGMA busy_timeout=10000").await.ok();
+        }
+        db
+    }
+
+    pub fn db_backend(&self) -> DbBackend {
+        self.db.get_database_backend()
+    }
+
+    /// Drops the database (best effort).
+    pub async fn cleanup(self) {
+        self.db.close().await.ok();
+        match (&self.admin_url, self.backend) {
+            (Some(admin), Backend::MySql) => {
+                let c = connect(admin, 1).await;
+                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS `{}`", self.name)).await.ok();
+            }
+            (Some(admin), _) => {
+                let c = connect(admin, 1).await;
+                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name))
+                    .await
+                    .ok();
+            }
+            (None, _) => {
+                let base = std::env::temp_dir().join(format!("{}.db", self.name));
+                for ext in ["", "-wal", "-shm"] {
+                    std::fs::remove_file(format!("{}{ext}", base.display())).ok();
+                }
+            }
+        }
+    }
+}
+
+/// Generates one `#[tokio::test]` per backend for each `async fn name(ctx: &TestContext)`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::Postgres, stringify!($name), super::$name).await } )* }
+        mod mariadb { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::MySql, stringify!($name), super::$name).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::Sqlite, stringify!($name), super::$name).await } )* }
+    };
+}
+
+/// A publisher that fails (retryable or permanent) for chosen biz_nos and records the rest.
+pub struct ScriptedPublisher {
+    pub inner: sea_orm_outbox::InMemoryPublisher,
+    pub fail_biz_no: Option<String>,
+    pub permanent: bool,
+    pub fail_all: bool,
+}
+
+impl ScriptedPublisher {
+    pub fn ok() -> Arc<Self> {
+        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: None, permanent: false, fail_all: false })
+    }
+    pub fn failing_all(permanent: bool) -> Arc<Self> {
+        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: None, permanent, fail_all: true })
+    }
+    pub fn failing(biz_no: &str) -> Arc<Self> {
+        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: Some(biz_no.into()), permanent: false, fail_all: false })
+    }
+}
+
+#[async_trait]
+impl Publisher for ScriptedPublisher {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        if self.fail_all || self.fail_biz_no.as_deref() == Some(m.biz_no.as_str()) {
+            return Err(if self.permanent {
+                PublishError::permanent("scripted permanent failure")
+            } else {
+                PublishError::retryable("scripted broker outage")
+            });
+        }
+        self.inner.publish(m).await
+    }
+}
