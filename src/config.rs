@@ -137,7 +137,9 @@ impl WorkerConfig {
             ));
         }
         if let Some(id) = &self.instance_id {
-            if id.trim().is_empty() || id.chars().count() > entity::event_record::CLAIM_OWNER_MAX_LEN {
+            if id.trim().is_empty()
+                || id.chars().count() > entity::event_record::CLAIM_OWNER_MAX_LEN
+            {
                 return bad(format!(
                     "instance_id must be 1 to {} characters",
                     entity::event_record::CLAIM_OWNER_MAX_LEN

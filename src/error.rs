@@ -126,7 +126,8 @@ impl PublishError {
 /// timeout (1205), or SQLite's busy/locked (codes 5, 6 and their extended forms).
 pub fn is_transient(err: &DbErr) -> bool {
     use sea_orm::RuntimeErr;
-    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err else {
+    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err
+    else {
         return false;
     };
     let Some(db_err) = e.as_database_error() else {

@@ -135,7 +135,10 @@ impl Worker {
     }
 
     fn record(&self, delta: &WorkerSummary) {
-        self.totals.lock().unwrap_or_else(|p| p.into_inner()).add(delta);
+        self.totals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(delta);
     }
 
     /// Runs rounds and reclaim passes until `cancel` fires, then returns the totals.
@@ -149,7 +152,10 @@ impl Worker {
         let rounds = async {
             while !cancel.is_cancelled() {
                 if let Err(e) = self.run_once(&cancel).await {
-                    self.record(&WorkerSummary { errors: 1, ..Default::default() });
+                    self.record(&WorkerSummary {
+                        errors: 1,
+                        ..Default::default()
+                    });
                     tracing::error!(error = %e, "outbox round failed; retrying after the poll delay");
                 }
                 tokio::select! {
@@ -161,7 +167,10 @@ impl Worker {
         let reclaims = async {
             while !cancel.is_cancelled() {
                 if let Err(e) = self.reclaim_once().await {
-                    self.record(&WorkerSummary { errors: 1, ..Default::default() });
+                    self.record(&WorkerSummary {
+                        errors: 1,
+                        ..Default::default()
+                    });
                     tracing::error!(error = %e, "outbox reclaim failed; retrying after the interval");
                 }
                 tokio::select! {
@@ -183,7 +192,10 @@ impl Worker {
     /// Only when the candidates cannot be read; errors on single events are logged and counted
     /// in the returned summary.
     pub async fn run_once(&self, cancel: &CancellationToken) -> Result<WorkerSummary, OutboxError> {
-        let mut round = WorkerSummary { rounds: 1, ..Default::default() };
+        let mut round = WorkerSummary {
+            rounds: 1,
+            ..Default::default()
+        };
         let result = async {
             let candidates = store::select_candidates(&self.db, self.config.batch_size).await?;
             round.candidates = candidates.len() as u64;
@@ -197,7 +209,11 @@ impl Worker {
                     biz_no = %event.biz_no,
                     owner = %self.owner
                 );
-                if let Err(e) = self.process(event, &mut round).instrument(span.clone()).await {
+                if let Err(e) = self
+                    .process(event, &mut round)
+                    .instrument(span.clone())
+                    .await
+                {
                     round.errors += 1;
                     tracing::error!(parent: &span, error = %e, "outbox event left for the reclaim");
                 }
@@ -221,13 +237,16 @@ impl Worker {
             Claim::Won => round.claimed += 1,
         }
         let message = OutboxMessage::from(event);
-        let outcome = match tokio::time::timeout(self.config.send_timeout, self.publisher.publish(&message)).await {
-            Ok(result) => result,
-            Err(_) => Err(PublishError::retryable(format!(
-                "send timed out after {} ms",
-                self.config.send_timeout.as_millis()
-            ))),
-        };
+        let outcome =
+            match tokio::time::timeout(self.config.send_timeout, self.publisher.publish(&message))
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(PublishError::retryable(format!(
+                    "send timed out after {} ms",
+                    self.config.send_timeout.as_millis()
+                ))),
+            };
         let transition = match outcome {
             Ok(()) => {
                 let t = store::mark_success(&self.db, event.id, &self.owner).await?;
@@ -255,13 +274,23 @@ impl Worker {
     ) -> Result<Transition, OutboxError> {
         let n = event.retry_count.saturating_add(1);
         let decision = if err.is_retryable() {
-            self.config.retry.decide(u32::try_from(n).unwrap_or(u32::MAX))
+            self.config
+                .retry
+                .decide(u32::try_from(n).unwrap_or(u32::MAX))
         } else {
             RetryDecision::DeadLetter
         };
         let t = match decision {
             RetryDecision::Retry(backoff) => {
-                let t = store::release_for_retry(&self.db, event.id, &self.owner, n, backoff, &err.message).await?;
+                let t = store::release_for_retry(
+                    &self.db,
+                    event.id,
+                    &self.owner,
+                    n,
+                    backoff,
+                    &err.message,
+                )
+                .await?;
                 if t == Transition::Applied {
                     round.retried += 1;
                     tracing::warn!(retry_count = n, backoff_ms = backoff.as_millis() as u64, error = %err.message, "send failed; will retry");
@@ -291,7 +320,10 @@ impl Worker {
             tracing::warn!(owner = %self.owner, reclaimed = n, lease_ms = self.config.lease.as_millis() as u64,
                 "reclaimed events whose sender died or hung mid-send");
         }
-        self.record(&WorkerSummary { reclaimed: n, ..Default::default() });
+        self.record(&WorkerSummary {
+            reclaimed: n,
+            ..Default::default()
+        });
         Ok(n)
     }
 

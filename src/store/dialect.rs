@@ -45,11 +45,17 @@ pub fn now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
     match (backend, offset) {
         (DbBackend::Postgres, None) => "CURRENT_TIMESTAMP".to_owned(),
         (DbBackend::Postgres, Some((sign, d))) => {
-            format!("(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')", d.as_micros())
+            format!(
+                "(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')",
+                d.as_micros()
+            )
         }
         (DbBackend::MySql, None) => "UTC_TIMESTAMP(6)".to_owned(),
         (DbBackend::MySql, Some((sign, d))) => {
-            format!("(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)", d.as_micros())
+            format!(
+                "(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)",
+                d.as_micros()
+            )
         }
         // SQLite, and any backend added later that speaks its dialect.
         (_, None) => "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')".to_owned(),

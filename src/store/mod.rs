@@ -146,8 +146,13 @@ pub fn candidates_query(backend: DbBackend, batch: u64) -> Select<Entity> {
 ///
 /// # Errors
 /// Any database error.
-pub async fn select_candidates<C: ConnectionTrait>(db: &C, batch: u64) -> Result<Vec<Model>, DbErr> {
-    candidates_query(db.get_database_backend(), batch).all(db).await
+pub async fn select_candidates<C: ConnectionTrait>(
+    db: &C,
+    batch: u64,
+) -> Result<Vec<Model>, DbErr> {
+    candidates_query(db.get_database_backend(), batch)
+        .all(db)
+        .await
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
@@ -157,7 +162,12 @@ pub async fn select_candidates<C: ConnectionTrait>(db: &C, batch: u64) -> Result
 /// The last two guards go beyond the seed: a candidate read before another instance released it
 /// with back-off is not claimed early, and the `retry_count` the worker computes from stays the
 /// row's real one.
-pub fn claim_statement(backend: DbBackend, id: i64, seen_retry_count: i32, owner: &str) -> UpdateMany<Entity> {
+pub fn claim_statement(
+    backend: DbBackend,
+    id: i64,
+    seen_retry_count: i32,
+    owner: &str,
+) -> UpdateMany<Entity> {
     let now = dialect::now(backend);
     Entity::update_many()
         .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
@@ -181,7 +191,8 @@ pub async fn claim<C: ConnectionTrait>(
     owner: &str,
 ) -> Result<Claim, DbErr> {
     let backend = db.get_database_backend();
-    let res = retry_transient(|| claim_statement(backend, id, seen_retry_count, owner).exec(db)).await?;
+    let res =
+        retry_transient(|| claim_statement(backend, id, seen_retry_count, owner).exec(db)).await?;
     Ok(if res.rows_affected == 1 {
         Claim::Won
     } else {
@@ -202,7 +213,11 @@ fn owned(id: i64, owner: &str) -> UpdateMany<Entity> {
 ///
 /// # Errors
 /// Any database error.
-pub async fn mark_success<C: ConnectionTrait>(db: &C, id: i64, owner: &str) -> Result<Transition, DbErr> {
+pub async fn mark_success<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+) -> Result<Transition, DbErr> {
     let now = dialect::now(db.get_database_backend());
     let stmt = owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
@@ -281,13 +296,20 @@ pub fn reclaim_statement(backend: DbBackend, lease: Duration) -> UpdateMany<Enti
 /// Any database error.
 pub async fn reclaim_stuck<C: ConnectionTrait>(db: &C, lease: Duration) -> Result<u64, DbErr> {
     let backend = db.get_database_backend();
-    Ok(retry_transient(|| reclaim_statement(backend, lease).exec(db)).await?.rows_affected)
+    Ok(
+        retry_transient(|| reclaim_statement(backend, lease).exec(db))
+            .await?
+            .rows_affected,
+    )
 }
 
 /// Reads one event by id.
 ///
 /// # Errors
 /// Any database error.
-pub async fn find_event<C: ConnectionTrait>(db: &C, id: i64) -> Result<Option<event_record::Model>, DbErr> {
+pub async fn find_event<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+) -> Result<Option<event_record::Model>, DbErr> {
     Entity::find_by_id(id).one(db).await
 }

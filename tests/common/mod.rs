@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Schema};
 use migration::MigratorTrait;
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Schema};
 use sea_orm_outbox::{Migrator, OutboxMessage, PublishError, Publisher};
 
 /// The backends the suite runs on.
@@ -40,7 +40,9 @@ impl Backend {
             return true;
         }
         match std::env::var("OUTBOX_TEST_BACKENDS") {
-            Ok(list) => list.split(',').any(|b| b.trim() == self.key() || (b.trim() == "mariadb" && self == Backend::MySql)),
+            Ok(list) => list.split(',').any(|b| {
+                b.trim() == self.key() || (b.trim() == "mariadb" && self == Backend::MySql)
+            }),
             Err(_) => true,
         }
     }
@@ -67,7 +69,9 @@ fn admin_url(backend: Backend) -> String {
 
 /// `url` with its database (path) replaced by `db`.
 fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
     let cut = base.rfind('/').expect("database URL has a path");
     let mut out = format!("{}/{}", &base[..cut], db);
     if let Some(q) = query {
@@ -92,7 +96,12 @@ impl TestContext {
     /// Creates and migrates a database named after `label`.
     pub async fn new(backend: Backend, label: &str) -> Self {
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
-        let name = format!("ot_{}_{}", label.chars().take(40).collect::<String>(), suffix).to_lowercase();
+        let name = format!(
+            "ot_{}_{}",
+            label.chars().take(40).collect::<String>(),
+            suffix
+        )
+        .to_lowercase();
         let (url, admin) = match backend {
             Backend::Sqlite => {
                 let path = std::env::temp_dir().join(format!("{name}.db"));
@@ -114,21 +123,35 @@ impl TestContext {
         };
         let db = connect(&url, 5).await;
         if backend == Backend::Sqlite {
-            db.execute_unprepared("PRAGMA journal_mode=WAL").await.expect("WAL");
+            db.execute_unprepared("PRAGMA journal_mode=WAL")
+                .await
+                .expect("WAL");
         }
         Migrator::up(&db, None).await.expect("migration up");
         let schema = Schema::new(db.get_database_backend());
-        db.execute(schema.create_table_from_entity(order::Entity).if_not_exists())
-            .await
-            .expect("create orders");
-        TestContext { backend, db, url, admin_url: admin, name }
+        db.execute(
+            schema
+                .create_table_from_entity(order::Entity)
+                .if_not_exists(),
+        )
+        .await
+        .expect("create orders");
+        TestContext {
+            backend,
+            db,
+            url,
+            admin_url: admin,
+            name,
+        }
     }
 
     /// Another pool on the same database (a separate "instance").
     pub async fn pool(&self, max: u32) -> DatabaseConnection {
         let db = connect(&self.url, max).await;
         if self.backend == Backend::Sqlite {
-            db.execute_unprepared("PRAGMA busy_timeout=10000").await.ok();
+            db.execute_unprepared("PRAGMA busy_timeout=10000")
+                .await
+                .ok();
         }
         db
     }
@@ -143,13 +166,18 @@ impl TestContext {
         match (&self.admin_url, self.backend) {
             (Some(admin), Backend::MySql) => {
                 let c = connect(admin, 1).await;
-                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS `{}`", self.name)).await.ok();
+                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS `{}`", self.name))
+                    .await
+                    .ok();
             }
             (Some(admin), _) => {
                 let c = connect(admin, 1).await;
-                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name))
-                    .await
-                    .ok();
+                c.execute_unprepared(&format!(
+                    "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                    self.name
+                ))
+                .await
+                .ok();
             }
             (None, _) => {
                 let base = std::env::temp_dir().join(format!("{}.db", self.name));
@@ -181,13 +209,28 @@ pub struct ScriptedPublisher {
 
 impl ScriptedPublisher {
     pub fn ok() -> Arc<Self> {
-        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: None, permanent: false, fail_all: false })
+        Arc::new(ScriptedPublisher {
+            inner: Default::default(),
+            fail_biz_no: None,
+            permanent: false,
+            fail_all: false,
+        })
     }
     pub fn failing_all(permanent: bool) -> Arc<Self> {
-        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: None, permanent, fail_all: true })
+        Arc::new(ScriptedPublisher {
+            inner: Default::default(),
+            fail_biz_no: None,
+            permanent,
+            fail_all: true,
+        })
     }
     pub fn failing(biz_no: &str) -> Arc<Self> {
-        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: Some(biz_no.into()), permanent: false, fail_all: false })
+        Arc::new(ScriptedPublisher {
+            inner: Default::default(),
+            fail_biz_no: Some(biz_no.into()),
+            permanent: false,
+            fail_all: false,
+        })
     }
 }
 
