@@ -4,7 +4,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{order, Backend, ScriptedPublisher, TestContext};
+use common::{hooked_order, order, Backend, ScriptedPublisher, TestContext};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, NotSet, PaginatorTrait,
     QueryFilter, QueryTrait, Statement, TransactionTrait,
@@ -45,6 +45,8 @@ backend_tests!(
     always_failing_backs_off_then_dead_letters,
     one_failure_does_not_stop_the_round,
     scan_and_reclaim_use_the_composite_indexes,
+    hook_writes_the_event_in_the_same_transaction,
+    cancellation_finishes_the_send_in_flight,
 );
 
 /// A config for fast tests: short delays, lease 10 s, back-off base 200 ms.
@@ -628,4 +630,119 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
         store::select_candidates(db, 20).await.expect("scan").len(),
         5
     );
+}
+
+async fn hook_writes_the_event_in_the_same_transaction(ctx: &TestContext) {
+    use sea_orm::ActiveModelTrait;
+    let db = &ctx.db;
+    let txn = db.begin().await.expect("begin");
+    let saved = hooked_order::ActiveModel {
+        id: NotSet,
+        order_no: Set("ORD-H1".into()),
+    }
+    .insert(&txn)
+    .await
+    .expect("insert");
+    txn.commit().await.expect("commit");
+    let events = Events::find().all(db).await.expect("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].payload, format!(r#"{{"orderId":{}}}"#, saved.id));
+
+    let txn = db.begin().await.expect("begin");
+    hooked_order::ActiveModel {
+        id: NotSet,
+        order_no: Set("ORD-H2".into()),
+    }
+    .insert(&txn)
+    .await
+    .expect("insert");
+    txn.rollback().await.expect("rollback");
+    assert_eq!(
+        hooked_order::Entity::find()
+            .count(db)
+            .await
+            .expect("orders"),
+        1
+    );
+    assert_eq!(Events::find().count(db).await.expect("events"), 1);
+
+    // An invalid event fails the save, and the transaction writes nothing.
+    let txn = db.begin().await.expect("begin");
+    let err = hooked_order::ActiveModel {
+        id: NotSet,
+        order_no: Set("".into()),
+    }
+    .insert(&txn)
+    .await
+    .expect_err("empty biz_no");
+    assert!(err.to_string().contains("biz_no"), "{err}");
+    drop(txn);
+    assert_eq!(
+        hooked_order::Entity::find()
+            .count(db)
+            .await
+            .expect("orders"),
+        1
+    );
+}
+
+/// A publisher that takes `delay` per message and counts the sends it started.
+struct SlowPublisher {
+    delay: Duration,
+    started: std::sync::atomic::AtomicUsize,
+    inner: InMemoryPublisher,
+}
+
+#[async_trait::async_trait]
+impl Publisher for SlowPublisher {
+    async fn publish(
+        &self,
+        m: &sea_orm_outbox::OutboxMessage,
+    ) -> Result<(), sea_orm_outbox::PublishError> {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        self.inner.publish(m).await
+    }
+}
+
+async fn cancellation_finishes_the_send_in_flight(ctx: &TestContext) {
+    let db = &ctx.db;
+    for i in 0..10 {
+        db.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
+            .await
+            .expect("insert");
+    }
+    let publisher = Arc::new(SlowPublisher {
+        delay: Duration::from_millis(300),
+        started: Default::default(),
+        inner: InMemoryPublisher::new(),
+    });
+    let worker =
+        Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("w-stop")).expect("worker");
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { worker.run(cancel).await }
+    });
+    let started = wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || async { publisher.started.load(std::sync::atomic::Ordering::SeqCst) >= 2 },
+    )
+    .await;
+    assert!(started);
+    cancel.cancel();
+    let summary = run.await.expect("worker task");
+    // The send in flight finished and was recorded; nothing new was claimed; nothing is left
+    // SENDING.
+    assert_eq!(summary.published as usize, publisher.inner.len());
+    assert_eq!(summary.claimed, summary.published);
+    assert!(
+        summary.published >= 2 && summary.published < 10,
+        "{summary:?}"
+    );
+    assert_eq!(count(db, EventStatus::Sending).await, 0);
+    assert_eq!(count(db, EventStatus::Success).await, summary.published);
+    assert_eq!(count(db, EventStatus::Wait).await, 10 - summary.published);
 }

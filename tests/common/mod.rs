@@ -7,6 +7,7 @@
 //! every backend always runs.
 #![allow(dead_code)]
 
+pub mod hooked_order;
 pub mod order;
 
 use std::sync::Arc;
@@ -136,6 +137,13 @@ impl TestContext {
         )
         .await
         .expect("create orders");
+        db.execute(
+            schema
+                .create_table_from_entity(hooked_order::Entity)
+                .if_not_exists(),
+        )
+        .await
+        .expect("create hooked_orders");
         TestContext {
             backend,
             db,
