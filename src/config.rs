@@ -18,6 +18,18 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 /// out is over long before another instance may reclaim the event.
 pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
 
+/// How a round claims its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClaimStrategy {
+    /// The seed's: read up to `batch_size` candidates without locks, then one conditional
+    /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
+    #[default]
+    PerRow,
+    /// Claim up to `batch_size` due rows in one round trip without waiting on rows other
+    /// instances hold (`FOR UPDATE SKIP LOCKED`); see [`crate::store::claim_batch`].
+    Batch,
+}
+
 /// How a [`crate::Worker`] polls, claims, sends and retries.
 ///
 /// ```
@@ -48,6 +60,17 @@ pub struct WorkerConfig {
     pub instance_id: Option<String>,
     /// Service name used in a generated instance id (default `outbox`).
     pub service_name: String,
+    /// How rounds claim (default [`ClaimStrategy::PerRow`], the seed's).
+    pub claim_strategy: ClaimStrategy,
+    /// Sends of one round in flight at once (default 1: one after the other, as the seed).
+    pub send_concurrency: usize,
+    /// Start the next round at once when a round found a full batch (default true); the poll
+    /// delay then applies only when the backlog is drained.
+    pub drain: bool,
+    /// Renew the leases of a round's events every lease/3 while its sends are in flight
+    /// (default true). With renewal a send may outlive the lease without being reclaimed, so the
+    /// send timeout is no longer bounded by the lease.
+    pub lease_renewal: bool,
 }
 
 impl Default for WorkerConfig {
@@ -61,6 +84,10 @@ impl Default for WorkerConfig {
             retry: RetryPolicy::default(),
             instance_id: None,
             service_name: "outbox".to_owned(),
+            claim_strategy: ClaimStrategy::PerRow,
+            send_concurrency: 1,
+            drain: true,
+            lease_renewal: true,
         }
     }
 }
@@ -101,6 +128,26 @@ impl WorkerConfig {
         self.instance_id = Some(id.into());
         self
     }
+    /// Sets the claim strategy.
+    pub fn claim_strategy(mut self, s: ClaimStrategy) -> Self {
+        self.claim_strategy = s;
+        self
+    }
+    /// Sets how many sends of a round may be in flight at once.
+    pub fn send_concurrency(mut self, n: usize) -> Self {
+        self.send_concurrency = n;
+        self
+    }
+    /// Turns draining (no delay after a full batch) on or off.
+    pub fn drain(mut self, on: bool) -> Self {
+        self.drain = on;
+        self
+    }
+    /// Turns lease renewal on or off.
+    pub fn lease_renewal(mut self, on: bool) -> Self {
+        self.lease_renewal = on;
+        self
+    }
     /// Sets the service name used in a generated instance id.
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.service_name = name.into();
@@ -110,13 +157,16 @@ impl WorkerConfig {
     /// Checks that the configuration can work.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] when the batch size is 0, a duration is zero, the send
-    /// timeout is more than a third of the lease, or the instance id is empty or longer than
-    /// 128 characters.
+    /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, a duration
+    /// is zero, the send timeout is more than a third of the lease while lease renewal is off,
+    /// or the instance id is empty or longer than 128 characters.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
             return bad("batch_size must be at least 1".into());
+        }
+        if self.send_concurrency == 0 {
+            return bad("send_concurrency must be at least 1".into());
         }
         for (name, d) in [
             ("poll_delay", self.poll_delay),
@@ -128,10 +178,11 @@ impl WorkerConfig {
                 return bad(format!("{name} must be greater than zero"));
             }
         }
-        if self.send_timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
+        if !self.lease_renewal && self.send_timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
             return bad(format!(
-                "send_timeout ({} ms) must be at most a third of the lease ({} ms): a send still \
-                 running when the lease ends is sent again by another instance",
+                "send_timeout ({} ms) must be at most a third of the lease ({} ms) when lease \
+                 renewal is off: a send still running when the lease ends is sent again by \
+                 another instance",
                 self.send_timeout.as_millis(),
                 self.lease.as_millis()
             ));
@@ -169,9 +220,12 @@ mod tests {
     #[test]
     fn rejects_send_timeout_near_the_lease() {
         let c = WorkerConfig::default()
+            .lease_renewal(false)
             .lease(Duration::from_secs(3))
             .send_timeout(Duration::from_secs(3));
         assert!(matches!(c.validate(), Err(OutboxError::InvalidConfig(_))));
+        // With renewal the lease follows a long send.
+        assert!(c.lease_renewal(true).validate().is_ok());
         let c = WorkerConfig::default().batch_size(0);
         assert!(c.validate().is_err());
         let c = WorkerConfig::default().instance_id("");

@@ -20,12 +20,13 @@ pub mod error;
 pub mod event;
 pub mod ext;
 pub mod instance;
+pub mod metrics;
 pub mod publisher;
 pub mod relay;
 pub mod retry;
 pub mod store;
 
-pub use config::WorkerConfig;
+pub use config::{ClaimStrategy, WorkerConfig};
 pub use entity::event_record;
 pub use entity::EventStatus;
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};

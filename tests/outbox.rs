@@ -404,18 +404,18 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
         Claim::Won
     );
     age(db, id, Column::ClaimedAt, Duration::from_secs(60)).await;
+    let reclaimed = store::reclaim_stuck(db, Duration::from_secs(30), 3)
+        .await
+        .expect("reclaim");
+    assert_eq!((reclaimed.requeued, reclaimed.dead_lettered), (1, 0));
+    // The reclaim counted as an attempt.
+    assert_eq!(event(db, id).await.retry_count, 1);
     assert_eq!(
-        store::reclaim_stuck(db, Duration::from_secs(30))
-            .await
-            .expect("reclaim"),
-        1
-    );
-    assert_eq!(
-        store::claim(db, id, 0, "b").await.expect("claim"),
+        store::claim(db, id, 1, "b").await.expect("claim"),
         Claim::Won
     );
     assert_eq!(
-        store::claim(db, id, 0, "c").await.expect("claim"),
+        store::claim(db, id, 1, "c").await.expect("claim"),
         Claim::Lost
     );
     let before = event(db, id).await;
@@ -590,7 +590,8 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
         .join("\n");
     let reclaim = explain(
         ctx,
-        store::reclaim_statement(backend, Duration::from_secs(600)).build(backend),
+        store::reclaim_statement(backend, Duration::from_secs(600), 3, EventStatus::Wait)
+            .build(backend),
     )
     .await
     .join("\n");
@@ -732,12 +733,22 @@ async fn cancellation_finishes_the_send_in_flight(ctx: &TestContext) {
     )
     .await;
     assert!(started);
+    let cancelled_at = std::time::Instant::now();
     cancel.cancel();
     let summary = run.await.expect("worker task");
-    // The send in flight finished and was recorded; nothing new was claimed; nothing is left
-    // SENDING.
+    // The send in flight finished and was recorded; no new send started; the claimed but
+    // unsent events went back to WAIT at once (not after the 10 s lease); nothing is SENDING.
+    eprintln!(
+        "{:?}: stopped {} ms after cancel: {summary:?}",
+        ctx.backend,
+        cancelled_at.elapsed().as_millis()
+    );
     assert_eq!(summary.published as usize, publisher.inner.len());
-    assert_eq!(summary.claimed, summary.published);
+    assert_eq!(
+        summary.claimed,
+        summary.published + summary.released,
+        "{summary:?}"
+    );
     assert!(
         summary.published >= 2 && summary.published < 10,
         "{summary:?}"
@@ -745,4 +756,36 @@ async fn cancellation_finishes_the_send_in_flight(ctx: &TestContext) {
     assert_eq!(count(db, EventStatus::Sending).await, 0);
     assert_eq!(count(db, EventStatus::Success).await, summary.published);
     assert_eq!(count(db, EventStatus::Wait).await, 10 - summary.published);
+    for e in Events::find()
+        .filter(Column::Status.eq("WAIT"))
+        .all(db)
+        .await
+        .expect("rows")
+    {
+        assert_eq!(
+            (e.retry_count, e.claim_owner),
+            (0, None),
+            "handed back unchanged"
+        );
+    }
+    // Another instance publishes the rest at once; nothing is published twice.
+    let other = ScriptedPublisher::ok();
+    let w2 = Worker::new(ctx.pool(2).await, other.clone(), fast_config("w-next")).expect("worker");
+    w2.run_once(&CancellationToken::new()).await.expect("round");
+    assert_eq!(count(db, EventStatus::Success).await, 10);
+    let mut all: Vec<i64> = publisher
+        .inner
+        .messages()
+        .iter()
+        .chain(other.inner.messages().iter())
+        .map(|m| m.event_id)
+        .collect();
+    all.sort();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(
+        (n, all.len()),
+        (10, 10),
+        "each event published exactly once"
+    );
 }

@@ -75,6 +75,12 @@ pub fn insert_returns_id(backend: DbBackend) -> bool {
     !matches!(backend, DbBackend::MySql)
 }
 
+/// Whether `UPDATE ... RETURNING` exists on `backend` (Postgres, SQLite 3.35+; not MySQL or
+/// MariaDB), which decides how [`super::claim_batch`] claims.
+pub fn update_returns_rows(backend: DbBackend) -> bool {
+    !matches!(backend, DbBackend::MySql)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
