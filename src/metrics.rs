@@ -50,9 +50,6 @@ pub(crate) fn dead_letters(n: u64) {
 pub(crate) fn reclaimed(n: u64) {
     metrics::counter!(RECLAIMED).increment(n);
 }
-pub(crate) fn late_ack() {
-    late_acks(1);
-}
 pub(crate) fn late_acks(n: u64) {
     metrics::counter!(LATE_ACKS).increment(n);
 }

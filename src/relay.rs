@@ -5,7 +5,7 @@
 //! the instance whose update took a row holds its lease, the others skip it. Every later
 //! transition is guarded by the owner, so an instance whose lease was reclaimed cannot
 //! overwrite the new owner's outcome. Delivery is at-least-once.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,84 @@ enum Sent {
     Failed(PublishError),
     /// Not attempted: shutdown began, or the lease was lost before the send started.
     Skipped,
+}
+
+/// Where each event of a round is, shared between the sends and the lease renewal.
+#[derive(Clone)]
+struct Inflight(Arc<Mutex<HashMap<i64, Phase>>>);
+
+#[derive(Clone, Copy)]
+enum Phase {
+    /// Claimed at this instant, send not started.
+    Queued(Instant),
+    /// Claimed, send started at this instant.
+    Sending(Instant, Instant),
+    /// The lease was found reclaimed: do not send, do not mark.
+    Lost(Instant),
+}
+
+impl Inflight {
+    fn new(ids: impl Iterator<Item = i64>) -> Self {
+        let now = Instant::now();
+        Inflight(Arc::new(Mutex::new(
+            ids.map(|id| (id, Phase::Queued(now))).collect(),
+        )))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Phase>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the send of `id` started; false when its lease is already lost.
+    fn start(&self, id: i64) -> bool {
+        let mut map = self.lock();
+        match map.get(&id).copied() {
+            Some(Phase::Queued(claimed)) => {
+                map.insert(id, Phase::Sending(claimed, Instant::now()));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn is_lost(&self, id: i64) -> bool {
+        matches!(self.lock().get(&id), Some(Phase::Lost(_)))
+    }
+
+    /// Stops tracking `id` (its outcome is being recorded) and returns its claim-to-now time.
+    /// A lost event stays tracked as lost so that `is_lost` still answers.
+    fn finish(&self, id: i64) -> Duration {
+        let mut map = self.lock();
+        match map.get(&id).copied() {
+            Some(Phase::Lost(claimed)) => claimed.elapsed(),
+            Some(Phase::Queued(claimed)) | Some(Phase::Sending(claimed, _)) => {
+                map.remove(&id);
+                claimed.elapsed()
+            }
+            None => Duration::ZERO,
+        }
+    }
+
+    /// Ids whose lease should be renewed now: queued, or sending for less than `hung_after`.
+    fn renewable(&self, hung_after: Duration) -> Vec<i64> {
+        self.lock()
+            .iter()
+            .filter_map(|(id, phase)| match phase {
+                Phase::Queued(_) => Some(*id),
+                Phase::Sending(_, started) if started.elapsed() < hung_after => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn lose(&self, ids: &[i64]) {
+        let mut map = self.lock();
+        for id in ids {
+            if let Some(Phase::Queued(c) | Phase::Sending(c, _)) = map.get(id).copied() {
+                map.insert(*id, Phase::Lost(c));
+            }
+        }
+    }
 }
 
 /// Aborts a spawned task when dropped.
@@ -255,22 +333,21 @@ impl Worker {
         if claimed.is_empty() {
             return Ok(());
         }
-        let claimed_at = Instant::now();
-        let ids: Vec<i64> = claimed.iter().map(|e| e.id).collect();
-        let lost = Arc::new(Mutex::new(HashSet::new()));
+        let inflight = Inflight::new(claimed.iter().map(|e| e.id));
         let _renewal = self
             .config
             .lease_renewal
-            .then(|| self.spawn_renewal(ids.clone(), lost.clone()));
+            .then(|| self.spawn_renewal(inflight.clone()));
 
-        let sent: Vec<(Model, Sent)> = futures::stream::iter(claimed)
+        // Outcomes are recorded as they become ready: whatever sends have finished together are
+        // marked in one statement, so a slow send never holds back the others' marks.
+        let concurrency = self.config.send_concurrency;
+        let mut outcomes = futures::stream::iter(claimed)
             .map(|event| {
-                let lost = lost.clone();
+                let inflight = inflight.clone();
                 let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.owner);
                 async move {
-                    let skip = cancel.is_cancelled()
-                        || lost.lock().unwrap_or_else(|p| p.into_inner()).contains(&event.id);
-                    let outcome = if skip {
+                    let outcome = if cancel.is_cancelled() || !inflight.start(event.id) {
                         Sent::Skipped
                     } else {
                         self.send(&event).await
@@ -279,18 +356,30 @@ impl Worker {
                 }
                 .instrument(span)
             })
-            .buffer_unordered(self.config.send_concurrency)
-            .collect()
-            .await;
+            .buffer_unordered(concurrency)
+            .ready_chunks(concurrency);
+        while let Some(chunk) = outcomes.next().await {
+            self.record_outcomes(chunk, &inflight, round).await;
+        }
+        Ok(())
+    }
 
-        let lost = lost.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    /// Records a set of finished sends: deliveries in one `UPDATE`, unsent events handed back in
+    /// one, failures one by one; outcomes of lost leases are dropped (late acks).
+    async fn record_outcomes(
+        &self,
+        chunk: Vec<(Model, Sent)>,
+        inflight: &Inflight,
+        round: &mut WorkerSummary,
+    ) {
         let mut delivered = Vec::new();
         let mut skipped = Vec::new();
-        for (event, outcome) in &sent {
+        for (event, outcome) in &chunk {
             let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.owner);
-            if lost.contains(&event.id) {
+            m::sending_dwell(inflight.finish(event.id).as_secs_f64());
+            if inflight.is_lost(event.id) {
                 round.late_acks += 1;
-                m::late_ack();
+                m::late_acks(1);
                 tracing::warn!(parent: &span, "lease lost while sending; outcome not recorded (late ack)");
                 continue;
             }
@@ -314,17 +403,17 @@ impl Worker {
                 Ok(applied) => {
                     round.published += applied;
                     m::published(applied);
+                    tracing::info!(owner = %self.owner, published = applied, event_ids = ?delivered, "events published");
                     let late = delivered.len() as u64 - applied;
                     if late > 0 {
                         round.late_acks += late;
                         m::late_acks(late);
-                        tracing::warn!(late, "leases reclaimed during the send; those outcomes were not recorded (late acks)");
+                        tracing::warn!(owner = %self.owner, late, "leases reclaimed during the send; those outcomes were not recorded (late acks)");
                     }
-                    tracing::info!(published = applied, "events published");
                 }
                 Err(e) => {
                     round.errors += 1;
-                    tracing::error!(error = %e, count = delivered.len(), "could not mark events SUCCESS; the reclaim will resend them");
+                    tracing::error!(owner = %self.owner, error = %e, event_ids = ?delivered, "could not mark events SUCCESS; the reclaim will resend them");
                 }
             }
         }
@@ -332,22 +421,14 @@ impl Worker {
             match store::release_unsent(&self.db, &skipped, &self.owner).await {
                 Ok(n) => {
                     round.released += n;
-                    tracing::info!(
-                        released = n,
-                        "claimed events handed back unsent at shutdown"
-                    );
+                    tracing::info!(owner = %self.owner, released = n, "claimed events handed back unsent at shutdown");
                 }
                 Err(e) => {
                     round.errors += 1;
-                    tracing::error!(error = %e, "could not hand back unsent events; the reclaim will");
+                    tracing::error!(owner = %self.owner, error = %e, "could not hand back unsent events; the reclaim will");
                 }
             }
         }
-        let dwell = claimed_at.elapsed().as_secs_f64();
-        for _ in 0..sent.len() {
-            m::sending_dwell(dwell);
-        }
-        Ok(())
     }
 
     /// Claims this round's events.
@@ -411,24 +492,21 @@ impl Worker {
         }
     }
 
-    /// Renews the round's leases every lease/3 until dropped; ids whose renewal finds the lease
-    /// gone are added to `lost`.
-    fn spawn_renewal(&self, ids: Vec<i64>, lost: Arc<Mutex<HashSet<i64>>>) -> AbortOnDrop {
+    /// Renews the leases of the round's unfinished events every lease/3 until dropped. An event
+    /// whose send has run past the send timeout (plus one renewal period) is not renewed: such a
+    /// send is hung, and its lease must expire so that another instance can take over. Events
+    /// whose renewal finds the lease gone are marked lost (their outcome will not be recorded).
+    fn spawn_renewal(&self, inflight: Inflight) -> AbortOnDrop {
         let db = self.db.clone();
         let owner = self.owner.clone();
         let every = self.config.lease / 3;
+        let hung_after = self.config.send_timeout + every;
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                let live: Vec<i64> = {
-                    let lost = lost.lock().unwrap_or_else(|p| p.into_inner());
-                    ids.iter()
-                        .copied()
-                        .filter(|id| !lost.contains(id))
-                        .collect()
-                };
+                let live = inflight.renewable(hung_after);
                 if live.is_empty() {
-                    return;
+                    continue;
                 }
                 match store::renew_leases(&db, &live, &owner).await {
                     Ok(n) if n as usize == live.len() => {
@@ -440,11 +518,13 @@ impl Worker {
                             let gone: Vec<i64> =
                                 live.into_iter().filter(|id| !still.contains(id)).collect();
                             tracing::warn!(%owner, ?gone, "lease lost (reclaimed by another instance); these events will not be marked");
-                            lost.lock().unwrap_or_else(|p| p.into_inner()).extend(gone);
+                            inflight.lose(&gone);
                         }
                         Err(e) => tracing::error!(%owner, error = %e, "lease check failed"),
                     },
-                    Err(e) => tracing::error!(%owner, error = %e, "lease renewal failed; retrying"),
+                    Err(e) => {
+                        tracing::error!(%owner, error = %e, "lease renewal failed; retrying")
+                    }
                 }
             }
         }))
@@ -495,7 +575,7 @@ impl Worker {
         };
         if t == Transition::LeaseLost {
             round.late_acks += 1;
-            m::late_ack();
+            m::late_acks(1);
             tracing::warn!("lease was reclaimed during the send; outcome not recorded (late ack)");
         }
         Ok(())

@@ -17,23 +17,6 @@ use sea_orm_outbox::{
     RetryPolicy, Worker, WorkerConfig,
 };
 
-pub async fn run_on<F>(backend: Backend, name: &str, f: F)
-where
-    F: for<'a> AsyncFn(&'a TestContext),
-{
-    if !backend.enabled() {
-        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
-        return;
-    }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let ctx = TestContext::new(backend, name).await;
-    f(&ctx).await;
-    ctx.cleanup().await;
-}
-
 backend_tests!(
     migration_creates_table_and_indexes,
     with_event_commits_and_rolls_back,

@@ -201,9 +201,9 @@ impl TestContext {
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::Postgres, stringify!($name), super::$name).await } )* }
-        mod mariadb { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::MySql, stringify!($name), super::$name).await } )* }
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::Sqlite, stringify!($name), super::$name).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run_on($crate::common::Backend::Postgres, stringify!($name), super::$name).await } )* }
+        mod mariadb { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run_on($crate::common::Backend::MySql, stringify!($name), super::$name).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run_on($crate::common::Backend::Sqlite, stringify!($name), super::$name).await } )* }
     };
 }
 
@@ -254,4 +254,23 @@ impl Publisher for ScriptedPublisher {
         }
         self.inner.publish(m).await
     }
+}
+
+/// Runs `f` on a fresh database of `backend` (skipped, loudly, only outside CI when
+/// `OUTBOX_TEST_BACKENDS` leaves the backend out).
+pub async fn run_on<F>(backend: Backend, name: &str, f: F)
+where
+    F: for<'a> AsyncFn(&'a TestContext),
+{
+    if !backend.enabled() {
+        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let ctx = TestContext::new(backend, name).await;
+    f(&ctx).await;
+    ctx.cleanup().await;
 }
