@@ -4,7 +4,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{hooked_order, order, Backend, ScriptedPublisher, TestContext};
+use common::{hooked_order, order, ScriptedPublisher, TestContext};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, NotSet, PaginatorTrait,
     QueryFilter, QueryTrait, Statement, TransactionTrait,

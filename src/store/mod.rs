@@ -14,7 +14,8 @@ use std::time::Duration;
 use entity::event_record::{self, Column, Entity, Model};
 use entity::EventStatus;
 use sea_orm::sea_query::{
-    Expr, ExprTrait, InsertStatement, LockBehavior, LockType, Order, Query, UpdateStatement,
+    Expr, ExprTrait, InsertStatement, LockBehavior, LockType, Order, Query, QueryStatementBuilder,
+    UpdateStatement,
 };
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, FromQueryResult, QueryFilter,
@@ -453,9 +454,9 @@ pub async fn owned_ids<C: ConnectionTrait>(
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
 /// update_time = now WHERE status = 'WAIT' AND id IN (SELECT id FROM t_event_record WHERE
-/// status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :n [FOR UPDATE SKIP
-/// LOCKED]) RETURNING *`: the batch claim of Postgres (with `SKIP LOCKED`) and SQLite (one
-/// writer at a time, so no lock clause).
+/// status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :n) RETURNING *`:
+/// the batch claim of SQLite (one writer at a time, so no lock clause) and, written
+/// `id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))`, of Postgres.
 pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateStatement {
     let now = dialect::now(backend);
     let mut due = Query::select();
@@ -475,9 +476,19 @@ pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateS
         .value(Column::ClaimOwner, Expr::val(owner))
         .value(Column::ClaimedAt, now.clone())
         .value(Column::UpdateTime, now)
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
-        .and_where(Expr::col(Column::Id).in_subquery(due))
-        .returning_all();
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()));
+    if backend == DbBackend::Postgres {
+        // `id = ANY(ARRAY(subquery))` runs the subquery once (an InitPlan). With `id IN
+        // (subquery)` Postgres may run the locking subquery more than once and claim more than
+        // `n` rows.
+        update.and_where(Expr::cust_with_expr(
+            r#""id" = ANY(ARRAY($1))"#,
+            Expr::SubQuery(None, Box::new(due.into_sub_query_statement())),
+        ));
+    } else {
+        update.and_where(Expr::col(Column::Id).in_subquery(due));
+    }
+    update.returning_all();
     update
 }
 
@@ -562,4 +573,17 @@ pub async fn find_event<C: ConnectionTrait>(
     id: i64,
 ) -> Result<Option<event_record::Model>, DbErr> {
     Entity::find_by_id(id).one(db).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_claim_sql() {
+        let sql = claim_batch_statement(DbBackend::Postgres, "me", 20)
+            .to_string(sea_orm::sea_query::PostgresQueryBuilder);
+        assert!(sql.contains(r#""id" = ANY(ARRAY((SELECT"#), "{sql}");
+        assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
+    }
 }
