@@ -4,6 +4,11 @@
 //! URLs only through [`redact_url`], and pass any text that may have been built from a URL
 //! (a driver's error, for example: SeaORM puts the whole connection string into its "no
 //! supporting driver" error) through [`redact_secrets`] before it is logged or shown.
+//!
+//! Beware of DEBUG logs in services: SeaORM's `Database::connect` is instrumented and its span
+//! records the whole `ConnectOptions`, URL included, which a `tracing` subscriber prints with
+//! every event inside the span. The `outbox` tool redacts every log line it writes; a service
+//! should keep `sea_orm` below DEBUG or redact its log output the same way.
 use std::borrow::Cow;
 
 /// What a password is replaced with.
@@ -56,7 +61,8 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// `text` with `url` shown redacted ([`redact_url`]) and every other occurrence of the URL's
-/// password (as written and percent-decoded) replaced by [`REDACTED`]. Use it on error messages
+/// password (as written, percent-decoded, and escaped as `{:?}` prints it) replaced by
+/// [`REDACTED`]. Use it on error messages
 /// and log lines that may quote the URL or the password.
 ///
 /// ```
@@ -99,6 +105,15 @@ fn secrets(url: &str) -> Vec<Cow<'_, str>> {
     for r in raw {
         all.push(Cow::Borrowed(r));
         let decoded = percent_decode(r);
+        // As `{:?}` prints it inside a quoted string (a logged `ConnectOptions`, say).
+        for form in [
+            r.escape_debug().to_string(),
+            decoded.escape_debug().to_string(),
+        ] {
+            if form != r && form != decoded {
+                all.push(Cow::Owned(form));
+            }
+        }
         if decoded != r {
             all.push(Cow::Owned(decoded));
         }
@@ -216,6 +231,18 @@ mod tests {
             assert!(!out.contains(secret), "{out}");
         }
         assert!(out.contains("postgres://app:***@db/x?token=***"), "{out}");
+    }
+
+    #[test]
+    fn secrets_as_debug_prints_them() {
+        let secret = r#"a"b\c"#;
+        let url = format!("mysql://root:{secret}@db/x");
+        let logged = format!("ConnectOptions {{ url: {url:?} }}");
+        let escaped = secret.escape_debug().to_string();
+        assert!(logged.contains(&escaped), "premise: {logged}");
+        let out = redact_secrets(&logged, &url);
+        assert!(!out.contains(&escaped) && !out.contains(secret), "{out}");
+        assert!(out.contains("root:***@db/x"), "{out}");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!
 //! Exit status: 0 success; 1 error (including "not a dead letter"); 2 usage error; 3 the outbox
 //! table is missing (run `outbox migrate up`).
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -250,20 +251,54 @@ async fn main() -> ExitCode {
     } else {
         "warn"
     };
+    let url = cli.database_url.clone().unwrap_or_default();
+    let log_url: Arc<str> = Arc::from(url.as_str());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
-        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(move || RedactingLine {
+            url: log_url.clone(),
+            buf: Vec::new(),
+        })
         .try_init();
-    let url = cli.database_url.clone().unwrap_or_default();
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("error: {}", redact_secrets(&failure.message(), &url));
             ExitCode::from(failure.exit_code())
         }
+    }
+}
+
+/// One log line on its way to stderr, with the database URL's secrets redacted.
+///
+/// Needed even though this tool never logs the URL itself: SeaORM's `Database::connect` span
+/// records the whole `ConnectOptions`, URL and password included, and prints it with any DEBUG
+/// event inside (e.g. sqlx's TLS notice on MySQL). The fmt layer writes each event through one
+/// writer, which redacts and prints it when dropped.
+struct RedactingLine {
+    url: Arc<str>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for RedactingLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RedactingLine {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.buf);
+        let _ = std::io::stderr().write_all(redact_secrets(&text, &self.url).as_bytes());
     }
 }
 
@@ -352,6 +387,7 @@ async fn dead(db: &DatabaseConnection, action: DeadAction) -> Result<(), Failure
         DeadAction::List { limit, json } => {
             let rows = ops::dead_letters(db, limit).await?;
             if json {
+                let rows: Vec<serde_json::Value> = rows.iter().map(dead_letter_json).collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
                 return Ok(());
             }
@@ -387,6 +423,26 @@ async fn dead(db: &DatabaseConnection, action: DeadAction) -> Result<(), Failure
         },
     }
     Ok(())
+}
+
+/// A dead letter as JSON, with the status and times as the database holds them.
+fn dead_letter_json(r: &sea_orm_outbox::event_record::Model) -> serde_json::Value {
+    let time =
+        |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    serde_json::json!({
+        "id": r.id,
+        "biz_no": r.biz_no,
+        "event_type": r.event_type,
+        "status": r.status.as_str(),
+        "retry_count": r.retry_count,
+        "last_error": r.last_error,
+        "payload": r.payload,
+        "next_retry_time": time(&r.next_retry_time),
+        "claim_owner": r.claim_owner,
+        "claimed_at": r.claimed_at.as_ref().map(time),
+        "create_time": time(&r.create_time),
+        "update_time": time(&r.update_time),
+    })
 }
 
 async fn relay(db: DatabaseConnection, url: &str, args: &RelayArgs) -> Result<(), Failure> {
