@@ -16,12 +16,12 @@ use entity::event_record::{Column, Entity, Model};
 use entity::EventStatus;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionSession, TransactionTrait,
 };
 use serde::Serialize;
 
-use crate::error::OutboxError;
+use crate::error::{is_transient, OutboxError};
 use crate::store::dialect;
 
 /// A snapshot of the outbox table, from [`stats`].
@@ -50,7 +50,8 @@ pub struct OutboxStats {
 /// Counts the rows per status, the age of the oldest waiting event and the `SENDING` rows
 /// older than `lease` (pass the workers' lease, default 10 minutes).
 ///
-/// SQL (three reads, no lock):
+/// SQL (three reads, no lock; not one snapshot, so a row changing meanwhile may be counted in
+/// a neighbouring status):
 /// `SELECT status, COUNT(id) FROM t_event_record GROUP BY status`;
 /// `SELECT MIN(create_time), now FROM t_event_record WHERE status = 'WAIT'`;
 /// `SELECT COUNT(*) FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - lease`.
@@ -218,6 +219,43 @@ pub async fn discard_dead<C: ConnectionTrait>(
     Ok(outcome(res.rows_affected))
 }
 
+/// Attempts [`purge_delivered`] makes at one batch that meets a transient conflict (deadlock,
+/// SQLite busy) before it returns the error.
+const PURGE_BATCH_ATTEMPTS: u32 = 4;
+
+/// One purge batch in its own transaction: how many ids were selected, how many rows deleted.
+/// A failed batch rolls back (the transaction is dropped) and may simply run again.
+async fn purge_batch<C>(db: &C, older_than: Duration, batch: u64) -> Result<(u64, u64), DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let backend = db.get_database_backend();
+    let txn = db.begin().await?;
+    let ids: Vec<i64> = Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Status.eq(EventStatus::Success.as_str()))
+        .filter(Expr::col(Column::UpdateTime).lt(dialect::now_minus(backend, older_than)))
+        .order_by_asc(Column::Id)
+        .limit(batch)
+        .into_tuple()
+        .all(&txn)
+        .await?;
+    let selected = ids.len() as u64;
+    let deleted = if ids.is_empty() {
+        0
+    } else {
+        Entity::delete_many()
+            .filter(Column::Id.is_in(ids))
+            .filter(Column::Status.eq(EventStatus::Success.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected
+    };
+    txn.commit().await?;
+    Ok((selected, deleted))
+}
+
 fn outcome(rows: u64) -> DeadLetterOutcome {
     if rows == 1 {
         DeadLetterOutcome::Applied
@@ -239,8 +277,8 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 ///
 /// # Errors
 /// [`OutboxError::InvalidArgument`] when `batch` is 0; [`OutboxError::TableMissing`] without
-/// the migration; [`OutboxError::Db`] otherwise. Batches committed before an error stay
-/// deleted.
+/// the migration; [`OutboxError::Db`] otherwise. A batch meeting a transient conflict (deadlock,
+/// SQLite busy) runs again up to 4 times first. Batches committed before an error stay deleted.
 pub async fn purge_delivered<C>(
     db: &C,
     older_than: Duration,
@@ -254,35 +292,24 @@ where
             "purge batch size must be at least 1".into(),
         ));
     }
-    let backend = db.get_database_backend();
     let mut total = 0;
     loop {
-        let txn = db.begin().await?;
-        let ids: Vec<i64> = Entity::find()
-            .select_only()
-            .column(Column::Id)
-            .filter(Column::Status.eq(EventStatus::Success.as_str()))
-            .filter(Expr::col(Column::UpdateTime).lt(dialect::now_minus(backend, older_than)))
-            .order_by_asc(Column::Id)
-            .limit(batch)
-            .into_tuple()
-            .all(&txn)
-            .await?;
-        if ids.is_empty() {
-            txn.commit().await?;
-            break;
-        }
-        let full = ids.len() as u64 >= batch;
-        let deleted = Entity::delete_many()
-            .filter(Column::Id.is_in(ids))
-            .filter(Column::Status.eq(EventStatus::Success.as_str()))
-            .exec(&txn)
-            .await?
-            .rows_affected;
-        txn.commit().await?;
+        let mut attempt = 1;
+        let (selected, deleted) = loop {
+            match purge_batch(db, older_than, batch).await {
+                Err(e) if attempt < PURGE_BATCH_ATTEMPTS && is_transient(&e) => {
+                    tracing::debug!(error = %e, attempt, "transient conflict; purging the batch again");
+                    tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
+                    attempt += 1;
+                }
+                other => break other?,
+            }
+        };
         total += deleted;
-        tracing::debug!(deleted, total, "purged a batch of delivered events");
-        if !full {
+        if selected > 0 {
+            tracing::debug!(deleted, total, "purged a batch of delivered events");
+        }
+        if selected < batch {
             break;
         }
     }
