@@ -48,12 +48,17 @@ pub enum OutboxError {
     /// A worker or publisher configuration that cannot work.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// The outbox table does not exist in this database.
+    /// A table of the outbox (`t_event_record`, or `t_consumed_message` for the consumer helper)
+    /// does not exist in this database; the database error names it.
     #[error(
-        "table t_event_record does not exist: run the migration first \
-         (`sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
+        "an outbox table does not exist: run the migration first (`outbox migrate up`, \
+         `sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
     )]
     TableMissing(DbErr),
+    /// An argument that cannot work, such as an empty or over-long consumer group or message
+    /// id, or a zero batch size.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// Any other database error.
     #[error("database error: {0}")]
     Db(DbErr),
@@ -69,11 +74,11 @@ impl From<DbErr> for OutboxError {
     }
 }
 
-/// Whether `err` says the outbox table is missing (Postgres 42P01, MySQL 1146, SQLite "no such
+/// Whether `err` says an outbox table is missing (Postgres 42P01, MySQL 1146, SQLite "no such
 /// table").
 fn is_missing_table(err: &DbErr) -> bool {
     let text = err.to_string();
-    text.contains("t_event_record")
+    (text.contains("t_event_record") || text.contains("t_consumed_message"))
         && (text.contains("does not exist")
             || text.contains("doesn't exist")
             || text.contains("no such table"))

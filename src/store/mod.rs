@@ -7,6 +7,7 @@
 //!
 //! Each statement is built by a `*_statement` function and executed by another, so its SQL can be
 //! rendered per backend (and `EXPLAIN`ed in tests) without a database.
+pub mod consumed;
 pub mod dialect;
 
 use std::time::Duration;
