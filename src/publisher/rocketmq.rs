@@ -407,19 +407,7 @@ impl RocketMqPublisher {
     /// A permanent [`PublishError`] when the message cannot be built (a property name the
     /// client reserves; cannot happen with the three fixed names).
     pub fn to_message(&self, event: &OutboxMessage) -> Result<Message, PublishError> {
-        let mut builder = Message::builder()
-            .topic(self.config.topic.as_str())
-            .tags(event.event_type.as_str())
-            .key(event.biz_no.as_str())
-            .body_slice(event.payload.as_bytes());
-        for (name, value) in event.properties() {
-            builder = builder.raw_property(name, value).map_err(|e| {
-                PublishError::permanent(format!("message property {name}: {}", error_text(&e)))
-            })?;
-        }
-        builder.build().map_err(|e| {
-            PublishError::permanent(format!("message could not be built: {}", error_text(&e)))
-        })
+        build_message(&self.config.topic, event)
     }
 
     /// Stops the producer, then the client runtime, then the runtime owner, in that order.
@@ -452,6 +440,23 @@ impl Publisher for RocketMqPublisher {
             Err(e) => Err(classify(&e)),
         }
     }
+}
+
+/// The message for `event` on `topic` (see [`RocketMqPublisher::to_message`]).
+fn build_message(topic: &str, event: &OutboxMessage) -> Result<Message, PublishError> {
+    let mut builder = Message::builder()
+        .topic(topic)
+        .tags(event.event_type.as_str())
+        .key(event.biz_no.as_str())
+        .body_slice(event.payload.as_bytes());
+    for (name, value) in event.properties() {
+        builder = builder.raw_property(name, value).map_err(|e| {
+            PublishError::permanent(format!("message property {name}: {}", error_text(&e)))
+        })?;
+    }
+    builder.build().map_err(|e| {
+        PublishError::permanent(format!("message could not be built: {}", error_text(&e)))
+    })
 }
 
 /// Text of a rocketmq-rust error: its code and public message (`Display` prints `<redacted>`).
@@ -707,5 +712,148 @@ impl RocketMqConsumer {
     pub async fn shutdown(self) {
         Box::pin(self.consumer.shutdown()).await;
         Box::pin(self.host.shutdown()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::PublishErrorKind;
+
+    fn kind(e: ClientError) -> (PublishErrorKind, String) {
+        let p = classify(&e);
+        (p.kind, p.message)
+    }
+
+    #[test]
+    fn classifies_by_code_and_cause() {
+        use PublishErrorKind::{Permanent, Retryable};
+        // The client's own size check (MESSAGE_ILLEGAL, code 13).
+        let (k, text) = kind(ClientError::from(MQClientException::new_with_code(
+            RESPONSE_MESSAGE_ILLEGAL,
+            "the message body size over max value, MAX: 4194304",
+        )));
+        assert_eq!(k, Permanent);
+        assert!(
+            text.contains("core.argument.invalid") && text.contains("over max value"),
+            "{text}"
+        );
+        // The broker's size check.
+        let (k, text) = kind(ClientError::broker_operation_failed(
+            "SEND_MESSAGE",
+            13,
+            "body too large",
+        ));
+        assert_eq!(k, Permanent, "{text}");
+        // An illegal topic.
+        let (k, _) = kind(ClientError::from(MQClientException::new(
+            "The specified topic[a b] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
+        )));
+        assert_eq!(k, Permanent);
+        // No route yet: same code as the illegal message, but worth retrying.
+        let (k, text) = kind(ClientError::from(MQClientException::new(
+            "No route info for this topic, T",
+        )));
+        assert_eq!(k, Retryable);
+        assert!(text.contains("No route info"), "{text}");
+        // Broker busy, time-outs, connection refused.
+        let (k, text) = kind(ClientError::broker_operation_failed(
+            "SEND_MESSAGE",
+            2,
+            "system busy",
+        ));
+        assert_eq!(k, Retryable);
+        assert!(text.contains("broker response code 2"), "{text}");
+        assert_eq!(kind(ClientError::timeout("send", 3000)).0, Retryable);
+        let (k, text) = kind(ClientError::from_error(rocketmq_error::Error::new(
+            &rocketmq_error::TRANSPORT_CONNECTION_FAILED,
+        )));
+        assert_eq!(k, Retryable);
+        assert!(text.contains("transport.connection.failed"), "{text}");
+    }
+
+    #[test]
+    fn config_validation() {
+        let ok = RocketMqConfig::new("127.0.0.1:9876;10.0.0.2:9876");
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.namesrv_addrs(), vec!["127.0.0.1:9876", "10.0.0.2:9876"]);
+        assert_eq!(ok.topic, "ORDER_EVENT_TOPIC");
+        assert_eq!(ok.send_timeout, Duration::from_secs(3));
+        for bad in [
+            RocketMqConfig::new(" ; "),
+            RocketMqConfig::new("host"),
+            RocketMqConfig::new("host:0"),
+            RocketMqConfig::new(":9876"),
+            RocketMqConfig::default().topic(""),
+            RocketMqConfig::default().topic("a.b"),
+            RocketMqConfig::default().topic("t".repeat(128)),
+            RocketMqConfig::default().producer_group("g g"),
+            RocketMqConfig::default().send_timeout(Duration::ZERO),
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(OutboxError::InvalidConfig(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_from_env() {
+        // The only test that touches these variables.
+        std::env::remove_var(ENV_NAMESRV_ADDR);
+        let err = RocketMqConfig::from_env().expect_err("address required");
+        assert!(err.to_string().contains(ENV_NAMESRV_ADDR), "{err}");
+        std::env::set_var(ENV_NAMESRV_ADDR, "127.0.0.1:19876");
+        std::env::set_var(ENV_PRODUCER_GROUP, "order_service");
+        std::env::set_var(ENV_TOPIC, "");
+        let c = RocketMqConfig::from_env().expect("valid");
+        assert_eq!(
+            (
+                c.namesrv_addr.as_str(),
+                c.producer_group.as_str(),
+                c.topic.as_str()
+            ),
+            ("127.0.0.1:19876", "order_service", DEFAULT_TOPIC)
+        );
+        std::env::set_var(ENV_TOPIC, "bad topic");
+        assert!(RocketMqConfig::from_env().is_err());
+        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC] {
+            std::env::remove_var(v);
+        }
+    }
+
+    #[test]
+    fn message_carries_the_event() {
+        let event = OutboxMessage {
+            event_id: 42,
+            biz_no: "ORD-42".into(),
+            event_type: "ORDER_CREATED".into(),
+            payload: r#"{"a":1}"#.into(),
+            retry_count: 0,
+        };
+        let m = build_message("T", &event).expect("message");
+        assert_eq!(m.topic().as_str(), "T");
+        assert_eq!(
+            m.get_body().map(|b| b.as_ref()),
+            Some(br#"{"a":1}"#.as_ref())
+        );
+        assert_eq!(
+            m.get_keys().map(|k| k.as_str().to_owned()).as_deref(),
+            Some("ORD-42")
+        );
+        assert_eq!(
+            m.tags().map(|t| t.to_string()).as_deref(),
+            Some("ORDER_CREATED")
+        );
+        let props = m.get_properties();
+        let get = |k: &str| {
+            props
+                .iter()
+                .find(|(n, _)| n.as_str() == k)
+                .map(|(_, v)| v.as_str().to_owned())
+        };
+        assert_eq!(get("eventId").as_deref(), Some("42"));
+        assert_eq!(get("eventType").as_deref(), Some("ORDER_CREATED"));
+        assert_eq!(get("bizNo").as_deref(), Some("ORD-42"));
     }
 }
