@@ -14,9 +14,23 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
 /// Default send timeout: 3 s, far below the lease.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default interval between refreshes of the backlog gauges: 15 s.
+pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
 /// out is over long before another instance may reclaim the event.
 pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
+
+/// How a round claims its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClaimStrategy {
+    /// The seed's: read up to `batch_size` candidates without locks, then one conditional
+    /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
+    #[default]
+    PerRow,
+    /// Claim up to `batch_size` due rows in one round trip without waiting on rows other
+    /// instances hold (`FOR UPDATE SKIP LOCKED`); see [`crate::store::claim_batch`].
+    Batch,
+}
 
 /// How a [`crate::Worker`] polls, claims, sends and retries.
 ///
@@ -48,6 +62,24 @@ pub struct WorkerConfig {
     pub instance_id: Option<String>,
     /// Service name used in a generated instance id (default `outbox`).
     pub service_name: String,
+    /// How rounds claim (default [`ClaimStrategy::PerRow`], the seed's).
+    pub claim_strategy: ClaimStrategy,
+    /// Sends of one round in flight at once (default 1: one after the other, as the seed).
+    pub send_concurrency: usize,
+    /// Start the next round at once when a round found a full batch (default true); the poll
+    /// delay then applies only when the backlog is drained.
+    pub drain: bool,
+    /// Renew the leases of a round's events every lease/3 while its sends are in flight
+    /// (default true). With renewal a send may outlive the lease without being reclaimed, so the
+    /// send timeout is no longer bounded by the lease.
+    pub lease_renewal: bool,
+    /// On Postgres, also wait on `LISTEN sea_orm_outbox` between rounds, so an event committed
+    /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
+    /// delay (default true; the listener holds one pool connection). MySQL and SQLite poll.
+    pub wake_on_commit: bool,
+    /// How often the worker refreshes the backlog gauges (`outbox_backlog{status}`,
+    /// `outbox_oldest_wait_age_seconds`); default 15 s, `None` turns it off.
+    pub gauge_interval: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -61,6 +93,12 @@ impl Default for WorkerConfig {
             retry: RetryPolicy::default(),
             instance_id: None,
             service_name: "outbox".to_owned(),
+            claim_strategy: ClaimStrategy::PerRow,
+            send_concurrency: 1,
+            drain: true,
+            lease_renewal: true,
+            wake_on_commit: true,
+            gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
         }
     }
 }
@@ -101,6 +139,36 @@ impl WorkerConfig {
         self.instance_id = Some(id.into());
         self
     }
+    /// Sets the claim strategy.
+    pub fn claim_strategy(mut self, s: ClaimStrategy) -> Self {
+        self.claim_strategy = s;
+        self
+    }
+    /// Sets how many sends of a round may be in flight at once.
+    pub fn send_concurrency(mut self, n: usize) -> Self {
+        self.send_concurrency = n;
+        self
+    }
+    /// Turns draining (no delay after a full batch) on or off.
+    pub fn drain(mut self, on: bool) -> Self {
+        self.drain = on;
+        self
+    }
+    /// Turns lease renewal on or off.
+    pub fn lease_renewal(mut self, on: bool) -> Self {
+        self.lease_renewal = on;
+        self
+    }
+    /// Sets (or with `None` turns off) the backlog gauge refresh interval.
+    pub fn gauge_interval(mut self, every: Option<Duration>) -> Self {
+        self.gauge_interval = every;
+        self
+    }
+    /// Turns wake-on-commit (Postgres `LISTEN`) on or off.
+    pub fn wake_on_commit(mut self, on: bool) -> Self {
+        self.wake_on_commit = on;
+        self
+    }
     /// Sets the service name used in a generated instance id.
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.service_name = name.into();
@@ -110,13 +178,16 @@ impl WorkerConfig {
     /// Checks that the configuration can work.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] when the batch size is 0, a duration is zero, the send
-    /// timeout is more than a third of the lease, or the instance id is empty or longer than
-    /// 128 characters.
+    /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, a duration
+    /// is zero, the send timeout is more than a third of the lease while lease renewal is off,
+    /// or the instance id is empty or longer than 128 characters.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
             return bad("batch_size must be at least 1".into());
+        }
+        if self.send_concurrency == 0 {
+            return bad("send_concurrency must be at least 1".into());
         }
         for (name, d) in [
             ("poll_delay", self.poll_delay),
@@ -128,16 +199,19 @@ impl WorkerConfig {
                 return bad(format!("{name} must be greater than zero"));
             }
         }
-        if self.send_timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
+        if !self.lease_renewal && self.send_timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
             return bad(format!(
-                "send_timeout ({} ms) must be at most a third of the lease ({} ms): a send still \
-                 running when the lease ends is sent again by another instance",
+                "send_timeout ({} ms) must be at most a third of the lease ({} ms) when lease \
+                 renewal is off: a send still running when the lease ends is sent again by \
+                 another instance",
                 self.send_timeout.as_millis(),
                 self.lease.as_millis()
             ));
         }
         if let Some(id) = &self.instance_id {
-            if id.trim().is_empty() || id.chars().count() > entity::event_record::CLAIM_OWNER_MAX_LEN {
+            if id.trim().is_empty()
+                || id.chars().count() > entity::event_record::CLAIM_OWNER_MAX_LEN
+            {
                 return bad(format!(
                     "instance_id must be 1 to {} characters",
                     entity::event_record::CLAIM_OWNER_MAX_LEN
@@ -167,9 +241,12 @@ mod tests {
     #[test]
     fn rejects_send_timeout_near_the_lease() {
         let c = WorkerConfig::default()
+            .lease_renewal(false)
             .lease(Duration::from_secs(3))
             .send_timeout(Duration::from_secs(3));
         assert!(matches!(c.validate(), Err(OutboxError::InvalidConfig(_))));
+        // With renewal the lease follows a long send.
+        assert!(c.lease_renewal(true).validate().is_ok());
         let c = WorkerConfig::default().batch_size(0);
         assert!(c.validate().is_err());
         let c = WorkerConfig::default().instance_id("");

@@ -48,12 +48,17 @@ pub enum OutboxError {
     /// A worker or publisher configuration that cannot work.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// The outbox table does not exist in this database.
+    /// A table of the outbox (`t_event_record`, or `t_consumed_message` for the consumer helper)
+    /// does not exist in this database; the database error names it.
     #[error(
-        "table t_event_record does not exist: run the migration first \
-         (`sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
+        "an outbox table does not exist: run the migration first (`outbox migrate up`, \
+         `sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
     )]
     TableMissing(DbErr),
+    /// An argument that cannot work, such as an empty or over-long consumer group or message
+    /// id, or a zero batch size.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
     /// Any other database error.
     #[error("database error: {0}")]
     Db(DbErr),
@@ -73,11 +78,11 @@ impl From<DbErr> for OutboxError {
     }
 }
 
-/// Whether `err` says the outbox table is missing (Postgres 42P01, MySQL 1146, SQLite "no such
+/// Whether `err` says an outbox table is missing (Postgres 42P01, MySQL 1146, SQLite "no such
 /// table").
 fn is_missing_table(err: &DbErr) -> bool {
     let text = err.to_string();
-    text.contains("t_event_record")
+    (text.contains("t_event_record") || text.contains("t_consumed_message"))
         && (text.contains("does not exist")
             || text.contains("doesn't exist")
             || text.contains("no such table"))
@@ -130,7 +135,8 @@ impl PublishError {
 /// timeout (1205), or SQLite's busy/locked (codes 5, 6 and their extended forms).
 pub fn is_transient(err: &DbErr) -> bool {
     use sea_orm::RuntimeErr;
-    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err else {
+    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err
+    else {
         return false;
     };
     let Some(db_err) = e.as_database_error() else {

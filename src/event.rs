@@ -76,7 +76,8 @@ impl NewEvent {
         event_type: impl Into<String>,
         payload: Vec<u8>,
     ) -> Result<Self, EventError> {
-        let payload = String::from_utf8(payload).map_err(|e| EventError::InvalidUtf8(e.to_string()))?;
+        let payload =
+            String::from_utf8(payload).map_err(|e| EventError::InvalidUtf8(e.to_string()))?;
         Ok(Self::raw(biz_no, event_type, payload))
     }
 
@@ -140,15 +141,25 @@ mod tests {
         );
         assert_eq!(
             NewEvent::raw("A", "", "{}").validate(&limits),
-            Err(EventError::Empty { field: "event_type" })
+            Err(EventError::Empty {
+                field: "event_type"
+            })
         );
         assert!(matches!(
             NewEvent::raw("x".repeat(65), "T", "{}").validate(&limits),
-            Err(EventError::TooLong { field: "biz_no", len: 65, max: 64 })
+            Err(EventError::TooLong {
+                field: "biz_no",
+                len: 65,
+                max: 64
+            })
         ));
         // 64 multi-byte characters fit a varchar(64).
-        assert!(NewEvent::raw("é".repeat(64), "T", "{}").validate(&limits).is_ok());
-        let small = EventLimits { max_payload_bytes: 3 };
+        assert!(NewEvent::raw("é".repeat(64), "T", "{}")
+            .validate(&limits)
+            .is_ok());
+        let small = EventLimits {
+            max_payload_bytes: 3,
+        };
         assert!(matches!(
             NewEvent::raw("A", "T", "1234").validate(&small),
             Err(EventError::PayloadTooLarge { size: 4, max: 3 })

@@ -39,14 +39,19 @@ pub trait OutboxExt: ConnectionTrait + Sized {
     /// [`EventLimits::default`] (empty or over-long fields, payload over 4 MiB);
     /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
     async fn with_event(&self, event: NewEvent) -> Result<i64, OutboxError> {
-        self.with_event_limited(event, &EventLimits::default()).await
+        self.with_event_limited(event, &EventLimits::default())
+            .await
     }
 
     /// [`OutboxExt::with_event`] with explicit limits (for example the broker's message size).
     ///
     /// # Errors
     /// As [`OutboxExt::with_event`], checking `limits`.
-    async fn with_event_limited(&self, event: NewEvent, limits: &EventLimits) -> Result<i64, OutboxError> {
+    async fn with_event_limited(
+        &self,
+        event: NewEvent,
+        limits: &EventLimits,
+    ) -> Result<i64, OutboxError> {
         event.validate(limits)?;
         Ok(store::insert_event(self, &event).await?)
     }
@@ -90,7 +95,10 @@ pub async fn transactional_publish<C, A, F>(
 ) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
 where
     C: TransactionTrait,
-    A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<<A::Entity as EntityTrait>::Model> + Send,
+    A: ActiveModelTrait
+        + ActiveModelBehavior
+        + TryIntoModel<<A::Entity as EntityTrait>::Model>
+        + Send,
     <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
     F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
 {
@@ -109,7 +117,10 @@ pub async fn transactional_publish_limited<C, A, F>(
 ) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
 where
     C: TransactionTrait,
-    A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<<A::Entity as EntityTrait>::Model> + Send,
+    A: ActiveModelTrait
+        + ActiveModelBehavior
+        + TryIntoModel<<A::Entity as EntityTrait>::Model>
+        + Send,
     <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
     F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
 {

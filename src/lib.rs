@@ -18,16 +18,23 @@
 #![warn(clippy::unwrap_used)]
 
 pub mod config;
+pub mod consumer;
 pub mod error;
 pub mod event;
 pub mod ext;
 pub mod instance;
+pub mod metrics;
+pub mod ops;
 pub mod publisher;
+pub mod redact;
 pub mod relay;
 pub mod retry;
 pub mod store;
+mod wake;
 
-pub use config::WorkerConfig;
+pub use config::{ClaimStrategy, WorkerConfig};
+pub use consumer::{consume_once, Consumed};
+pub use entity::consumed_message;
 pub use entity::event_record;
 pub use entity::EventStatus;
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
@@ -35,9 +42,11 @@ pub use event::{EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use ext::{transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
 pub use migration::{self, Migrator, MigratorTrait};
+pub use ops::{DeadLetterOutcome, OutboxStats};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 #[cfg(feature = "rocketmq")]
 pub use publisher::{ReceivedMessage, RocketMqConfig, RocketMqConsumer, RocketMqPublisher};
+pub use redact::{redact_secrets, redact_url};
 pub use relay::{wait_until, Worker, WorkerSummary};
 pub use retry::{RetryDecision, RetryPolicy};
 pub use tokio_util::sync::CancellationToken;

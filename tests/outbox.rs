@@ -4,7 +4,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{order, Backend, ScriptedPublisher, TestContext};
+use common::{hooked_order, order, ScriptedPublisher, TestContext};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, NotSet, PaginatorTrait,
     QueryFilter, QueryTrait, Statement, TransactionTrait,
@@ -12,27 +12,10 @@ use sea_orm::{
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim, Transition};
 use sea_orm_outbox::{
-    transactional_publish, wait_until, CancellationToken, EventError, EventStatus, InMemoryPublisher,
-    Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, RetryPolicy, Worker,
-    WorkerConfig,
+    transactional_publish, wait_until, CancellationToken, EventError, EventStatus,
+    InMemoryPublisher, Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher,
+    RetryPolicy, Worker, WorkerConfig,
 };
-
-pub async fn run_on<F>(backend: Backend, name: &str, f: F)
-where
-    F: for<'a> AsyncFn(&'a TestContext),
-{
-    if !backend.enabled() {
-        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
-        return;
-    }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let ctx = TestContext::new(backend, name).await;
-    f(&ctx).await;
-    ctx.cleanup().await;
-}
 
 backend_tests!(
     migration_creates_table_and_indexes,
@@ -45,6 +28,8 @@ backend_tests!(
     always_failing_backs_off_then_dead_letters,
     one_failure_does_not_stop_the_round,
     scan_and_reclaim_use_the_composite_indexes,
+    hook_writes_the_event_in_the_same_transaction,
+    cancellation_finishes_the_send_in_flight,
 );
 
 /// A config for fast tests: short delays, lease 10 s, back-off base 200 ms.
@@ -54,16 +39,27 @@ fn fast_config(owner: &str) -> WorkerConfig {
         .reclaim_interval(Duration::from_millis(200))
         .lease(Duration::from_secs(10))
         .send_timeout(Duration::from_secs(2))
-        .retry(RetryPolicy { max_retries: 3, backoff_base: Duration::from_millis(200), max_backoff: Duration::from_secs(60) })
+        .retry(RetryPolicy {
+            max_retries: 3,
+            backoff_base: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(60),
+        })
         .instance_id(owner)
 }
 
 async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {
-    Events::find().filter(Column::Status.eq(status.as_str())).count(db).await.expect("count")
+    Events::find()
+        .filter(Column::Status.eq(status.as_str()))
+        .count(db)
+        .await
+        .expect("count")
 }
 
 async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
-    store::find_event(db, id).await.expect("read").expect("event exists")
+    store::find_event(db, id)
+        .await
+        .expect("read")
+        .expect("event exists")
 }
 
 /// Moves a timestamp column of event `id` to the database's now − `ago`.
@@ -95,14 +91,25 @@ async fn indexes(ctx: &TestContext) -> Vec<(String, String)> {
         .await
         .expect("catalog")
         .iter()
-        .map(|r| (r.try_get::<String>("", "name").expect("name"), r.try_get::<String>("", "cols").expect("cols")))
+        .map(|r| {
+            (
+                r.try_get::<String>("", "name").expect("name"),
+                r.try_get::<String>("", "cols").expect("cols"),
+            )
+        })
         .collect()
 }
 
 async fn migration_creates_table_and_indexes(ctx: &TestContext) {
     let expected = vec![
-        ("idx_status_claimed_at".to_owned(), "status,claimed_at".to_owned()),
-        ("idx_status_next_retry".to_owned(), "status,next_retry_time".to_owned()),
+        (
+            "idx_status_claimed_at".to_owned(),
+            "status,claimed_at".to_owned(),
+        ),
+        (
+            "idx_status_next_retry".to_owned(),
+            "status,next_retry_time".to_owned(),
+        ),
     ];
     assert_eq!(indexes(ctx).await, expected);
     if ctx.db_backend() == DbBackend::MySql {
@@ -116,17 +123,31 @@ async fn migration_creates_table_and_indexes(ctx: &TestContext) {
             .await
             .expect("columns")
             .expect("row");
-        assert_eq!(row.try_get::<i64>("", "n").expect("n"), 4, "all four timestamps are DATETIME(6)");
+        assert_eq!(
+            row.try_get::<i64>("", "n").expect("n"),
+            4,
+            "all four timestamps are DATETIME(6)"
+        );
     }
     // Microseconds survive a round trip where the backend's clock has them.
-    let id = ctx.db.with_event(NewEvent::raw("B-1", "T", "{}")).await.expect("insert");
+    let id = ctx
+        .db
+        .with_event(NewEvent::raw("B-1", "T", "{}"))
+        .await
+        .expect("insert");
     let e = event(&ctx.db, id).await;
     assert_eq!(e.create_time, e.next_retry_time);
 
     Migrator::down(&ctx.db, None).await.expect("down");
     assert!(indexes(ctx).await.is_empty());
-    let err = Events::find().all(&ctx.db).await.expect_err("table is gone");
-    assert!(matches!(OutboxError::from(err), OutboxError::TableMissing(_)));
+    let err = Events::find()
+        .all(&ctx.db)
+        .await
+        .expect_err("table is gone");
+    assert!(matches!(
+        OutboxError::from(err),
+        OutboxError::TableMissing(_)
+    ));
     Migrator::up(&ctx.db, None).await.expect("up again");
     assert_eq!(indexes(ctx).await, expected);
 }
@@ -134,22 +155,36 @@ async fn migration_creates_table_and_indexes(ctx: &TestContext) {
 async fn with_event_commits_and_rolls_back(ctx: &TestContext) {
     let db = &ctx.db;
     let txn = db.begin().await.expect("begin");
-    let id = txn.with_event(NewEvent::json("ORD-1", "ORDER_CREATED", &serde_json::json!({"a": 1})).expect("json")).await.expect("with_event");
+    let id = txn
+        .with_event(
+            NewEvent::json("ORD-1", "ORDER_CREATED", &serde_json::json!({"a": 1})).expect("json"),
+        )
+        .await
+        .expect("with_event");
     txn.commit().await.expect("commit");
 
     let rows = Events::find().all(db).await.expect("rows");
     assert_eq!(rows.len(), 1);
     let e = &rows[0];
-    assert_eq!((e.id, e.status, e.retry_count, e.payload.as_str()), (id, EventStatus::Wait, 0, r#"{"a":1}"#));
+    assert_eq!(
+        (e.id, e.status, e.retry_count, e.payload.as_str()),
+        (id, EventStatus::Wait, 0, r#"{"a":1}"#)
+    );
     assert!(e.claim_owner.is_none() && e.claimed_at.is_none());
     // Due now by the database clock: the relay's scan returns it.
     let due = store::select_candidates(db, 20).await.expect("scan");
     assert_eq!(due.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
 
     let txn = db.begin().await.expect("begin");
-    txn.with_event(NewEvent::raw("ORD-2", "ORDER_CREATED", "{}")).await.expect("with_event");
+    txn.with_event(NewEvent::raw("ORD-2", "ORDER_CREATED", "{}"))
+        .await
+        .expect("with_event");
     txn.rollback().await.expect("rollback");
-    assert_eq!(Events::find().count(db).await.expect("count"), 1, "rollback leaves no event");
+    assert_eq!(
+        Events::find().count(db).await.expect("count"),
+        1,
+        "rollback leaves no event"
+    );
 
     // Invalid events are refused before any write.
     for bad in [
@@ -157,7 +192,11 @@ async fn with_event_commits_and_rolls_back(ctx: &TestContext) {
         NewEvent::raw("B", " ", "{}"),
         NewEvent::raw("x".repeat(65), "T", "{}"),
         NewEvent::raw("B", "y".repeat(65), "{}"),
-        NewEvent::raw("B", "T", "z".repeat(sea_orm_outbox::DEFAULT_MAX_PAYLOAD_BYTES + 1)),
+        NewEvent::raw(
+            "B",
+            "T",
+            "z".repeat(sea_orm_outbox::DEFAULT_MAX_PAYLOAD_BYTES + 1),
+        ),
     ] {
         let err = db.with_event(bad).await.expect_err("invalid");
         assert!(matches!(err, OutboxError::InvalidEvent(_)), "{err}");
@@ -167,28 +206,57 @@ async fn with_event_commits_and_rolls_back(ctx: &TestContext) {
 
 async fn transactional_publish_is_atomic(ctx: &TestContext) {
     let db = &ctx.db;
-    let am = order::ActiveModel { id: NotSet, order_no: Set("ORD-7".into()), amount: Set(70) };
+    let am = order::ActiveModel {
+        id: NotSet,
+        order_no: Set("ORD-7".into()),
+        amount: Set(70),
+    };
     let (saved, event_id) = transactional_publish(db, am, |o: &order::Model| {
-        Ok(NewEvent::json(&o.order_no, "ORDER_CREATED", &serde_json::json!({"orderId": o.id, "amount": o.amount}))?)
+        Ok(NewEvent::json(
+            &o.order_no,
+            "ORDER_CREATED",
+            &serde_json::json!({"orderId": o.id, "amount": o.amount}),
+        )?)
     })
     .await
     .expect("publish");
     let e = event(db, event_id).await;
     assert_eq!((e.biz_no.as_str(), e.status), ("ORD-7", EventStatus::Wait));
-    assert_eq!(e.payload, format!(r#"{{"amount":70,"orderId":{}}}"#, saved.id));
+    assert_eq!(
+        e.payload,
+        format!(r#"{{"amount":70,"orderId":{}}}"#, saved.id)
+    );
     assert_eq!(order::Entity::find().count(db).await.expect("orders"), 1);
 
     // An invalid event (derived from the saved row) rolls the order back too.
-    let am = order::ActiveModel { id: NotSet, order_no: Set("".into()), amount: Set(1) };
-    let err = transactional_publish(db, am, |o: &order::Model| Ok(NewEvent::raw(&o.order_no, "ORDER_CREATED", "{}")))
-        .await
-        .expect_err("empty biz_no");
-    assert!(matches!(err, OutboxError::InvalidEvent(EventError::Empty { field: "biz_no" })), "{err}");
+    let am = order::ActiveModel {
+        id: NotSet,
+        order_no: Set("".into()),
+        amount: Set(1),
+    };
+    let err = transactional_publish(db, am, |o: &order::Model| {
+        Ok(NewEvent::raw(&o.order_no, "ORDER_CREATED", "{}"))
+    })
+    .await
+    .expect_err("empty biz_no");
+    assert!(
+        matches!(
+            err,
+            OutboxError::InvalidEvent(EventError::Empty { field: "biz_no" })
+        ),
+        "{err}"
+    );
     // So does an error of the closure.
-    let am = order::ActiveModel { id: NotSet, order_no: Set("ORD-9".into()), amount: Set(1) };
-    let err = transactional_publish(db, am, |_o: &order::Model| Err(OutboxError::InvalidConfig("no".into())))
-        .await
-        .expect_err("closure error");
+    let am = order::ActiveModel {
+        id: NotSet,
+        order_no: Set("ORD-9".into()),
+        amount: Set(1),
+    };
+    let err = transactional_publish(db, am, |_o: &order::Model| {
+        Err(OutboxError::InvalidConfig("no".into()))
+    })
+    .await
+    .expect_err("closure error");
     assert!(matches!(err, OutboxError::InvalidConfig(_)));
     assert_eq!(order::Entity::find().count(db).await.expect("orders"), 1);
     assert_eq!(Events::find().count(db).await.expect("events"), 1);
@@ -196,11 +264,19 @@ async fn transactional_publish_is_atomic(ctx: &TestContext) {
 
 async fn missing_table_says_to_migrate(ctx: &TestContext) {
     Migrator::down(&ctx.db, None).await.expect("down");
-    let err = ctx.db.with_event(NewEvent::raw("B", "T", "{}")).await.expect_err("no table");
+    let err = ctx
+        .db
+        .with_event(NewEvent::raw("B", "T", "{}"))
+        .await
+        .expect_err("no table");
     assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
     assert!(err.to_string().contains("run the migration"), "{err}");
-    let worker = Worker::new(ctx.pool(2).await, ScriptedPublisher::ok(), fast_config("w")).expect("worker");
-    let err = worker.run_once(&CancellationToken::new()).await.expect_err("no table");
+    let worker =
+        Worker::new(ctx.pool(2).await, ScriptedPublisher::ok(), fast_config("w")).expect("worker");
+    let err = worker
+        .run_once(&CancellationToken::new())
+        .await
+        .expect_err("no table");
     assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
 }
 
@@ -208,7 +284,9 @@ async fn three_workers_publish_each_event_once(ctx: &TestContext) {
     const N: usize = 1000;
     let txn = ctx.db.begin().await.expect("begin");
     for i in 0..N {
-        txn.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}")).await.expect("insert");
+        txn.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
+            .await
+            .expect("insert");
     }
     txn.commit().await.expect("commit");
 
@@ -216,14 +294,20 @@ async fn three_workers_publish_each_event_once(ctx: &TestContext) {
     let cancel = CancellationToken::new();
     let mut handles = Vec::new();
     for w in 0..3 {
-        let worker = Worker::new(ctx.pool(2).await, publisher.clone() as Arc<dyn Publisher>, fast_config(&format!("w{w}")))
-            .expect("worker");
+        let worker = Worker::new(
+            ctx.pool(2).await,
+            publisher.clone() as Arc<dyn Publisher>,
+            fast_config(&format!("w{w}")),
+        )
+        .expect("worker");
         let cancel = cancel.clone();
         handles.push(tokio::spawn(async move { worker.run(cancel).await }));
     }
-    let drained = wait_until(Duration::from_secs(240), Duration::from_millis(50), || async {
-        count(&ctx.db, EventStatus::Success).await == N as u64
-    })
+    let drained = wait_until(
+        Duration::from_secs(240),
+        Duration::from_millis(50),
+        || async { count(&ctx.db, EventStatus::Success).await == N as u64 },
+    )
     .await;
     cancel.cancel();
     let mut claimed = 0;
@@ -236,19 +320,33 @@ async fn three_workers_publish_each_event_once(ctx: &TestContext) {
     }
     assert!(drained, "outbox not drained: {} published", publisher.len());
     assert_eq!(publisher.distinct_ids().len(), N);
-    assert_eq!(publisher.duplicates(), 0, "a fault-free race publishes each event once");
+    assert_eq!(
+        publisher.duplicates(),
+        0,
+        "a fault-free race publishes each event once"
+    );
     assert_eq!(claimed, N as u64);
     assert_eq!(count(&ctx.db, EventStatus::Fail).await, 0);
-    eprintln!("{:?}: {N} events, 3 workers, claims lost: {lost}", ctx.backend);
+    eprintln!(
+        "{:?}: {N} events, 3 workers, claims lost: {lost}",
+        ctx.backend
+    );
 }
 
 async fn crash_after_claim_is_reclaimed(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db.with_event(NewEvent::raw("ORD-C", "ORDER_CREATED", "{}")).await.expect("insert");
+    let id = db
+        .with_event(NewEvent::raw("ORD-C", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
     // Instance A claims, then "dies": it never finishes.
-    assert_eq!(store::claim(db, id, 0, "dead-a").await.expect("claim"), Claim::Won);
+    assert_eq!(
+        store::claim(db, id, 0, "dead-a").await.expect("claim"),
+        Claim::Won
+    );
     let publisher = ScriptedPublisher::ok();
-    let b = Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("alive-b")).expect("worker");
+    let b =
+        Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("alive-b")).expect("worker");
     // While the lease is fresh nothing is reclaimed, even with an old next_retry_time.
     age(db, id, Column::NextRetryTime, Duration::from_secs(3600)).await;
     assert_eq!(b.reclaim_once().await.expect("reclaim"), 0);
@@ -257,42 +355,96 @@ async fn crash_after_claim_is_reclaimed(ctx: &TestContext) {
     age(db, id, Column::ClaimedAt, Duration::from_secs(11)).await;
     assert_eq!(b.reclaim_once().await.expect("reclaim"), 1);
     let e = event(db, id).await;
-    assert_eq!((e.status, e.claim_owner, e.claimed_at), (EventStatus::Wait, None, None));
+    assert_eq!(
+        (e.status, e.claim_owner, e.claimed_at),
+        (EventStatus::Wait, None, None)
+    );
     let round = b.run_once(&CancellationToken::new()).await.expect("round");
     assert_eq!(round.published, 1);
     let e = event(db, id).await;
-    assert_eq!((e.status, e.claim_owner.as_deref()), (EventStatus::Success, Some("alive-b")));
-    assert_eq!(publisher.inner.distinct_ids().into_iter().collect::<Vec<_>>(), vec![id]);
+    assert_eq!(
+        (e.status, e.claim_owner.as_deref()),
+        (EventStatus::Success, Some("alive-b"))
+    );
+    assert_eq!(
+        publisher
+            .inner
+            .distinct_ids()
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec![id]
+    );
 }
 
 async fn late_ack_changes_nothing(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db.with_event(NewEvent::raw("ORD-L", "ORDER_CREATED", "{}")).await.expect("insert");
-    assert_eq!(store::claim(db, id, 0, "a").await.expect("claim"), Claim::Won);
-    age(db, id, Column::ClaimedAt, Duration::from_secs(60)).await;
-    assert_eq!(store::reclaim_stuck(db, Duration::from_secs(30)).await.expect("reclaim"), 1);
-    assert_eq!(store::claim(db, id, 0, "b").await.expect("claim"), Claim::Won);
-    assert_eq!(store::claim(db, id, 0, "c").await.expect("claim"), Claim::Lost);
-    let before = event(db, id).await;
-    assert_eq!((before.status, before.claim_owner.as_deref()), (EventStatus::Sending, Some("b")));
-
-    assert_eq!(store::mark_success(db, id, "a").await.expect("ack"), Transition::LeaseLost);
+    let id = db
+        .with_event(NewEvent::raw("ORD-L", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
     assert_eq!(
-        store::release_for_retry(db, id, "a", 1, Duration::from_secs(5), "late").await.expect("release"),
+        store::claim(db, id, 0, "a").await.expect("claim"),
+        Claim::Won
+    );
+    age(db, id, Column::ClaimedAt, Duration::from_secs(60)).await;
+    let reclaimed = store::reclaim_stuck(db, Duration::from_secs(30), 3)
+        .await
+        .expect("reclaim");
+    assert_eq!((reclaimed.requeued, reclaimed.dead_lettered), (1, 0));
+    // The reclaim counted as an attempt.
+    assert_eq!(event(db, id).await.retry_count, 1);
+    assert_eq!(
+        store::claim(db, id, 1, "b").await.expect("claim"),
+        Claim::Won
+    );
+    assert_eq!(
+        store::claim(db, id, 1, "c").await.expect("claim"),
+        Claim::Lost
+    );
+    let before = event(db, id).await;
+    assert_eq!(
+        (before.status, before.claim_owner.as_deref()),
+        (EventStatus::Sending, Some("b"))
+    );
+
+    assert_eq!(
+        store::mark_success(db, id, "a").await.expect("ack"),
         Transition::LeaseLost
     );
-    assert_eq!(store::mark_fail(db, id, "a", 4, "late").await.expect("fail"), Transition::LeaseLost);
+    assert_eq!(
+        store::release_for_retry(db, id, "a", 1, Duration::from_secs(5), "late")
+            .await
+            .expect("release"),
+        Transition::LeaseLost
+    );
+    assert_eq!(
+        store::mark_fail(db, id, "a", 4, "late")
+            .await
+            .expect("fail"),
+        Transition::LeaseLost
+    );
     assert_eq!(event(db, id).await, before, "B's row is untouched");
-    assert_eq!(store::mark_success(db, id, "b").await.expect("ack"), Transition::Applied);
+    assert_eq!(
+        store::mark_success(db, id, "b").await.expect("ack"),
+        Transition::Applied
+    );
     assert_eq!(event(db, id).await.status, EventStatus::Success);
 }
 
 async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db.with_event(NewEvent::raw("ORD-F", "ORDER_CREATED", "{}")).await.expect("insert");
+    let id = db
+        .with_event(NewEvent::raw("ORD-F", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
     let config = fast_config("w-fail");
     let base = config.retry.backoff_base;
-    let worker = Worker::new(ctx.pool(2).await, ScriptedPublisher::failing_all(false), config).expect("worker");
+    let worker = Worker::new(
+        ctx.pool(2).await,
+        ScriptedPublisher::failing_all(false),
+        config,
+    )
+    .expect("worker");
     let cancel = CancellationToken::new();
     for n in 1..=3u32 {
         let round = worker.run_once(&cancel).await.expect("round");
@@ -301,7 +453,9 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
         assert_eq!((e.status, e.retry_count), (EventStatus::Wait, n as i32));
         assert_eq!(e.last_error.as_deref(), Some("scripted broker outage"));
         // The release wrote next_retry_time and update_time from the same database "now".
-        let backoff = (e.next_retry_time - e.update_time).to_std().expect("positive");
+        let backoff = (e.next_retry_time - e.update_time)
+            .to_std()
+            .expect("positive");
         assert_eq!(backoff, base * n * n, "attempt {n}");
         // Not due yet: the next round does not touch it.
         assert_eq!(worker.run_once(&cancel).await.expect("round").claimed, 0);
@@ -314,8 +468,16 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
     assert_eq!((e.status, e.retry_count), (EventStatus::Fail, 4));
 
     // A permanent error is a dead letter at once.
-    let id = db.with_event(NewEvent::raw("ORD-P", "ORDER_CREATED", "{}")).await.expect("insert");
-    let worker = Worker::new(ctx.pool(2).await, ScriptedPublisher::failing_all(true), fast_config("w-perm")).expect("worker");
+    let id = db
+        .with_event(NewEvent::raw("ORD-P", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    let worker = Worker::new(
+        ctx.pool(2).await,
+        ScriptedPublisher::failing_all(true),
+        fast_config("w-perm"),
+    )
+    .expect("worker");
     let round = worker.run_once(&cancel).await.expect("round");
     assert_eq!(round.dead_lettered, 1);
     let e = event(db, id).await;
@@ -326,14 +488,25 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
 async fn one_failure_does_not_stop_the_round(ctx: &TestContext) {
     let db = &ctx.db;
     for i in 0..20 {
-        db.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}")).await.expect("insert");
+        db.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
+            .await
+            .expect("insert");
     }
     let publisher = ScriptedPublisher::failing("ORD-7");
-    let worker = Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("w")).expect("worker");
-    let round = worker.run_once(&CancellationToken::new()).await.expect("round");
+    let worker =
+        Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("w")).expect("worker");
+    let round = worker
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
     assert_eq!((round.claimed, round.published, round.retried), (20, 19, 1));
     assert_eq!(count(db, EventStatus::Success).await, 19);
-    let failed = Events::find().filter(Column::BizNo.eq("ORD-7")).one(db).await.expect("read").expect("row");
+    let failed = Events::find()
+        .filter(Column::BizNo.eq("ORD-7"))
+        .one(db)
+        .await
+        .expect("read")
+        .expect("row");
     assert_eq!((failed.status, failed.retry_count), (EventStatus::Wait, 1));
 }
 
@@ -344,16 +517,25 @@ async fn explain(ctx: &TestContext, stmt: Statement) -> Vec<String> {
         DbBackend::Sqlite => "EXPLAIN QUERY PLAN ",
         _ => "EXPLAIN ",
     };
-    let stmt = Statement { sql: format!("{prefix}{}", stmt.sql), ..stmt };
+    let stmt = Statement {
+        sql: format!("{prefix}{}", stmt.sql),
+        ..stmt
+    };
     let rows = ctx.db.query_all_raw(stmt).await.expect("explain");
     rows.iter()
         .map(|r| match backend {
             DbBackend::Postgres => r.try_get::<String>("", "QUERY PLAN").expect("plan"),
             DbBackend::MySql => format!(
                 "type={} key={} Extra={}",
-                r.try_get::<Option<String>>("", "type").expect("type").unwrap_or_default(),
-                r.try_get::<Option<String>>("", "key").expect("key").unwrap_or_default(),
-                r.try_get::<Option<String>>("", "Extra").expect("Extra").unwrap_or_default()
+                r.try_get::<Option<String>>("", "type")
+                    .expect("type")
+                    .unwrap_or_default(),
+                r.try_get::<Option<String>>("", "key")
+                    .expect("key")
+                    .unwrap_or_default(),
+                r.try_get::<Option<String>>("", "Extra")
+                    .expect("Extra")
+                    .unwrap_or_default()
             ),
             _ => r.try_get::<String>("", "detail").expect("detail"),
         })
@@ -374,7 +556,9 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     };
     db.execute_unprepared(fill).await.expect("fill");
     for i in 0..5 {
-        db.with_event(NewEvent::raw(format!("W-{i}"), "T", "{}")).await.expect("insert");
+        db.with_event(NewEvent::raw(format!("W-{i}"), "T", "{}"))
+            .await
+            .expect("insert");
     }
     db.execute_unprepared(match backend {
         DbBackend::Postgres => "ANALYZE t_event_record",
@@ -384,22 +568,207 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     .await
     .expect("analyze");
 
-    let scan = explain(ctx, store::candidates_query(backend, 20).build(backend)).await.join("\n");
-    let reclaim = explain(ctx, store::reclaim_statement(backend, Duration::from_secs(600)).build(backend)).await.join("\n");
+    let scan = explain(ctx, store::candidates_query(backend, 20).build(backend))
+        .await
+        .join("\n");
+    let reclaim = explain(
+        ctx,
+        store::reclaim_statement(backend, Duration::from_secs(600), 3, EventStatus::Wait)
+            .build(backend),
+    )
+    .await
+    .join("\n");
     // The scan reads idx_status_next_retry in order. For the reclaim both composite indexes
     // start with `status`, and with few SENDING rows Postgres and MariaDB rate them alike (a
     // range over status = 'SENDING' either way); what matters is an index range, not a scan of
     // the delivered rows.
     for (what, plan, indexes) in [
         ("scan", &scan, &["idx_status_next_retry"][..]),
-        ("reclaim", &reclaim, &["idx_status_claimed_at", "idx_status_next_retry"][..]),
+        (
+            "reclaim",
+            &reclaim,
+            &["idx_status_claimed_at", "idx_status_next_retry"][..],
+        ),
     ] {
-        assert!(indexes.iter().any(|i| plan.contains(i)), "{what} uses none of {indexes:?}:\n{plan}");
-        for bad in ["Seq Scan", "type=ALL", "filesort", "Sort", "SCAN t_event_record", "TEMP B-TREE"] {
+        assert!(
+            indexes.iter().any(|i| plan.contains(i)),
+            "{what} uses none of {indexes:?}:\n{plan}"
+        );
+        for bad in [
+            "Seq Scan",
+            "type=ALL",
+            "filesort",
+            "Sort",
+            "SCAN t_event_record",
+            "TEMP B-TREE",
+        ] {
             assert!(!plan.contains(bad), "{what} plan has {bad}:\n{plan}");
         }
     }
-    eprintln!("{:?} scan plan:\n{scan}\nreclaim plan:\n{reclaim}", ctx.backend);
+    eprintln!(
+        "{:?} scan plan:\n{scan}\nreclaim plan:\n{reclaim}",
+        ctx.backend
+    );
     // The scan still finds exactly the 5 due events among 20,000 delivered ones.
-    assert_eq!(store::select_candidates(db, 20).await.expect("scan").len(), 5);
+    assert_eq!(
+        store::select_candidates(db, 20).await.expect("scan").len(),
+        5
+    );
+}
+
+async fn hook_writes_the_event_in_the_same_transaction(ctx: &TestContext) {
+    use sea_orm::ActiveModelTrait;
+    let db = &ctx.db;
+    let txn = db.begin().await.expect("begin");
+    let saved = hooked_order::ActiveModel {
+        id: NotSet,
+        order_no: Set("ORD-H1".into()),
+    }
+    .insert(&txn)
+    .await
+    .expect("insert");
+    txn.commit().await.expect("commit");
+    let events = Events::find().all(db).await.expect("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].payload, format!(r#"{{"orderId":{}}}"#, saved.id));
+
+    let txn = db.begin().await.expect("begin");
+    hooked_order::ActiveModel {
+        id: NotSet,
+        order_no: Set("ORD-H2".into()),
+    }
+    .insert(&txn)
+    .await
+    .expect("insert");
+    txn.rollback().await.expect("rollback");
+    assert_eq!(
+        hooked_order::Entity::find()
+            .count(db)
+            .await
+            .expect("orders"),
+        1
+    );
+    assert_eq!(Events::find().count(db).await.expect("events"), 1);
+
+    // An invalid event fails the save, and the transaction writes nothing.
+    let txn = db.begin().await.expect("begin");
+    let err = hooked_order::ActiveModel {
+        id: NotSet,
+        order_no: Set("".into()),
+    }
+    .insert(&txn)
+    .await
+    .expect_err("empty biz_no");
+    assert!(err.to_string().contains("biz_no"), "{err}");
+    drop(txn);
+    assert_eq!(
+        hooked_order::Entity::find()
+            .count(db)
+            .await
+            .expect("orders"),
+        1
+    );
+}
+
+/// A publisher that takes `delay` per message and counts the sends it started.
+struct SlowPublisher {
+    delay: Duration,
+    started: std::sync::atomic::AtomicUsize,
+    inner: InMemoryPublisher,
+}
+
+#[async_trait::async_trait]
+impl Publisher for SlowPublisher {
+    async fn publish(
+        &self,
+        m: &sea_orm_outbox::OutboxMessage,
+    ) -> Result<(), sea_orm_outbox::PublishError> {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        self.inner.publish(m).await
+    }
+}
+
+async fn cancellation_finishes_the_send_in_flight(ctx: &TestContext) {
+    let db = &ctx.db;
+    for i in 0..10 {
+        db.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
+            .await
+            .expect("insert");
+    }
+    let publisher = Arc::new(SlowPublisher {
+        delay: Duration::from_millis(300),
+        started: Default::default(),
+        inner: InMemoryPublisher::new(),
+    });
+    let worker =
+        Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("w-stop")).expect("worker");
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { worker.run(cancel).await }
+    });
+    let started = wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || async { publisher.started.load(std::sync::atomic::Ordering::SeqCst) >= 2 },
+    )
+    .await;
+    assert!(started);
+    let cancelled_at = std::time::Instant::now();
+    cancel.cancel();
+    let summary = run.await.expect("worker task");
+    // The send in flight finished and was recorded; no new send started; the claimed but
+    // unsent events went back to WAIT at once (not after the 10 s lease); nothing is SENDING.
+    eprintln!(
+        "{:?}: stopped {} ms after cancel: {summary:?}",
+        ctx.backend,
+        cancelled_at.elapsed().as_millis()
+    );
+    assert_eq!(summary.published as usize, publisher.inner.len());
+    assert_eq!(
+        summary.claimed,
+        summary.published + summary.released,
+        "{summary:?}"
+    );
+    assert!(
+        summary.published >= 2 && summary.published < 10,
+        "{summary:?}"
+    );
+    assert_eq!(count(db, EventStatus::Sending).await, 0);
+    assert_eq!(count(db, EventStatus::Success).await, summary.published);
+    assert_eq!(count(db, EventStatus::Wait).await, 10 - summary.published);
+    for e in Events::find()
+        .filter(Column::Status.eq("WAIT"))
+        .all(db)
+        .await
+        .expect("rows")
+    {
+        assert_eq!(
+            (e.retry_count, e.claim_owner),
+            (0, None),
+            "handed back unchanged"
+        );
+    }
+    // Another instance publishes the rest at once; nothing is published twice.
+    let other = ScriptedPublisher::ok();
+    let w2 = Worker::new(ctx.pool(2).await, other.clone(), fast_config("w-next")).expect("worker");
+    w2.run_once(&CancellationToken::new()).await.expect("round");
+    assert_eq!(count(db, EventStatus::Success).await, 10);
+    let mut all: Vec<i64> = publisher
+        .inner
+        .messages()
+        .iter()
+        .chain(other.inner.messages().iter())
+        .map(|m| m.event_id)
+        .collect();
+    all.sort();
+    let n = all.len();
+    all.dedup();
+    assert_eq!(
+        (n, all.len()),
+        (10, 10),
+        "each event published exactly once"
+    );
 }

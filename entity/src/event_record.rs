@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 ///  +--release/reclaim-+  +--mark_fail--> FAIL (dead letter)
 /// ```
 /// Stored as the strings `WAIT`, `SENDING`, `SUCCESS`, `FAIL` in a `varchar(16)` column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize, Deserialize,
+)]
 #[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
 pub enum EventStatus {
     /// Waiting to be (re)sent once `next_retry_time` has passed.

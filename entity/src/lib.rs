@@ -2,8 +2,10 @@
 //!
 //! [`event_record`] is the outbox table `t_event_record` described in the project's design: one
 //! row per event, written in the business transaction and relayed by the worker.
+//! [`consumed_message`] is the idempotent consumer's record of processed messages.
 #![deny(missing_docs)]
 
+pub mod consumed_message;
 pub mod event_record;
 
 pub use event_record::EventStatus;

@@ -65,10 +65,22 @@ impl MigrationTrait for Migration {
                             .auto_increment()
                             .primary_key(),
                     )
-                    .col(ColumnDef::new(TEventRecord::BizNo).string_len(64).not_null())
-                    .col(ColumnDef::new(TEventRecord::EventType).string_len(64).not_null())
+                    .col(
+                        ColumnDef::new(TEventRecord::BizNo)
+                            .string_len(64)
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(TEventRecord::EventType)
+                            .string_len(64)
+                            .not_null(),
+                    )
                     .col(payload.not_null())
-                    .col(ColumnDef::new(TEventRecord::Status).string_len(16).not_null())
+                    .col(
+                        ColumnDef::new(TEventRecord::Status)
+                            .string_len(16)
+                            .not_null(),
+                    )
                     .col(
                         ColumnDef::new(TEventRecord::RetryCount)
                             .integer()
@@ -76,7 +88,11 @@ impl MigrationTrait for Migration {
                             .default(0),
                     )
                     .col(timestamp(backend, TEventRecord::NextRetryTime).not_null())
-                    .col(ColumnDef::new(TEventRecord::ClaimOwner).string_len(128).null())
+                    .col(
+                        ColumnDef::new(TEventRecord::ClaimOwner)
+                            .string_len(128)
+                            .null(),
+                    )
                     .col(timestamp(backend, TEventRecord::ClaimedAt).null())
                     .col(ColumnDef::new(TEventRecord::LastError).text().null())
                     .col(timestamp(backend, TEventRecord::CreateTime).not_null())

@@ -1,5 +1,5 @@
-//! The one place that knows how each backend writes "now", "now + d" and "now - d", and how it
-//! returns a new row's id.
+//! The one place that knows how each backend writes "now", "now + d" and "now - d", how it
+//! returns a new row's id, and how it skips an insert whose unique key is taken.
 //!
 //! Every time the outbox compares comes from the database clock, never the application's, so
 //! that instances with skewed clocks cannot steal or keep leases wrongly (the design's rule):
@@ -22,8 +22,8 @@
 //! seconds (SQLite) formatted by this module from a [`Duration`], so no user text reaches SQL.
 use std::time::Duration;
 
-use sea_orm::sea_query::Expr;
-use sea_orm::DbBackend;
+use sea_orm::sea_query::{Expr, InsertStatement, IntoIden, OnConflict};
+use sea_orm::{DbBackend, Statement};
 
 /// `now` on `backend`'s clock.
 pub fn now(backend: DbBackend) -> Expr {
@@ -45,11 +45,17 @@ pub fn now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
     match (backend, offset) {
         (DbBackend::Postgres, None) => "CURRENT_TIMESTAMP".to_owned(),
         (DbBackend::Postgres, Some((sign, d))) => {
-            format!("(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')", d.as_micros())
+            format!(
+                "(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')",
+                d.as_micros()
+            )
         }
         (DbBackend::MySql, None) => "UTC_TIMESTAMP(6)".to_owned(),
         (DbBackend::MySql, Some((sign, d))) => {
-            format!("(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)", d.as_micros())
+            format!(
+                "(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)",
+                d.as_micros()
+            )
         }
         // SQLite, and any backend added later that speaks its dialect.
         (_, None) => "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')".to_owned(),
@@ -69,9 +75,92 @@ pub fn insert_returns_id(backend: DbBackend) -> bool {
     !matches!(backend, DbBackend::MySql)
 }
 
+/// Whether `UPDATE ... RETURNING` exists on `backend` (Postgres, SQLite 3.35+; not MySQL or
+/// MariaDB), which decides how [`super::claim_batch`] claims.
+pub fn update_returns_rows(backend: DbBackend) -> bool {
+    !matches!(backend, DbBackend::MySql)
+}
+
+/// `insert` as a statement that skips a row whose unique key (`key`) is already taken instead of
+/// failing, and then reports 0 rows affected (1 when the row was written).
+///
+/// | backend | SQL |
+/// | --- | --- |
+/// | Postgres, SQLite (3.24+) | `INSERT ... ON CONFLICT (key) DO NOTHING` |
+/// | MySQL / MariaDB | `INSERT IGNORE ...` |
+///
+/// A plain `INSERT` hitting the key would fail, and on Postgres a failed statement aborts the
+/// whole transaction. MySQL gets `INSERT IGNORE` because sea-query's `ON DUPLICATE KEY UPDATE
+/// k = k` polyfill counts a duplicate as 1 row under `CLIENT_FOUND_ROWS` (which sqlx sets).
+/// `INSERT IGNORE` also turns other errors (over-long values, NULLs) into warnings: callers
+/// validate the values first.
+pub fn insert_if_absent<I, C>(backend: DbBackend, insert: &InsertStatement, key: I) -> Statement
+where
+    I: IntoIterator<Item = C>,
+    C: IntoIden,
+{
+    match backend {
+        DbBackend::MySql => {
+            let mut stmt = backend.build(insert);
+            stmt.sql = stmt.sql.replacen("INSERT ", "INSERT IGNORE ", 1);
+            stmt
+        }
+        _ => {
+            let mut insert = insert.clone();
+            insert.on_conflict(OnConflict::columns(key).do_nothing().to_owned());
+            backend.build(&insert)
+        }
+    }
+}
+
+/// The Postgres `LISTEN`/`NOTIFY` channel on which event inserts wake relays.
+pub const WAKE_CHANNEL: &str = "sea_orm_outbox";
+
+/// On Postgres, wraps the event insert (`INSERT ... RETURNING id`) so that the same round trip
+/// queues `pg_notify('sea_orm_outbox', '')`:
+/// `WITH ins AS (<insert>), woke AS (SELECT pg_notify(...)) SELECT ins.id FROM ins, woke`.
+/// The notification is delivered at commit and dropped on rollback; identical notifications of
+/// one transaction are delivered once. Other backends get `insert` unchanged (they poll).
+pub fn with_wakeup(backend: DbBackend, insert: Statement) -> Statement {
+    match backend {
+        DbBackend::Postgres => Statement {
+            sql: format!(
+                "WITH ins AS ({}), woke AS (SELECT pg_notify('{WAKE_CHANNEL}', '')) \
+                 SELECT ins.id FROM ins, woke",
+                insert.sql
+            ),
+            ..insert
+        },
+        _ => insert,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sea_orm::sea_query::{Alias, Query};
+
+    #[test]
+    fn insert_if_absent_per_backend() {
+        let mut insert = Query::insert();
+        insert
+            .into_table(Alias::new("t"))
+            .columns([Alias::new("k"), Alias::new("v")])
+            .values_panic([1.into(), 2.into()]);
+        let key = || [Alias::new("k")];
+        assert_eq!(
+            insert_if_absent(DbBackend::MySql, &insert, key()).sql,
+            "INSERT IGNORE INTO `t` (`k`, `v`) VALUES (?, ?)"
+        );
+        assert_eq!(
+            insert_if_absent(DbBackend::Postgres, &insert, key()).sql,
+            r#"INSERT INTO "t" ("k", "v") VALUES ($1, $2) ON CONFLICT ("k") DO NOTHING"#
+        );
+        assert_eq!(
+            insert_if_absent(DbBackend::Sqlite, &insert, key()).sql,
+            r#"INSERT INTO "t" ("k", "v") VALUES (?, ?) ON CONFLICT ("k") DO NOTHING"#
+        );
+    }
 
     #[test]
     fn renders_each_backend() {

@@ -7,16 +7,20 @@
 //!
 //! Each statement is built by a `*_statement` function and executed by another, so its SQL can be
 //! rendered per backend (and `EXPLAIN`ed in tests) without a database.
+pub mod consumed;
 pub mod dialect;
 
 use std::time::Duration;
 
 use entity::event_record::{self, Column, Entity, Model};
 use entity::EventStatus;
-use sea_orm::sea_query::{Expr, ExprTrait, InsertStatement, Query};
+use sea_orm::sea_query::{
+    Expr, ExprTrait, InsertStatement, LockBehavior, LockType, Order, Query, QueryStatementBuilder,
+    UpdateStatement,
+};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Select, UpdateMany,
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, FromQueryResult, QueryFilter,
+    QueryOrder, QuerySelect, Select, TransactionSession, TransactionTrait, UpdateMany,
 };
 
 use crate::error::is_transient;
@@ -110,7 +114,9 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
     insert
 }
 
-/// Inserts `event` as a `WAIT` row due now and returns its id. Does not validate: callers go
+/// Inserts `event` as a `WAIT` row due now and returns its id. On Postgres the same statement
+/// also queues a `NOTIFY` on [`dialect::WAKE_CHANNEL`], delivered when the transaction commits
+/// (never on rollback), which wakes listening relays at once. Does not validate: callers go
 /// through [`crate::OutboxExt::with_event`].
 ///
 /// # Errors
@@ -120,7 +126,7 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
     let stmt = insert_statement(backend, event);
     if dialect::insert_returns_id(backend) {
         let row = db
-            .query_one(&stmt)
+            .query_one_raw(dialect::with_wakeup(backend, backend.build(&stmt)))
             .await?
             .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
         row.try_get_by_index::<i64>(0)
@@ -146,8 +152,13 @@ pub fn candidates_query(backend: DbBackend, batch: u64) -> Select<Entity> {
 ///
 /// # Errors
 /// Any database error.
-pub async fn select_candidates<C: ConnectionTrait>(db: &C, batch: u64) -> Result<Vec<Model>, DbErr> {
-    candidates_query(db.get_database_backend(), batch).all(db).await
+pub async fn select_candidates<C: ConnectionTrait>(
+    db: &C,
+    batch: u64,
+) -> Result<Vec<Model>, DbErr> {
+    candidates_query(db.get_database_backend(), batch)
+        .all(db)
+        .await
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
@@ -157,7 +168,12 @@ pub async fn select_candidates<C: ConnectionTrait>(db: &C, batch: u64) -> Result
 /// The last two guards go beyond the seed: a candidate read before another instance released it
 /// with back-off is not claimed early, and the `retry_count` the worker computes from stays the
 /// row's real one.
-pub fn claim_statement(backend: DbBackend, id: i64, seen_retry_count: i32, owner: &str) -> UpdateMany<Entity> {
+pub fn claim_statement(
+    backend: DbBackend,
+    id: i64,
+    seen_retry_count: i32,
+    owner: &str,
+) -> UpdateMany<Entity> {
     let now = dialect::now(backend);
     Entity::update_many()
         .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
@@ -181,7 +197,8 @@ pub async fn claim<C: ConnectionTrait>(
     owner: &str,
 ) -> Result<Claim, DbErr> {
     let backend = db.get_database_backend();
-    let res = retry_transient(|| claim_statement(backend, id, seen_retry_count, owner).exec(db)).await?;
+    let res =
+        retry_transient(|| claim_statement(backend, id, seen_retry_count, owner).exec(db)).await?;
     Ok(if res.rows_affected == 1 {
         Claim::Won
     } else {
@@ -202,7 +219,11 @@ fn owned(id: i64, owner: &str) -> UpdateMany<Entity> {
 ///
 /// # Errors
 /// Any database error.
-pub async fn mark_success<C: ConnectionTrait>(db: &C, id: i64, owner: &str) -> Result<Transition, DbErr> {
+pub async fn mark_success<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+) -> Result<Transition, DbErr> {
     let now = dialect::now(db.get_database_backend());
     let stmt = owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
@@ -261,33 +282,311 @@ pub async fn mark_fail<C: ConnectionTrait>(
     Ok(Transition::from_rows(res.rows_affected))
 }
 
-/// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
-/// update_time = now WHERE status = 'SENDING' AND claimed_at < now - :lease`: served by
-/// `idx_status_claimed_at`. Judged by `claimed_at` alone, never by `next_retry_time`.
-pub fn reclaim_statement(backend: DbBackend, lease: Duration) -> UpdateMany<Entity> {
-    Entity::update_many()
-        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::UpdateTime, dialect::now(backend))
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+/// What a reclaim pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Expired leases put back to `WAIT` (retry_count + 1).
+    pub requeued: u64,
+    /// Expired leases whose retries were used up: now `FAIL` (dead letters).
+    pub dead_lettered: u64,
 }
 
-/// Returns every lease older than `lease` to `WAIT` (an instance died or hung mid-send) and
-/// says how many.
+impl Reclaimed {
+    /// Every expired lease handled.
+    pub fn total(&self) -> u64 {
+        self.requeued + self.dead_lettered
+    }
+}
+
+/// The reason stored in `last_error` when a lease expires.
+pub const LEASE_EXPIRED: &str = "lease expired: the sender died or hung mid-send";
+
+/// `UPDATE t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at = NULL,
+/// retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now WHERE
+/// status = 'SENDING' AND claimed_at < now - :lease AND retry_count < :max_retries` (to `WAIT`)
+/// or `>= :max_retries` (to `FAIL`). Served by a `status`-led composite index. Judged by
+/// `claimed_at` alone, never by `next_retry_time`.
+///
+/// A reclaim counts as a failed attempt, so a message that kills its sender every time ends in
+/// `FAIL` after the retry limit instead of circling forever (the seed's design would loop).
+pub fn reclaim_statement(
+    backend: DbBackend,
+    lease: Duration,
+    max_retries: u32,
+    to: EventStatus,
+) -> UpdateMany<Entity> {
+    let limit = i32::try_from(max_retries).unwrap_or(i32::MAX);
+    let stmt = Entity::update_many()
+        .col_expr(Column::Status, Expr::val(to.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
+        .col_expr(Column::LastError, Expr::val(LEASE_EXPIRED))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)));
+    if to == EventStatus::Fail {
+        stmt.filter(Column::RetryCount.gte(limit))
+    } else {
+        stmt.filter(Column::RetryCount.lt(limit))
+    }
+}
+
+/// Handles every lease older than `lease` (an instance died or hung mid-send): back to `WAIT`
+/// with `retry_count + 1`, or `FAIL` once `retry_count` has reached `max_retries`.
 ///
 /// # Errors
 /// Any database error.
-pub async fn reclaim_stuck<C: ConnectionTrait>(db: &C, lease: Duration) -> Result<u64, DbErr> {
+pub async fn reclaim_stuck<C: ConnectionTrait>(
+    db: &C,
+    lease: Duration,
+    max_retries: u32,
+) -> Result<Reclaimed, DbErr> {
     let backend = db.get_database_backend();
-    Ok(retry_transient(|| reclaim_statement(backend, lease).exec(db)).await?.rows_affected)
+    let dead_lettered = retry_transient(|| {
+        reclaim_statement(backend, lease, max_retries, EventStatus::Fail).exec(db)
+    })
+    .await?
+    .rows_affected;
+    let requeued = retry_transient(|| {
+        reclaim_statement(backend, lease, max_retries, EventStatus::Wait).exec(db)
+    })
+    .await?
+    .rows_affected;
+    Ok(Reclaimed {
+        requeued,
+        dead_lettered,
+    })
+}
+
+/// An update of the events `ids` guarded by `status = 'SENDING' AND claim_owner = :owner`.
+fn owned_many(ids: &[i64], owner: &str) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Column::ClaimOwner.eq(owner))
+}
+
+/// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND
+/// status = 'SENDING' AND claim_owner = :owner`: one statement for a round's deliveries. Returns
+/// how many rows were still ours (the rest were reclaimed meanwhile: late acks).
+///
+/// # Errors
+/// Any database error.
+pub async fn mark_success_many<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<u64, DbErr> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let stmt = owned_many(ids, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(Column::UpdateTime, dialect::now(db.get_database_backend()));
+    Ok(retry_transient(|| stmt.clone().exec(db))
+        .await?
+        .rows_affected)
+}
+
+/// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
+/// update_time = now WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`: hands
+/// claimed but unsent events back at once (graceful shutdown), `retry_count` and
+/// `next_retry_time` unchanged, so another instance can send them without waiting for the lease.
+///
+/// # Errors
+/// Any database error.
+pub async fn release_unsent<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<u64, DbErr> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let stmt = owned_many(ids, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::UpdateTime, dialect::now(db.get_database_backend()));
+    Ok(retry_transient(|| stmt.clone().exec(db))
+        .await?
+        .rows_affected)
+}
+
+/// `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status = 'SENDING' AND
+/// claim_owner = :owner`: renews the leases of sends still in flight. Returns how many were
+/// still ours; fewer than `ids.len()` means some lease was lost (see [`owned_ids`]).
+///
+/// # Errors
+/// Any database error.
+pub async fn renew_leases<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<u64, DbErr> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let stmt =
+        owned_many(ids, owner).col_expr(Column::ClaimedAt, dialect::now(db.get_database_backend()));
+    Ok(retry_transient(|| stmt.clone().exec(db))
+        .await?
+        .rows_affected)
+}
+
+/// The ids among `ids` still `SENDING` under `owner`'s lease.
+///
+/// # Errors
+/// Any database error.
+pub async fn owned_ids<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<Vec<i64>, DbErr> {
+    Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Column::ClaimOwner.eq(owner))
+        .into_tuple::<i64>()
+        .all(db)
+        .await
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE status = 'WAIT' AND id IN (SELECT id FROM t_event_record WHERE
+/// status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :n) RETURNING *`:
+/// the batch claim of SQLite (one writer at a time, so no lock clause) and, written
+/// `id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))`, of Postgres.
+pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateStatement {
+    let now = dialect::now(backend);
+    let mut due = Query::select();
+    due.column(Column::Id)
+        .from(Entity)
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
+        .and_where(Expr::col(Column::NextRetryTime).lte(now.clone()))
+        .order_by(Column::NextRetryTime, Order::Asc)
+        .limit(n);
+    if backend == DbBackend::Postgres {
+        due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    }
+    let mut update = Query::update();
+    update
+        .table(Entity)
+        .value(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .value(Column::ClaimOwner, Expr::val(owner))
+        .value(Column::ClaimedAt, now.clone())
+        .value(Column::UpdateTime, now)
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()));
+    if backend == DbBackend::Postgres {
+        // `id = ANY(ARRAY(subquery))` runs the subquery once (an InitPlan). With `id IN
+        // (subquery)` Postgres may run the locking subquery more than once and claim more than
+        // `n` rows.
+        update.and_where(Expr::cust_with_expr(
+            r#""id" = ANY(ARRAY($1))"#,
+            Expr::SubQuery(None, Box::new(due.into_sub_query_statement())),
+        ));
+    } else {
+        update.and_where(Expr::col(Column::Id).in_subquery(due));
+    }
+    update.returning_all();
+    update
+}
+
+/// Claims up to `n` due events for `owner` in one round trip without waiting on rows other
+/// instances are claiming, and returns them (status `SENDING`), oldest due first.
+///
+/// - Postgres: one `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING *`.
+/// - SQLite: the same statement without the lock clause (SQLite has one writer at a time).
+/// - MySQL/MariaDB (no `UPDATE ... RETURNING`, no `LIMIT` in an `IN` subquery): one short
+///   transaction: `SELECT ... FOR UPDATE SKIP LOCKED`, `UPDATE ... WHERE id IN (...)`, re-read.
+///
+/// The owner and status guards are those of [`claim`]; every event claimed is ours alone.
+///
+/// # Errors
+/// Any database error (transient conflicts are retried first).
+pub async fn claim_batch<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let backend = db.get_database_backend();
+    let mut claimed = if dialect::update_returns_rows(backend) {
+        let stmt = claim_batch_statement(backend, owner, n);
+        let rows = retry_transient(|| db.query_all(&stmt)).await?;
+        rows.iter()
+            .map(|r| Model::from_query_result(r, ""))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        retry_transient(|| claim_batch_locking(db, owner, n)).await?
+    };
+    claimed.sort_by(|a, b| {
+        a.next_retry_time
+            .cmp(&b.next_retry_time)
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(claimed)
+}
+
+/// The MySQL/MariaDB batch claim: select with `SKIP LOCKED`, update by id, re-read, commit.
+async fn claim_batch_locking<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let backend = db.get_database_backend();
+    let txn = db.begin().await?;
+    let ids: Vec<i64> = candidates_query(backend, n)
+        .select_only()
+        .column(Column::Id)
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+        .into_tuple::<i64>()
+        .all(&txn)
+        .await?;
+    if ids.is_empty() {
+        txn.commit().await?;
+        return Ok(Vec::new());
+    }
+    let now = dialect::now(backend);
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::val(owner))
+        .col_expr(Column::ClaimedAt, now.clone())
+        .col_expr(Column::UpdateTime, now)
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .exec(&txn)
+        .await?;
+    let claimed = Entity::find()
+        .filter(Column::Id.is_in(ids))
+        .filter(Column::ClaimOwner.eq(owner))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .all(&txn)
+        .await?;
+    txn.commit().await?;
+    Ok(claimed)
 }
 
 /// Reads one event by id.
 ///
 /// # Errors
 /// Any database error.
-pub async fn find_event<C: ConnectionTrait>(db: &C, id: i64) -> Result<Option<event_record::Model>, DbErr> {
+pub async fn find_event<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+) -> Result<Option<event_record::Model>, DbErr> {
     Entity::find_by_id(id).one(db).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_claim_sql() {
+        let sql = claim_batch_statement(DbBackend::Postgres, "me", 20)
+            .to_string(sea_orm::sea_query::PostgresQueryBuilder);
+        assert!(sql.contains(r#""id" = ANY(ARRAY((SELECT"#), "{sql}");
+        assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
+    }
 }

@@ -7,14 +7,15 @@
 //! every backend always runs.
 #![allow(dead_code)]
 
+pub mod hooked_order;
 pub mod order;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Schema};
 use migration::MigratorTrait;
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Schema};
 use sea_orm_outbox::{Migrator, OutboxMessage, PublishError, Publisher};
 
 /// The backends the suite runs on.
@@ -40,7 +41,9 @@ impl Backend {
             return true;
         }
         match std::env::var("OUTBOX_TEST_BACKENDS") {
-            Ok(list) => list.split(',').any(|b| b.trim() == self.key() || (b.trim() == "mariadb" && self == Backend::MySql)),
+            Ok(list) => list.split(',').any(|b| {
+                b.trim() == self.key() || (b.trim() == "mariadb" && self == Backend::MySql)
+            }),
             Err(_) => true,
         }
     }
@@ -67,7 +70,9 @@ fn admin_url(backend: Backend) -> String {
 
 /// `url` with its database (path) replaced by `db`.
 fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
     let cut = base.rfind('/').expect("database URL has a path");
     let mut out = format!("{}/{}", &base[..cut], db);
     if let Some(q) = query {
@@ -92,7 +97,12 @@ impl TestContext {
     /// Creates and migrates a database named after `label`.
     pub async fn new(backend: Backend, label: &str) -> Self {
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
-        let name = format!("ot_{}_{}", label.chars().take(40).collect::<String>(), suffix).to_lowercase();
+        let name = format!(
+            "ot_{}_{}",
+            label.chars().take(40).collect::<String>(),
+            suffix
+        )
+        .to_lowercase();
         let (url, admin) = match backend {
             Backend::Sqlite => {
                 let path = std::env::temp_dir().join(format!("{name}.db"));
@@ -114,21 +124,42 @@ impl TestContext {
         };
         let db = connect(&url, 5).await;
         if backend == Backend::Sqlite {
-            db.execute_unprepared("PRAGMA journal_mode=WAL").await.expect("WAL");
+            db.execute_unprepared("PRAGMA journal_mode=WAL")
+                .await
+                .expect("WAL");
         }
         Migrator::up(&db, None).await.expect("migration up");
         let schema = Schema::new(db.get_database_backend());
-        db.execute(schema.create_table_from_entity(order::Entity).if_not_exists())
-            .await
-            .expect("create orders");
-        TestContext { backend, db, url, admin_url: admin, name }
+        db.execute(
+            schema
+                .create_table_from_entity(order::Entity)
+                .if_not_exists(),
+        )
+        .await
+        .expect("create orders");
+        db.execute(
+            schema
+                .create_table_from_entity(hooked_order::Entity)
+                .if_not_exists(),
+        )
+        .await
+        .expect("create hooked_orders");
+        TestContext {
+            backend,
+            db,
+            url,
+            admin_url: admin,
+            name,
+        }
     }
 
     /// Another pool on the same database (a separate "instance").
     pub async fn pool(&self, max: u32) -> DatabaseConnection {
         let db = connect(&self.url, max).await;
         if self.backend == Backend::Sqlite {
-            db.execute_unprepared("PRAGMA busy_timeout=10000").await.ok();
+            db.execute_unprepared("PRAGMA busy_timeout=10000")
+                .await
+                .ok();
         }
         db
     }
@@ -143,13 +174,18 @@ impl TestContext {
         match (&self.admin_url, self.backend) {
             (Some(admin), Backend::MySql) => {
                 let c = connect(admin, 1).await;
-                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS `{}`", self.name)).await.ok();
+                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS `{}`", self.name))
+                    .await
+                    .ok();
             }
             (Some(admin), _) => {
                 let c = connect(admin, 1).await;
-                c.execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name))
-                    .await
-                    .ok();
+                c.execute_unprepared(&format!(
+                    "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                    self.name
+                ))
+                .await
+                .ok();
             }
             (None, _) => {
                 let base = std::env::temp_dir().join(format!("{}.db", self.name));
@@ -165,9 +201,9 @@ impl TestContext {
 #[macro_export]
 macro_rules! backend_tests {
     ($($name:ident),* $(,)?) => {
-        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::Postgres, stringify!($name), super::$name).await } )* }
-        mod mariadb { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::MySql, stringify!($name), super::$name).await } )* }
-        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::run_on($crate::common::Backend::Sqlite, stringify!($name), super::$name).await } )* }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run_on($crate::common::Backend::Postgres, stringify!($name), super::$name).await } )* }
+        mod mariadb { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run_on($crate::common::Backend::MySql, stringify!($name), super::$name).await } )* }
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { $crate::common::run_on($crate::common::Backend::Sqlite, stringify!($name), super::$name).await } )* }
     };
 }
 
@@ -181,13 +217,28 @@ pub struct ScriptedPublisher {
 
 impl ScriptedPublisher {
     pub fn ok() -> Arc<Self> {
-        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: None, permanent: false, fail_all: false })
+        Arc::new(ScriptedPublisher {
+            inner: Default::default(),
+            fail_biz_no: None,
+            permanent: false,
+            fail_all: false,
+        })
     }
     pub fn failing_all(permanent: bool) -> Arc<Self> {
-        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: None, permanent, fail_all: true })
+        Arc::new(ScriptedPublisher {
+            inner: Default::default(),
+            fail_biz_no: None,
+            permanent,
+            fail_all: true,
+        })
     }
     pub fn failing(biz_no: &str) -> Arc<Self> {
-        Arc::new(ScriptedPublisher { inner: Default::default(), fail_biz_no: Some(biz_no.into()), permanent: false, fail_all: false })
+        Arc::new(ScriptedPublisher {
+            inner: Default::default(),
+            fail_biz_no: Some(biz_no.into()),
+            permanent: false,
+            fail_all: false,
+        })
     }
 }
 
@@ -203,4 +254,23 @@ impl Publisher for ScriptedPublisher {
         }
         self.inner.publish(m).await
     }
+}
+
+/// Runs `f` on a fresh database of `backend` (skipped, loudly, only outside CI when
+/// `OUTBOX_TEST_BACKENDS` leaves the backend out).
+pub async fn run_on<F>(backend: Backend, name: &str, f: F)
+where
+    F: for<'a> AsyncFn(&'a TestContext),
+{
+    if !backend.enabled() {
+        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let ctx = TestContext::new(backend, name).await;
+    f(&ctx).await;
+    ctx.cleanup().await;
 }

@@ -1,0 +1,195 @@
+//! The main job: an order service that writes orders and their `ORDER_CREATED` events in one
+//! transaction each, while W relay instances (each with its own pool and instance id) publish
+//! the events. Ends with one summary line.
+//!
+//! ```text
+//! cargo run --example order_service -- --orders 200 --workers 3
+//! DATABASE_URL=postgres://postgres@127.0.0.1/test cargo run --example order_service
+//! DATABASE_URL=mysql://root@127.0.0.1/test cargo run --example order_service
+//! ```
+//! Without `DATABASE_URL` it uses an embedded SQLite file in the temp directory. On a shared
+//! database it only creates what is missing and counts only its own run's events.
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
+    EntityTrait, NotSet, PaginatorTrait, QueryFilter, Schema,
+};
+use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm_outbox::{
+    transactional_publish, wait_until, CancellationToken, EventStatus, InMemoryPublisher, Migrator,
+    MigratorTrait, NewEvent, Publisher, RetryPolicy, Worker, WorkerConfig,
+};
+
+/// The demo's own business table.
+mod order {
+    use sea_orm::entity::prelude::*;
+
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(table_name = "demo_orders")]
+    pub struct Model {
+        #[sea_orm(primary_key)]
+        pub id: i64,
+        #[sea_orm(unique)]
+        pub order_no: String,
+        pub amount_cents: i64,
+    }
+
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Place orders with their outbox events and relay them with several workers")]
+struct Args {
+    /// Orders to place.
+    #[arg(long, default_value_t = 200)]
+    orders: usize,
+    /// Relay instances, each with its own connection pool and instance id.
+    #[arg(long, default_value_t = 3)]
+    workers: usize,
+    /// Database URL; default: an SQLite file in the temp directory.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Wait after a relay round in milliseconds (the library's default is 5000).
+    #[arg(long, default_value_t = 100)]
+    poll_delay_ms: u64,
+    /// Give up waiting for the outbox to drain after this many seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+}
+
+async fn connect(url: &str, max: u32) -> Result<DatabaseConnection, sea_orm::DbErr> {
+    let mut opt = ConnectOptions::new(url.to_owned());
+    opt.max_connections(max).sqlx_logging(false);
+    let db = Database::connect(opt).await?;
+    if db.get_database_backend() == sea_orm::DbBackend::Sqlite {
+        db.execute_unprepared("PRAGMA busy_timeout = 10000").await?;
+    }
+    Ok(db)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let url = args
+        .database_url
+        .clone()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| {
+            let path = std::env::temp_dir().join("sea_orm_outbox_demo.db");
+            format!("sqlite://{}?mode=rwc", path.display())
+        });
+
+    let db = connect(&url, 4).await?;
+    if db.get_database_backend() == sea_orm::DbBackend::Sqlite {
+        db.execute_unprepared("PRAGMA journal_mode = WAL").await?;
+    }
+    Migrator::up(&db, None).await?;
+    let schema = Schema::new(db.get_database_backend());
+    db.execute(
+        schema
+            .create_table_from_entity(order::Entity)
+            .if_not_exists(),
+    )
+    .await?;
+
+    // The relay instances start first, as they would in a running service.
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let cancel = CancellationToken::new();
+    let mut workers = Vec::new();
+    for w in 0..args.workers {
+        let config = WorkerConfig::default()
+            .poll_delay(Duration::from_millis(args.poll_delay_ms))
+            .retry(RetryPolicy {
+                backoff_base: Duration::from_millis(200),
+                ..RetryPolicy::default()
+            })
+            .instance_id(sea_orm_outbox::instance_id("order", Some(8080 + w as u16)));
+        let worker = Worker::new(
+            connect(&url, 2).await?,
+            publisher.clone() as Arc<dyn Publisher>,
+            config,
+        )?;
+        let cancel = cancel.clone();
+        workers.push(tokio::spawn(async move { worker.run(cancel).await }));
+    }
+
+    // Place the orders: each order row and its event commit together.
+    let run = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    for i in 0..args.orders {
+        let order = order::ActiveModel {
+            id: NotSet,
+            order_no: Set(format!("ORD-{run}-{i:05}")),
+            amount_cents: Set(1000 + i as i64),
+        };
+        transactional_publish(&db, order, |o: &order::Model| {
+            Ok(NewEvent::json(
+                &o.order_no,
+                "ORDER_CREATED",
+                &serde_json::json!({"orderId": o.id, "orderNo": o.order_no, "amountCents": o.amount_cents}),
+            )?)
+        })
+        .await?;
+    }
+
+    let mine = || Events::find().filter(Column::BizNo.starts_with(format!("ORD-{run}-")));
+    let count = |status: EventStatus| {
+        let q = mine().filter(Column::Status.eq(status.as_str()));
+        let db = &db;
+        async move { q.count(db).await }
+    };
+    let drained = wait_until(
+        Duration::from_secs(args.timeout_s),
+        Duration::from_millis(50),
+        || async {
+            matches!(
+                (
+                    count(EventStatus::Wait).await,
+                    count(EventStatus::Sending).await
+                ),
+                (Ok(0), Ok(0))
+            )
+        },
+    )
+    .await;
+    cancel.cancel();
+    for w in workers {
+        w.await?;
+    }
+
+    let orders = order::Entity::find()
+        .filter(order::Column::OrderNo.starts_with(format!("ORD-{run}-")))
+        .count(&db)
+        .await?;
+    let events = mine().count(&db).await?;
+    let prefix = format!("ORD-{run}-");
+    let sent: Vec<_> = publisher
+        .messages()
+        .into_iter()
+        .filter(|m| m.biz_no.starts_with(&prefix))
+        .collect();
+    let distinct: std::collections::HashSet<i64> = sent.iter().map(|m| m.event_id).collect();
+    println!(
+        "summary: orders={orders} events={events} published={} duplicates={} fail={} wait={} sending={}",
+        distinct.len(),
+        sent.len() - distinct.len(),
+        count(EventStatus::Fail).await?,
+        count(EventStatus::Wait).await?,
+        count(EventStatus::Sending).await?,
+    );
+    if !drained {
+        eprintln!("the outbox did not drain within {} s", args.timeout_s);
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade: install any recorder (for
+//! example `metrics-exporter-prometheus`) and these appear; without one they cost nothing.
+//!
+//! | name | kind | meaning |
+//! | --- | --- | --- |
+//! | `outbox_published_total` | counter | events published and marked `SUCCESS` |
+//! | `outbox_claim_lost_total` | counter | per-row claims another instance won |
+//! | `outbox_retries_total` | counter | failed sends put back with back-off |
+//! | `outbox_dead_letters_total` | counter | events marked `FAIL` |
+//! | `outbox_reclaimed_total` | counter | expired leases reclaimed |
+//! | `outbox_late_acks_total` | counter | outcomes dropped because the lease was lost |
+//! | `outbox_send_duration_seconds` | histogram | one publish call, seconds |
+//! | `outbox_sending_dwell_seconds` | histogram | claim to outcome, seconds |
+//! | `outbox_backlog{status}` | gauge | rows per status (`WAIT`, `SENDING`, `FAIL`) |
+//! | `outbox_oldest_wait_age_seconds` | gauge | age of the oldest due `WAIT` row, seconds |
+
+/// Counter: events published.
+pub const PUBLISHED: &str = "outbox_published_total";
+/// Counter: claims lost to another instance.
+pub const CLAIM_LOST: &str = "outbox_claim_lost_total";
+/// Counter: retries scheduled.
+pub const RETRIES: &str = "outbox_retries_total";
+/// Counter: dead letters.
+pub const DEAD_LETTERS: &str = "outbox_dead_letters_total";
+/// Counter: reclaimed leases.
+pub const RECLAIMED: &str = "outbox_reclaimed_total";
+/// Counter: late acknowledgements.
+pub const LATE_ACKS: &str = "outbox_late_acks_total";
+/// Histogram: publish duration in seconds.
+pub const SEND_DURATION: &str = "outbox_send_duration_seconds";
+/// Histogram: claim-to-outcome time in seconds.
+pub const SENDING_DWELL: &str = "outbox_sending_dwell_seconds";
+/// Gauge: rows per status.
+pub const BACKLOG: &str = "outbox_backlog";
+/// Gauge: age of the oldest due `WAIT` row in seconds.
+pub const OLDEST_WAIT_AGE: &str = "outbox_oldest_wait_age_seconds";
+
+pub(crate) fn published(n: u64) {
+    metrics::counter!(PUBLISHED).increment(n);
+}
+pub(crate) fn claim_lost() {
+    metrics::counter!(CLAIM_LOST).increment(1);
+}
+pub(crate) fn retry() {
+    metrics::counter!(RETRIES).increment(1);
+}
+pub(crate) fn dead_letters(n: u64) {
+    metrics::counter!(DEAD_LETTERS).increment(n);
+}
+pub(crate) fn reclaimed(n: u64) {
+    metrics::counter!(RECLAIMED).increment(n);
+}
+pub(crate) fn late_acks(n: u64) {
+    metrics::counter!(LATE_ACKS).increment(n);
+}
+pub(crate) fn send_duration(seconds: f64) {
+    metrics::histogram!(SEND_DURATION).record(seconds);
+}
+pub(crate) fn sending_dwell(seconds: f64) {
+    metrics::histogram!(SENDING_DWELL).record(seconds);
+}
+
+/// Sets the backlog gauges from `b`.
+pub(crate) fn backlog(b: &crate::ops::Backlog) {
+    metrics::gauge!(BACKLOG, "status" => "WAIT").set(b.wait as f64);
+    metrics::gauge!(BACKLOG, "status" => "SENDING").set(b.sending as f64);
+    metrics::gauge!(BACKLOG, "status" => "FAIL").set(b.fail as f64);
+    metrics::gauge!(OLDEST_WAIT_AGE).set(b.oldest_wait_age_seconds);
+}

@@ -1,0 +1,378 @@
+//! Operating the outbox: backlog statistics, dead-letter handling and retention.
+//!
+//! The library side of the `outbox` command-line tool; services can call the same functions
+//! (from an admin endpoint, a scheduled job). Every time compared is the database's clock
+//! ([`crate::store::dialect`]), like the relay's. Every function returns
+//! [`OutboxError::TableMissing`] when the migration has not been run.
+//!
+//! Dead letters are `FAIL` rows: events whose retries ran out or whose error was permanent.
+//! They stay until a person retries ([`retry_dead`], [`retry_all_dead`]) or discards
+//! ([`discard_dead`]) them. Delivered (`SUCCESS`) rows are kept until [`purge_delivered`]
+//! removes the old ones.
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use entity::event_record::{Column, Entity, Model};
+use entity::EventStatus;
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect, TransactionSession, TransactionTrait,
+};
+use serde::Serialize;
+
+use crate::error::{is_transient, OutboxError};
+use crate::store::dialect;
+
+/// A snapshot of the outbox table, from [`stats`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutboxStats {
+    /// `WAIT` rows: waiting for their first send or for a retry.
+    pub wait: u64,
+    /// `SENDING` rows: claimed by an instance (leased).
+    pub sending: u64,
+    /// `SUCCESS` rows: delivered, kept until purged.
+    pub success: u64,
+    /// `FAIL` rows: dead letters.
+    pub fail: u64,
+    /// The dead letters needing a person: the same number as `fail`.
+    pub dead_letters: u64,
+    /// Age in seconds of the oldest `WAIT` row (database now − its `create_time`, both read from
+    /// the database clock); `None` when nothing waits.
+    pub oldest_wait_age_seconds: Option<f64>,
+    /// `SENDING` rows whose lease (`claimed_at`) is older than `lease_seconds`: their sender
+    /// died or hung; the next reclaim pass returns them to `WAIT`.
+    pub sending_over_lease: u64,
+    /// The lease the `sending_over_lease` count was judged by, in seconds.
+    pub lease_seconds: f64,
+}
+
+/// Counts the rows per status, the age of the oldest waiting event and the `SENDING` rows
+/// older than `lease` (pass the workers' lease, default 10 minutes).
+///
+/// SQL (three reads, no lock; not one snapshot, so a row changing meanwhile may be counted in
+/// a neighbouring status):
+/// `SELECT status, COUNT(id) FROM t_event_record GROUP BY status`;
+/// `SELECT MIN(create_time), now FROM t_event_record WHERE status = 'WAIT'`;
+/// `SELECT COUNT(*) FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - lease`.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn stats<C: ConnectionTrait>(
+    db: &C,
+    lease: Duration,
+) -> Result<OutboxStats, OutboxError> {
+    let backend = db.get_database_backend();
+    let counts: Vec<(String, i64)> = Entity::find()
+        .select_only()
+        .column(Column::Status)
+        .column_as(Expr::col(Column::Id).count(), "n")
+        .group_by(Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let count = |status: EventStatus| {
+        counts
+            .iter()
+            .filter(|(s, _)| s == status.as_str())
+            .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
+            .sum::<u64>()
+    };
+    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
+        .select_only()
+        .column_as(Expr::col(Column::CreateTime).min(), "oldest")
+        .column_as(dialect::now(backend), "now")
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .into_tuple()
+        .one(db)
+        .await?;
+    let oldest_wait_age_seconds = match oldest {
+        Some((Some(oldest), now)) => {
+            Some(((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0))
+        }
+        _ => None,
+    };
+    let sending_over_lease = Entity::find()
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+        .count(db)
+        .await?;
+    let fail = count(EventStatus::Fail);
+    Ok(OutboxStats {
+        wait: count(EventStatus::Wait),
+        sending: count(EventStatus::Sending),
+        success: count(EventStatus::Success),
+        fail,
+        dead_letters: fail,
+        oldest_wait_age_seconds,
+        sending_over_lease,
+        lease_seconds: lease.as_secs_f64(),
+    })
+}
+
+/// The unfinished part of the outbox, cheap enough to read every few seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Backlog {
+    /// `WAIT` rows.
+    pub wait: u64,
+    /// `SENDING` rows.
+    pub sending: u64,
+    /// `FAIL` rows (dead letters).
+    pub fail: u64,
+    /// Age in seconds of the oldest `WAIT` row by the database clock; 0 when nothing waits.
+    pub oldest_wait_age_seconds: f64,
+}
+
+/// Reads the [`Backlog`]: `SELECT status, COUNT(id) FROM t_event_record WHERE status IN ('WAIT',
+/// 'SENDING', 'FAIL') GROUP BY status` (an index range that skips the delivered rows) and
+/// `SELECT MIN(create_time), now FROM t_event_record WHERE status = 'WAIT'`. The worker
+/// refreshes the `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` gauges with it.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn backlog<C: ConnectionTrait>(db: &C) -> Result<Backlog, OutboxError> {
+    let backend = db.get_database_backend();
+    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+    let counts: Vec<(String, i64)> = Entity::find()
+        .select_only()
+        .column(Column::Status)
+        .column_as(Expr::col(Column::Id).count(), "n")
+        .filter(Column::Status.is_in(open.iter().map(|s| s.as_str())))
+        .group_by(Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let count = |status: EventStatus| {
+        counts
+            .iter()
+            .filter(|(s, _)| s == status.as_str())
+            .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
+            .sum::<u64>()
+    };
+    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
+        .select_only()
+        .column_as(Expr::col(Column::CreateTime).min(), "oldest")
+        .column_as(dialect::now(backend), "now")
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .into_tuple()
+        .one(db)
+        .await?;
+    let oldest_wait_age_seconds = match oldest {
+        Some((Some(oldest), now)) => {
+            ((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0)
+        }
+        _ => 0.0,
+    };
+    Ok(Backlog {
+        wait: count(EventStatus::Wait),
+        sending: count(EventStatus::Sending),
+        fail: count(EventStatus::Fail),
+        oldest_wait_age_seconds,
+    })
+}
+
+/// Fails with [`OutboxError::TableMissing`] unless `t_event_record` exists (reads at most one
+/// id: `SELECT id FROM t_event_record LIMIT 1`). For tools that should refuse to start, like
+/// the relay, whose loop would otherwise log the error every round.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), OutboxError> {
+    let _: Option<i64> = Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .limit(1)
+        .into_tuple()
+        .one(db)
+        .await?;
+    Ok(())
+}
+
+/// The dead letters (`FAIL` rows), oldest id first, at most `limit`.
+///
+/// SQL: `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn dead_letters<C: ConnectionTrait>(
+    db: &C,
+    limit: u64,
+) -> Result<Vec<Model>, OutboxError> {
+    Ok(Entity::find()
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+        .order_by_asc(Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?)
+}
+
+/// Outcome of an operation on one dead letter ([`retry_dead`], [`discard_dead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterOutcome {
+    /// The `FAIL` row was retried or discarded.
+    Applied,
+    /// No `FAIL` row has that id (no such event, or it is not a dead letter): nothing changed.
+    NotDeadLetter,
+}
+
+/// The update shared by [`retry_dead`] and [`retry_all_dead`].
+fn retry_dead_update(backend: sea_orm::DbBackend) -> sea_orm::UpdateMany<Entity> {
+    let now = dialect::now(backend);
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::RetryCount, Expr::val(0))
+        .col_expr(Column::NextRetryTime, now.clone())
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::UpdateTime, now)
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+}
+
+/// Gives dead letter `id` a fresh start: `FAIL` → `WAIT`, `retry_count` 0, due now, lease
+/// columns cleared. The next relay round sends it with the full retry budget. `last_error` is
+/// kept until the next failure overwrites it.
+///
+/// SQL: `UPDATE t_event_record SET status = 'WAIT', retry_count = 0, next_retry_time = now,
+/// claim_owner = NULL, claimed_at = NULL, update_time = now WHERE status = 'FAIL' AND id = :id`.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn retry_dead<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+) -> Result<DeadLetterOutcome, OutboxError> {
+    let res = retry_dead_update(db.get_database_backend())
+        .filter(Column::Id.eq(id))
+        .exec(db)
+        .await?;
+    Ok(outcome(res.rows_affected))
+}
+
+/// [`retry_dead`] for every dead letter at once; returns how many were retried.
+///
+/// SQL: as [`retry_dead`] without the `id` condition.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxError> {
+    Ok(retry_dead_update(db.get_database_backend())
+        .exec(db)
+        .await?
+        .rows_affected)
+}
+
+/// Deletes dead letter `id` for good. Only a `FAIL` row is deleted; an event in any other
+/// status is left alone ([`DeadLetterOutcome::NotDeadLetter`]).
+///
+/// SQL: `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'`.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn discard_dead<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+) -> Result<DeadLetterOutcome, OutboxError> {
+    let res = Entity::delete_many()
+        .filter(Column::Id.eq(id))
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+        .exec(db)
+        .await?;
+    Ok(outcome(res.rows_affected))
+}
+
+/// Attempts [`purge_delivered`] makes at one batch that meets a transient conflict (deadlock,
+/// SQLite busy) before it returns the error.
+const PURGE_BATCH_ATTEMPTS: u32 = 4;
+
+/// One purge batch in its own transaction: how many ids were selected, how many rows deleted.
+/// A failed batch rolls back (the transaction is dropped) and may simply run again.
+async fn purge_batch<C>(db: &C, older_than: Duration, batch: u64) -> Result<(u64, u64), DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let backend = db.get_database_backend();
+    let txn = db.begin().await?;
+    let ids: Vec<i64> = Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Status.eq(EventStatus::Success.as_str()))
+        .filter(Expr::col(Column::UpdateTime).lt(dialect::now_minus(backend, older_than)))
+        .order_by_asc(Column::Id)
+        .limit(batch)
+        .into_tuple()
+        .all(&txn)
+        .await?;
+    let selected = ids.len() as u64;
+    let deleted = if ids.is_empty() {
+        0
+    } else {
+        Entity::delete_many()
+            .filter(Column::Id.is_in(ids))
+            .filter(Column::Status.eq(EventStatus::Success.as_str()))
+            .exec(&txn)
+            .await?
+            .rows_affected
+    };
+    txn.commit().await?;
+    Ok((selected, deleted))
+}
+
+fn outcome(rows: u64) -> DeadLetterOutcome {
+    if rows == 1 {
+        DeadLetterOutcome::Applied
+    } else {
+        DeadLetterOutcome::NotDeadLetter
+    }
+}
+
+/// Deletes delivered events (`SUCCESS`) last updated more than `older_than` ago (database
+/// clock), at most `batch` rows per transaction, and returns how many were deleted. `WAIT`,
+/// `SENDING` and `FAIL` rows are never touched.
+///
+/// Each batch is its own short transaction, so locks are held briefly and a long purge does
+/// not block the relay:
+/// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
+/// ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN (:ids) AND status =
+/// 'SUCCESS'`, commit; repeated until a batch comes back short. (Two statements because MariaDB
+/// allows no `LIMIT` inside `IN (subquery)`.)
+///
+/// # Errors
+/// [`OutboxError::InvalidArgument`] when `batch` is 0; [`OutboxError::TableMissing`] without
+/// the migration; [`OutboxError::Db`] otherwise. A batch meeting a transient conflict (deadlock,
+/// SQLite busy) runs again up to 4 times first. Batches committed before an error stay deleted.
+pub async fn purge_delivered<C>(
+    db: &C,
+    older_than: Duration,
+    batch: u64,
+) -> Result<u64, OutboxError>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    if batch == 0 {
+        return Err(OutboxError::InvalidArgument(
+            "purge batch size must be at least 1".into(),
+        ));
+    }
+    let mut total = 0;
+    loop {
+        let mut attempt = 1;
+        let (selected, deleted) = loop {
+            match purge_batch(db, older_than, batch).await {
+                Err(e) if attempt < PURGE_BATCH_ATTEMPTS && is_transient(&e) => {
+                    tracing::debug!(error = %e, attempt, "transient conflict; purging the batch again");
+                    tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
+                    attempt += 1;
+                }
+                other => break other?,
+            }
+        };
+        total += deleted;
+        if selected > 0 {
+            tracing::debug!(deleted, total, "purged a batch of delivered events");
+        }
+        if selected < batch {
+            break;
+        }
+    }
+    Ok(total)
+}

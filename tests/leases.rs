@@ -1,0 +1,592 @@
+//! Batch claiming, leases (renewal, reclaim as an attempt, hand-back) and metrics, run on
+//! Postgres, MariaDB and SQLite (see `tests/common`).
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{ScriptedPublisher, TestContext};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
+};
+use sea_orm_outbox::event_record::{self, Column, Entity as Events};
+use sea_orm_outbox::store::{self, dialect, Transition};
+use sea_orm_outbox::{
+    wait_until, CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent,
+    OutboxExt, OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
+};
+
+backend_tests!(
+    batch_race_publishes_each_event_once,
+    batch_claims_are_disjoint_and_guarded,
+    message_that_kills_its_sender_ends_fail,
+    renewal_keeps_a_long_send,
+    without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late,
+    metrics_count_every_outcome,
+);
+
+/// Wake-on-commit is Postgres-only (MariaDB and SQLite poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commit_wakes_an_idle_relay() {
+    common::run_on(common::Backend::Postgres, "wake_on_commit", wake_on_commit).await
+}
+
+fn config(owner: &str) -> WorkerConfig {
+    WorkerConfig::default()
+        .poll_delay(Duration::from_millis(20))
+        .reclaim_interval(Duration::from_millis(100))
+        .lease(Duration::from_secs(10))
+        .send_timeout(Duration::from_secs(2))
+        .retry(RetryPolicy {
+            max_retries: 3,
+            backoff_base: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(60),
+        })
+        .instance_id(owner)
+}
+
+async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {
+    Events::find()
+        .filter(Column::Status.eq(status.as_str()))
+        .count(db)
+        .await
+        .expect("count")
+}
+
+async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
+    store::find_event(db, id)
+        .await
+        .expect("read")
+        .expect("event exists")
+}
+
+async fn insert_many(ctx: &TestContext, n: usize, prefix: &str) -> Vec<i64> {
+    let txn = ctx.db.begin().await.expect("begin");
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        ids.push(
+            txn.with_event(NewEvent::raw(
+                format!("{prefix}-{i}"),
+                "ORDER_CREATED",
+                "{}",
+            ))
+            .await
+            .expect("insert"),
+        );
+    }
+    txn.commit().await.expect("commit");
+    ids
+}
+
+async fn batch_race_publishes_each_event_once(ctx: &TestContext) {
+    const N: usize = 5000;
+    insert_many(ctx, N, "ORD").await;
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let cancel = CancellationToken::new();
+    let mut handles = Vec::new();
+    for w in 0..3 {
+        let cfg = config(&format!("batch-{w}"))
+            .claim_strategy(ClaimStrategy::Batch)
+            .batch_size(100)
+            .send_concurrency(16);
+        let worker = Worker::new(ctx.pool(3).await, publisher.clone(), cfg).expect("worker");
+        let cancel = cancel.clone();
+        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
+    }
+    let drained = wait_until(
+        Duration::from_secs(240),
+        Duration::from_millis(50),
+        || async { count(&ctx.db, EventStatus::Success).await == N as u64 },
+    )
+    .await;
+    cancel.cancel();
+    let mut claimed = 0;
+    for h in handles {
+        let s = h.await.expect("worker task");
+        assert_eq!((s.errors, s.claim_lost, s.late_acks), (0, 0, 0), "{s:?}");
+        claimed += s.claimed;
+    }
+    assert!(drained, "not drained: {} published", publisher.len());
+    assert_eq!(publisher.distinct_ids().len(), N);
+    assert_eq!(publisher.duplicates(), 0);
+    assert_eq!(claimed, N as u64);
+    assert_eq!(count(&ctx.db, EventStatus::Fail).await, 0);
+}
+
+async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
+    let db = &ctx.db;
+    let ids = insert_many(ctx, 30, "ORD").await;
+    let a = store::claim_batch(db, "a", 20).await.expect("claim a");
+    let b = store::claim_batch(db, "b", 20).await.expect("claim b");
+    assert_eq!((a.len(), b.len()), (20, 10));
+    // Oldest due first, disjoint, each row SENDING under its owner.
+    assert_eq!(
+        a.iter().map(|e| e.id).collect::<Vec<_>>(),
+        ids[..20].to_vec()
+    );
+    for (owner, claimed) in [("a", &a), ("b", &b)] {
+        for e in claimed.iter() {
+            assert_eq!(
+                (e.status, e.claim_owner.as_deref()),
+                (EventStatus::Sending, Some(owner))
+            );
+            assert!(e.claimed_at.is_some());
+        }
+    }
+    assert!(store::claim_batch(db, "c", 20)
+        .await
+        .expect("claim c")
+        .is_empty());
+    // Owner guards hold for batch-claimed rows.
+    let first = a[0].id;
+    assert_eq!(
+        store::mark_success(db, first, "b").await.expect("ack"),
+        Transition::LeaseLost
+    );
+    assert_eq!(
+        store::mark_success_many(db, &[first, b[0].id], "a")
+            .await
+            .expect("ack"),
+        1
+    );
+    assert_eq!(event(db, first).await.status, EventStatus::Success);
+    assert_eq!(event(db, b[0].id).await.status, EventStatus::Sending);
+    // Expired batch leases are reclaimed like per-row ones.
+    let a_ids: Vec<i64> = a[1..].iter().map(|e| e.id).collect();
+    Events::update_many()
+        .col_expr(
+            Column::ClaimedAt,
+            dialect::now_minus(db.get_database_backend(), Duration::from_secs(60)),
+        )
+        .filter(Column::Id.is_in(a_ids.clone()))
+        .exec(db)
+        .await
+        .expect("age");
+    let r = store::reclaim_stuck(db, Duration::from_secs(30), 3)
+        .await
+        .expect("reclaim");
+    assert_eq!((r.requeued, r.dead_lettered), (19, 0));
+    // A reclaimed row is claimable again, and A's late ack changes nothing.
+    let again = store::claim_batch(db, "c", 50).await.expect("claim c");
+    assert_eq!(again.len(), 19);
+    assert_eq!(
+        store::mark_success_many(db, &a_ids, "a")
+            .await
+            .expect("late"),
+        0
+    );
+    assert_eq!(
+        store::release_unsent(db, &a_ids, "a").await.expect("late"),
+        0
+    );
+    assert_eq!(
+        store::release_unsent(db, &a_ids, "c")
+            .await
+            .expect("hand back"),
+        19
+    );
+    assert_eq!(count(db, EventStatus::Wait).await, 19);
+}
+
+/// Hangs forever on events whose biz_no is `poison`; publishes the rest.
+struct HangsOn {
+    poison: &'static str,
+    inner: InMemoryPublisher,
+    hung: AtomicUsize,
+}
+
+#[async_trait]
+impl Publisher for HangsOn {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        if m.biz_no == self.poison {
+            self.hung.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+        self.inner.publish(m).await
+    }
+}
+
+/// Each instance that claims the poison event hangs on it and is then killed; the lease
+/// expires, the reclaim counts the attempt, and after the limit the event is a dead letter.
+async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
+    let db = &ctx.db;
+    let poison = db
+        .with_event(NewEvent::raw("POISON", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    insert_many(ctx, 20, "ORD").await;
+    let publisher = Arc::new(HangsOn {
+        poison: "POISON",
+        inner: InMemoryPublisher::new(),
+        hung: AtomicUsize::new(0),
+    });
+    let lease = Duration::from_secs(1);
+    for attempt in 1..=4 {
+        let owner = format!("doomed-{attempt}");
+        let cfg = config(&owner)
+            .lease(lease)
+            .send_timeout(Duration::from_secs(60))
+            .reclaim_interval(Duration::from_secs(3600))
+            .send_concurrency(8);
+        let worker = Worker::new(ctx.pool(3).await, publisher.clone(), cfg).expect("worker");
+        let task = tokio::spawn(async move { worker.run(CancellationToken::new()).await });
+        // Wait until it hangs on the poison event with everything else of its round recorded.
+        let claimed = wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(10),
+            || async {
+                event(db, poison).await.claim_owner.as_deref() == Some(owner.as_str())
+                    && count(db, EventStatus::Sending).await == 1
+            },
+        )
+        .await;
+        assert!(claimed, "attempt {attempt}: poison not claimed");
+        // The poison event kills its sender.
+        task.abort();
+        let _ = task.await;
+        let reclaimed = wait_until(
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            || async {
+                store::reclaim_stuck(db, lease, 3).await.expect("reclaim");
+                event(db, poison).await.status != EventStatus::Sending
+            },
+        )
+        .await;
+        assert!(reclaimed, "attempt {attempt}: not reclaimed");
+        let e = event(db, poison).await;
+        assert_eq!(e.retry_count, attempt);
+        let expected = if attempt <= 3 {
+            EventStatus::Wait
+        } else {
+            EventStatus::Fail
+        };
+        assert_eq!(e.status, expected, "attempt {attempt}");
+        assert_eq!(e.last_error.as_deref(), Some(store::LEASE_EXPIRED));
+    }
+    // The other 20 were delivered meanwhile, by the instances that later died.
+    let delivered = wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async { count(db, EventStatus::Success).await == 20 },
+    )
+    .await;
+    assert!(
+        delivered,
+        "{} delivered",
+        count(db, EventStatus::Success).await
+    );
+    assert_eq!(count(db, EventStatus::Fail).await, 1);
+}
+
+/// Takes `delay` per send.
+struct Slow {
+    delay: Duration,
+    blocking: bool,
+    inner: InMemoryPublisher,
+}
+
+#[async_trait]
+impl Publisher for Slow {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        if self.blocking {
+            // A send stuck where the runtime cannot interrupt it (a blocking client, a GC-like
+            // pause): the send timeout cannot fire.
+            std::thread::sleep(self.delay);
+        } else {
+            tokio::time::sleep(self.delay).await;
+        }
+        self.inner.publish(m).await
+    }
+}
+
+async fn renewal_keeps_a_long_send(ctx: &TestContext) {
+    let db = &ctx.db;
+    let id = db
+        .with_event(NewEvent::raw("ORD-LONG", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    let lease = Duration::from_secs(1);
+    let slow = Arc::new(Slow {
+        delay: lease * 3,
+        blocking: false,
+        inner: InMemoryPublisher::new(),
+    });
+    let sender = Worker::new(
+        ctx.pool(3).await,
+        slow.clone(),
+        config("long-sender")
+            .lease(lease)
+            .send_timeout(Duration::from_secs(10)),
+    )
+    .expect("worker");
+    // Another instance reclaims eagerly the whole time.
+    let reclaimer = Worker::new(
+        ctx.pool(2).await,
+        ScriptedPublisher::ok(),
+        config("reclaimer").lease(lease),
+    )
+    .expect("worker");
+    let round = tokio::spawn(async move {
+        let r = sender.run_once(&CancellationToken::new()).await;
+        (r, sender)
+    });
+    let mut reclaimed = 0;
+    while !round.is_finished() {
+        reclaimed += reclaimer.reclaim_once().await.expect("reclaim");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (r, _) = round.await.expect("task");
+    let r = r.expect("round");
+    assert_eq!((r.published, r.late_acks, reclaimed), (1, 0, 0), "{r:?}");
+    let e = event(db, id).await;
+    assert_eq!((e.status, e.retry_count), (EventStatus::Success, 0));
+    assert_eq!(slow.inner.len(), 1);
+}
+
+async fn without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late(ctx: &TestContext) {
+    let db = &ctx.db;
+    let id = db
+        .with_event(NewEvent::raw("ORD-LONG", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    let lease = Duration::from_secs(1);
+    let slow = Arc::new(Slow {
+        delay: lease * 2,
+        blocking: true,
+        inner: InMemoryPublisher::new(),
+    });
+    let cfg = config("stalled")
+        .lease(lease)
+        .lease_renewal(false)
+        .send_timeout(Duration::from_millis(300));
+    let sender = Worker::new(ctx.pool(3).await, slow.clone(), cfg).expect("worker");
+    let reclaimer = Worker::new(
+        ctx.pool(2).await,
+        ScriptedPublisher::ok(),
+        config("reclaimer").lease(lease),
+    )
+    .expect("worker");
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let round = tokio::spawn(async move {
+        let r = metrics::with_local_recorder(&recorder, || {
+            // The blocking publisher keeps this thread busy; run the round to completion here.
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current()
+                    .block_on(sender.run_once(&CancellationToken::new()))
+            })
+        });
+        r
+    });
+    let mut reclaimed = 0;
+    while !round.is_finished() {
+        reclaimed += reclaimer.reclaim_once().await.expect("reclaim");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = round.await.expect("task").expect("round");
+    assert_eq!(
+        reclaimed, 1,
+        "the stalled send's lease expired and was reclaimed"
+    );
+    assert_eq!((r.published, r.late_acks), (0, 1), "{r:?}");
+    let e = event(db, id).await;
+    assert_eq!(
+        (e.status, e.retry_count, e.claim_owner),
+        (EventStatus::Wait, 1, None),
+        "the late ack changed nothing"
+    );
+    let late: u64 = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(k, ..)| k.key().name() == sea_orm_outbox::metrics::LATE_ACKS)
+        .map(|(_, _, _, v)| match v {
+            metrics_util::debugging::DebugValue::Counter(c) => c,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(late, 1, "outbox_late_acks_total");
+}
+
+async fn wake_on_commit(ctx: &TestContext) {
+    let db = &ctx.db;
+    // A poll delay of an hour: only the notification can start the next round in time.
+    let cfg = config("listener")
+        .poll_delay(Duration::from_secs(3600))
+        .drain(false);
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let worker = Arc::new(Worker::new(ctx.pool(4).await, publisher.clone(), cfg).expect("worker"));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (worker, cancel) = (worker.clone(), cancel.clone());
+        async move { worker.run(cancel).await }
+    });
+    assert!(
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            || async { worker.summary().rounds >= 1 }
+        )
+        .await
+    );
+    // Give the LISTEN time to be registered after the first round started.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..5 {
+        let txn = db.begin().await.expect("begin");
+        txn.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
+            .await
+            .expect("insert");
+        txn.commit().await.expect("commit");
+        let published = wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(2),
+            || async { publisher.len() == i + 1 },
+        )
+        .await;
+        assert!(
+            published,
+            "event {i} not published after its commit woke the relay"
+        );
+    }
+    // A rolled-back event wakes nobody and is never published.
+    let txn = db.begin().await.expect("begin");
+    txn.with_event(NewEvent::raw("ORD-RB", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    txn.rollback().await.expect("rollback");
+    cancel.cancel();
+    let s = task.await.expect("task");
+    assert_eq!(s.published, 5, "{s:?}");
+    assert_eq!(count(db, EventStatus::Success).await, 5);
+}
+
+/// Counter value of `name` in a debugging recorder snapshot (summed over labels).
+fn counter(
+    snapshot: &[(
+        metrics_util::CompositeKey,
+        Option<metrics::Unit>,
+        Option<metrics::SharedString>,
+        metrics_util::debugging::DebugValue,
+    )],
+    name: &str,
+) -> u64 {
+    snapshot
+        .iter()
+        .filter(|(k, ..)| k.key().name() == name)
+        .map(|(_, _, _, v)| match v {
+            metrics_util::debugging::DebugValue::Counter(c) => *c,
+            _ => 0,
+        })
+        .sum()
+}
+
+async fn metrics_count_every_outcome(ctx: &TestContext) {
+    use sea_orm_outbox::metrics as names;
+    let db = &ctx.db;
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // The rounds below run on this thread (awaited, not spawned), so a thread-local recorder
+    // sees every metric they record.
+    let _guard = metrics::set_default_local_recorder(&recorder);
+
+    // A reclaim: an instance died holding a lease.
+    let dead = db
+        .with_event(NewEvent::raw("DEAD", "T", "{}"))
+        .await
+        .expect("insert");
+    assert_eq!(
+        store::claim(db, dead, 0, "dead").await.expect("claim"),
+        store::Claim::Won
+    );
+    Events::update_many()
+        .col_expr(
+            Column::ClaimedAt,
+            dialect::now_minus(db.get_database_backend(), Duration::from_secs(60)),
+        )
+        .filter(Column::Id.eq(dead))
+        .exec(db)
+        .await
+        .expect("age");
+    // A success, a retry ("RETRY" fails retryably) and a dead letter ("PERM" fails for good).
+    struct Mixed(InMemoryPublisher);
+    #[async_trait]
+    impl Publisher for Mixed {
+        async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+            match m.biz_no.as_str() {
+                "RETRY" => Err(PublishError::retryable("broker busy")),
+                "PERM" => Err(PublishError::permanent("message too large")),
+                _ => self.0.publish(m).await,
+            }
+        }
+    }
+    for biz in ["OK", "RETRY", "PERM"] {
+        db.with_event(NewEvent::raw(biz, "T", "{}"))
+            .await
+            .expect("insert");
+    }
+    let publisher = Arc::new(Mixed(InMemoryPublisher::new()));
+    let slow_retry = RetryPolicy {
+        max_retries: 3,
+        backoff_base: Duration::from_secs(60),
+        max_backoff: Duration::from_secs(3600),
+    };
+    let a = Worker::new(
+        ctx.pool(3).await,
+        publisher.clone(),
+        config("a").lease(Duration::from_secs(30)).retry(slow_retry),
+    )
+    .expect("worker");
+    let b = Worker::new(
+        ctx.pool(3).await,
+        publisher.clone(),
+        config("b").lease(Duration::from_secs(30)).retry(slow_retry),
+    )
+    .expect("worker");
+    assert_eq!(a.reclaim_once().await.expect("reclaim"), 1);
+    // Lost claims: two instances race over the same candidates until one loses a claim.
+    let cancel = CancellationToken::new();
+    let mut lost = 0;
+    for round in 0..50 {
+        for i in 0..10 {
+            db.with_event(NewEvent::raw(format!("RACE-{round}-{i}"), "T", "{}"))
+                .await
+                .expect("insert");
+        }
+        let (ra, rb) = tokio::join!(a.run_once(&cancel), b.run_once(&cancel));
+        lost += ra.expect("round").claim_lost + rb.expect("round").claim_lost;
+        if lost > 0 {
+            break;
+        }
+    }
+    assert!(lost > 0, "no claim was lost in 50 racing rounds");
+    let (sa, sb) = (a.summary(), b.summary());
+    let snap = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        counter(&snap, names::PUBLISHED),
+        sa.published + sb.published
+    );
+    assert!(
+        counter(&snap, names::PUBLISHED) >= 2,
+        "OK and DEAD were published"
+    );
+    assert_eq!(counter(&snap, names::RETRIES), 1);
+    assert_eq!(counter(&snap, names::DEAD_LETTERS), 1);
+    assert_eq!(counter(&snap, names::CLAIM_LOST), lost);
+    assert_eq!(counter(&snap, names::RECLAIMED), 1);
+    assert_eq!(counter(&snap, names::LATE_ACKS), 0);
+    let histograms: Vec<&str> = snap
+        .iter()
+        .filter(|(_, _, _, v)| matches!(v, metrics_util::debugging::DebugValue::Histogram(h) if !h.is_empty()))
+        .map(|(k, ..)| k.key().name())
+        .collect();
+    assert!(
+        histograms.contains(&names::SEND_DURATION) && histograms.contains(&names::SENDING_DWELL),
+        "{histograms:?}"
+    );
+    // The backlog gauges, refreshed here by hand: RETRY waits, PERM is a dead letter.
+    let backlog = sea_orm_outbox::ops::backlog(db).await.expect("backlog");
+    assert_eq!((backlog.wait, backlog.sending, backlog.fail), (1, 0, 1));
+}

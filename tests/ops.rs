@@ -1,0 +1,960 @@
+//! Operations: the `outbox` command-line tool run against real databases, the library's ops
+//! functions, the idempotent consumer helper and password redaction. Runs on Postgres, MariaDB
+//! and SQLite (see `tests/common`).
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{order, Backend, TestContext};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, NotSet,
+    PaginatorTrait, QueryFilter,
+};
+use sea_orm_outbox::consumed_message::Entity as Consumed;
+use sea_orm_outbox::event_record::{self, Column, Entity as Events};
+use sea_orm_outbox::store::{self, dialect};
+use sea_orm_outbox::{
+    consume_once, ops, wait_until, CancellationToken, Consumed as Outcome, EventStatus,
+    InMemoryPublisher, Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher,
+    RetryPolicy, Worker, WorkerConfig,
+};
+
+pub async fn run_on<F>(backend: Backend, name: &str, f: F)
+where
+    F: for<'a> AsyncFn(&'a TestContext),
+{
+    if !backend.enabled() {
+        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let ctx = TestContext::new(backend, name).await;
+    f(&ctx).await;
+    ctx.cleanup().await;
+}
+
+backend_tests!(
+    cli_migrate_up_down_status,
+    cli_stats_counts_statuses_ages_and_stuck_leases,
+    cli_dead_list,
+    cli_dead_retry_makes_the_event_deliverable_again,
+    cli_dead_retry_all_touches_only_dead_letters,
+    cli_dead_discard_deletes_only_dead_letters,
+    cli_purge_deletes_only_old_delivered_events,
+    cli_relay_publishes_and_stops_on_sigterm,
+    cli_missing_table_fails_every_command,
+    cli_never_prints_the_password,
+    consume_once_runs_the_handler_once,
+    failing_handler_leaves_no_record,
+    concurrent_duplicates_run_the_handler_once,
+    consume_once_rejects_bad_ids_and_missing_table,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A secret that must never show up in any output.
+const SECRET: &str = "Pw-S3cret-42";
+
+/// Runs the `outbox` binary with `args` against `url`, killing it after `timeout`.
+fn outbox_with(url: &str, args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    cmd.args(args)
+        .env("DATABASE_URL", url)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn outbox");
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > timeout {
+            child.kill().ok();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "outbox {args:?} still running after {timeout:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `outbox args` against the test database (30 s limit).
+fn outbox(ctx: &TestContext, args: &[&str]) -> Output {
+    outbox_with(&ctx.url, args, &[], Duration::from_secs(30))
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `outbox args` and asserts it succeeded; returns stdout.
+fn outbox_ok(ctx: &TestContext, args: &[&str]) -> String {
+    let o = outbox(ctx, args);
+    assert!(
+        o.status.success(),
+        "outbox {args:?} failed: {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+async fn new_event(db: &impl ConnectionTrait, biz_no: &str) -> i64 {
+    db.with_event(NewEvent::raw(biz_no, "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert")
+}
+
+/// Puts event `id` into `status` directly (the state a relay would have left).
+async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
+    let backend = db.get_database_backend();
+    let mut update = Events::update_many()
+        .col_expr(Column::Status, status.as_str().into())
+        .filter(Column::Id.eq(id));
+    update = match status {
+        EventStatus::Sending => update
+            .col_expr(Column::ClaimOwner, "gone-owner".into())
+            .col_expr(Column::ClaimedAt, dialect::now(backend)),
+        EventStatus::Fail => update
+            .col_expr(Column::RetryCount, 4.into())
+            .col_expr(Column::LastError, "scripted broker outage".into()),
+        _ => update,
+    };
+    update.exec(db).await.expect("set status");
+}
+
+/// Moves a timestamp column of event `id` to the database's now − `ago`.
+async fn age(db: &impl ConnectionTrait, id: i64, col: Column, ago: Duration) {
+    let backend = db.get_database_backend();
+    Events::update_many()
+        .col_expr(col, dialect::now_minus(backend, ago))
+        .filter(Column::Id.eq(id))
+        .exec(db)
+        .await
+        .expect("age");
+}
+
+async fn event(db: &impl ConnectionTrait, id: i64) -> Option<event_record::Model> {
+    store::find_event(db, id).await.expect("read")
+}
+
+fn fast_config(owner: &str) -> WorkerConfig {
+    WorkerConfig::default()
+        .poll_delay(Duration::from_millis(20))
+        .reclaim_interval(Duration::from_millis(200))
+        .lease(Duration::from_secs(10))
+        .send_timeout(Duration::from_secs(2))
+        .retry(RetryPolicy {
+            max_retries: 3,
+            backoff_base: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(60),
+        })
+        .instance_id(owner)
+}
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+// ---------------------------------------------------------------------------------------------
+// migrate
+
+async fn cli_migrate_up_down_status(ctx: &TestContext) {
+    let out = outbox_ok(ctx, &["migrate", "status"]);
+    assert!(
+        out.contains("Applied  m20261130_000001_create_t_event_record")
+            && out.contains("Applied  m20261130_000002_create_t_consumed_message")
+            && !out.contains("pending"),
+        "{out}"
+    );
+    // down rolls back one migration: the consumer table goes, the outbox stays.
+    let out = outbox_ok(ctx, &["migrate", "down"]);
+    assert!(
+        out.contains("Pending  m20261130_000002_create_t_consumed_message")
+            && out.contains("1 pending"),
+        "{out}"
+    );
+    let err = consume_once(&ctx.db, "g", "1", async |_| Ok::<_, OutboxError>(()))
+        .await
+        .expect_err("no consumer table");
+    assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
+    ops::stats(&ctx.db, DAY)
+        .await
+        .expect("outbox table still there");
+    outbox_ok(ctx, &["migrate", "down"]);
+    assert!(matches!(
+        ops::stats(&ctx.db, DAY).await,
+        Err(OutboxError::TableMissing(_))
+    ));
+    let o = outbox(ctx, &["stats"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    // up applies both again.
+    let out = outbox_ok(ctx, &["migrate", "up"]);
+    assert!(!out.contains("Pending"), "{out}");
+    new_event(&ctx.db, "ORD-M").await;
+    let s = json(&outbox_ok(ctx, &["stats", "--json"]));
+    assert_eq!(s["wait"], 1, "{s}");
+    // `up -n 1` applies one at a time.
+    outbox_ok(ctx, &["migrate", "down", "-n", "2"]);
+    let out = outbox_ok(ctx, &["migrate", "up", "-n", "1"]);
+    assert!(out.contains("1 pending"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// stats
+
+async fn cli_stats_counts_statuses_ages_and_stuck_leases(ctx: &TestContext) {
+    let db = &ctx.db;
+    let empty = json(&outbox_ok(ctx, &["stats", "--json"]));
+    assert_eq!(empty["wait"], 0);
+    assert!(empty["oldest_wait_age_seconds"].is_null(), "{empty}");
+
+    let w1 = new_event(db, "W1").await;
+    let _w2 = new_event(db, "W2").await;
+    let stuck = new_event(db, "S-stuck").await;
+    let fresh = new_event(db, "S-fresh").await;
+    let ok = new_event(db, "OK").await;
+    let dead = new_event(db, "DEAD").await;
+    set_status(db, stuck, EventStatus::Sending).await;
+    set_status(db, fresh, EventStatus::Sending).await;
+    set_status(db, ok, EventStatus::Success).await;
+    set_status(db, dead, EventStatus::Fail).await;
+    age(db, stuck, Column::ClaimedAt, Duration::from_secs(20 * 60)).await;
+    age(db, w1, Column::CreateTime, Duration::from_secs(90)).await;
+
+    let s = json(&outbox_ok(ctx, &["stats", "--json"]));
+    assert_eq!(
+        (
+            &s["wait"],
+            &s["sending"],
+            &s["success"],
+            &s["fail"],
+            &s["dead_letters"]
+        ),
+        (&2.into(), &2.into(), &1.into(), &1.into(), &1.into()),
+        "{s}"
+    );
+    assert_eq!(s["sending_over_lease"], 1, "default lease 10m: {s}");
+    assert_eq!(s["lease_seconds"], 600.0, "{s}");
+    let age_s = s["oldest_wait_age_seconds"].as_f64().expect("age");
+    assert!((90.0..150.0).contains(&age_s), "oldest WAIT age {age_s}");
+
+    let s = json(&outbox_ok(ctx, &["stats", "--lease", "30m", "--json"]));
+    assert_eq!(s["sending_over_lease"], 0, "{s}");
+
+    let text = outbox_ok(ctx, &["stats"]);
+    for line in [
+        "WAIT     2",
+        "SENDING  2",
+        "SUCCESS  1",
+        "FAIL     1 (dead letters)",
+        "SENDING older than the lease (10m): 1",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.contains("oldest WAIT age: "), "{text}");
+
+    // The library function says the same.
+    let lib = ops::stats(db, Duration::from_secs(600))
+        .await
+        .expect("stats");
+    assert_eq!(
+        (
+            lib.wait,
+            lib.sending,
+            lib.success,
+            lib.fail,
+            lib.sending_over_lease
+        ),
+        (2, 2, 1, 1, 1)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// dead letters
+
+async fn cli_dead_list(ctx: &TestContext) {
+    let db = &ctx.db;
+    let mut dead = Vec::new();
+    for i in 0..3 {
+        let id = new_event(db, &format!("DEAD-{i}")).await;
+        set_status(db, id, EventStatus::Fail).await;
+        dead.push(id);
+    }
+    new_event(db, "ALIVE").await;
+
+    let rows = json(&outbox_ok(ctx, &["dead", "list", "--json"]));
+    let ids: Vec<i64> = rows
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| r["id"].as_i64().expect("id"))
+        .collect();
+    assert_eq!(ids, dead);
+    assert_eq!(rows[0]["status"], "FAIL");
+    assert_eq!(rows[0]["last_error"], "scripted broker outage");
+    assert_eq!(rows[0]["retry_count"], 4);
+
+    let rows = json(&outbox_ok(ctx, &["dead", "list", "--limit", "2", "--json"]));
+    assert_eq!(rows.as_array().expect("array").len(), 2);
+
+    let text = outbox_ok(ctx, &["dead", "list"]);
+    assert!(
+        text.contains("DEAD-0") && text.contains("scripted broker outage"),
+        "{text}"
+    );
+    assert!(!text.contains("ALIVE"), "{text}");
+    assert!(text.contains("3 dead letter(s)"), "{text}");
+
+    assert_eq!(ops::dead_letters(db, 10).await.expect("list").len(), 3);
+}
+
+async fn cli_dead_retry_makes_the_event_deliverable_again(ctx: &TestContext) {
+    let db = &ctx.db;
+    let id = new_event(db, "ORD-DEAD").await;
+    // Left as a dead letter by a relay that held it: FAIL, retries spent, lease columns set.
+    set_status(db, id, EventStatus::Sending).await;
+    set_status(db, id, EventStatus::Fail).await;
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let worker = Worker::new(
+        ctx.pool(2).await,
+        publisher.clone() as Arc<dyn Publisher>,
+        fast_config("after-retry"),
+    )
+    .expect("worker");
+    let round = worker
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
+    assert_eq!(round.candidates, 0, "a dead letter is never picked up");
+
+    let out = outbox_ok(ctx, &["dead", "retry", &id.to_string()]);
+    assert!(
+        out.contains(&format!("event {id} will be sent again")),
+        "{out}"
+    );
+    let e = event(db, id).await.expect("row");
+    assert_eq!(
+        (e.status, e.retry_count, e.claim_owner, e.claimed_at),
+        (EventStatus::Wait, 0, None, None)
+    );
+    assert!(e.next_retry_time <= e.update_time, "due now");
+
+    // The next round publishes it, with the full retry budget.
+    let round = worker
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
+    assert_eq!(round.published, 1, "{round:?}");
+    assert_eq!(
+        publisher.distinct_ids().into_iter().collect::<Vec<_>>(),
+        vec![id]
+    );
+    let e = event(db, id).await.expect("row");
+    assert_eq!(
+        (e.status, e.claim_owner.as_deref()),
+        (EventStatus::Success, Some("after-retry"))
+    );
+
+    // A row that is not a dead letter is refused and left alone.
+    let o = outbox(ctx, &["dead", "retry", &id.to_string()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("is not a dead letter"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        event(db, id).await.expect("row").status,
+        EventStatus::Success
+    );
+    let o = outbox(ctx, &["dead", "retry", "999999"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+async fn cli_dead_retry_all_touches_only_dead_letters(ctx: &TestContext) {
+    let db = &ctx.db;
+    let d1 = new_event(db, "D1").await;
+    let d2 = new_event(db, "D2").await;
+    let sending = new_event(db, "S").await;
+    let delivered = new_event(db, "OK").await;
+    set_status(db, d1, EventStatus::Fail).await;
+    set_status(db, d2, EventStatus::Fail).await;
+    set_status(db, sending, EventStatus::Sending).await;
+    set_status(db, delivered, EventStatus::Success).await;
+    let before_sending = event(db, sending).await;
+    let before_delivered = event(db, delivered).await;
+
+    let out = outbox_ok(ctx, &["dead", "retry", "--all"]);
+    assert!(out.contains("2 dead letter(s) will be sent again"), "{out}");
+    for id in [d1, d2] {
+        let e = event(db, id).await.expect("row");
+        assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 0));
+    }
+    assert_eq!(event(db, sending).await, before_sending);
+    assert_eq!(event(db, delivered).await, before_delivered);
+    assert_eq!(ops::retry_all_dead(db).await.expect("again"), 0);
+}
+
+async fn cli_dead_discard_deletes_only_dead_letters(ctx: &TestContext) {
+    let db = &ctx.db;
+    let dead = new_event(db, "DEAD").await;
+    let waiting = new_event(db, "WAIT").await;
+    set_status(db, dead, EventStatus::Fail).await;
+
+    let out = outbox_ok(ctx, &["dead", "discard", &dead.to_string()]);
+    assert!(out.contains(&format!("event {dead} discarded")), "{out}");
+    assert!(event(db, dead).await.is_none());
+
+    let o = outbox(ctx, &["dead", "discard", &waiting.to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is not a dead letter"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        event(db, waiting).await.expect("kept").status,
+        EventStatus::Wait
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// purge
+
+async fn cli_purge_deletes_only_old_delivered_events(ctx: &TestContext) {
+    let db = &ctx.db;
+    let mut old_success = Vec::new();
+    for i in 0..5 {
+        let id = new_event(db, &format!("OLD-OK-{i}")).await;
+        set_status(db, id, EventStatus::Success).await;
+        age(db, id, Column::UpdateTime, 8 * DAY).await;
+        old_success.push(id);
+    }
+    let recent = new_event(db, "NEW-OK").await;
+    set_status(db, recent, EventStatus::Success).await;
+    age(db, recent, Column::UpdateTime, 6 * DAY).await;
+    // Old rows in every other status: never purged however old.
+    let mut kept = vec![recent];
+    for (biz, status) in [
+        ("OLD-WAIT", EventStatus::Wait),
+        ("OLD-SENDING", EventStatus::Sending),
+        ("OLD-FAIL", EventStatus::Fail),
+    ] {
+        let id = new_event(db, biz).await;
+        set_status(db, id, status).await;
+        for col in [
+            Column::UpdateTime,
+            Column::CreateTime,
+            Column::NextRetryTime,
+        ] {
+            age(db, id, col, 30 * DAY).await;
+        }
+        if status == EventStatus::Sending {
+            age(db, id, Column::ClaimedAt, 30 * DAY).await;
+        }
+        kept.push(id);
+    }
+    let mut before = Vec::new();
+    for id in &kept {
+        before.push(event(db, *id).await.expect("row"));
+    }
+
+    // Batches of 2: three transactions (2, 2, 1).
+    let out = outbox_ok(ctx, &["purge", "--older-than", "7d", "--batch", "2"]);
+    assert!(out.contains("purged 5 delivered events"), "{out}");
+    for id in &old_success {
+        assert!(event(db, *id).await.is_none(), "old SUCCESS {id} purged");
+    }
+    let mut after = Vec::new();
+    for id in &kept {
+        after.push(event(db, *id).await.expect("row kept"));
+    }
+    assert_eq!(
+        after, before,
+        "WAIT, SENDING, FAIL and recent SUCCESS untouched"
+    );
+
+    let out = outbox_ok(ctx, &["purge", "--older-than", "7d"]);
+    assert!(out.contains("purged 0 delivered events"), "{out}");
+    // Durations in seconds and minutes, and the library's own checks.
+    assert_eq!(
+        ops::purge_delivered(db, Duration::from_secs(5 * 86_400), 1000)
+            .await
+            .expect("purge"),
+        1
+    );
+    outbox_ok(ctx, &["purge", "--older-than", "30s"]);
+    outbox_ok(ctx, &["purge", "--older-than", "15m"]);
+    assert!(matches!(
+        ops::purge_delivered(db, DAY, 0).await,
+        Err(OutboxError::InvalidArgument(_))
+    ));
+    let o = outbox(ctx, &["purge", "--older-than", "soon"]);
+    assert_eq!(o.status.code(), Some(2), "usage error");
+    assert_eq!(Events::find().count(db).await.expect("count"), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// relay
+
+async fn cli_relay_publishes_and_stops_on_sigterm(ctx: &TestContext) {
+    let db = &ctx.db;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(new_event(db, &format!("ORD-R{i}")).await);
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args([
+            "relay",
+            "--poll-delay",
+            "100ms",
+            "--lease",
+            "1m",
+            "--send-timeout",
+            "2s",
+            "--instance-id",
+            "cli-relay-1",
+        ])
+        .env("DATABASE_URL", &ctx.url)
+        .env("OUTBOX_BATCH", "2")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn relay");
+    let pid = child.id();
+    let delivered = wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            let mut all = true;
+            for id in &ids {
+                all &= event(db, *id)
+                    .await
+                    .is_some_and(|e| e.status == EventStatus::Success);
+            }
+            all
+        },
+    )
+    .await;
+    let term = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(term.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("relay output");
+    assert!(
+        delivered,
+        "relay did not deliver\nstdout: {}\nstderr: {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        out.status.success(),
+        "relay exit {:?}: {}",
+        out.status,
+        stderr(&out)
+    );
+    for id in &ids {
+        assert_eq!(
+            event(db, *id).await.expect("row").claim_owner.as_deref(),
+            Some("cli-relay-1")
+        );
+    }
+    let (so, se) = (stdout(&out), stderr(&out));
+    assert!(
+        so.contains("relay stopped") && so.contains("published: 3"),
+        "{so}"
+    );
+    assert!(
+        se.contains("relay started") && se.contains("shutdown requested"),
+        "{se}"
+    );
+
+    // Flags that cannot work are refused up front.
+    let o = outbox(
+        ctx,
+        &[
+            "relay",
+            "--lease",
+            "3s",
+            "--send-timeout",
+            "3s",
+            "--lease-renewal",
+            "false",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("invalid configuration"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// missing table
+
+async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
+    Migrator::down(&ctx.db, None).await.expect("down");
+    let commands: &[&[&str]] = &[
+        &["stats"],
+        &["stats", "--json"],
+        &["dead", "list"],
+        &["dead", "list", "--json"],
+        &["dead", "retry", "1"],
+        &["dead", "retry", "--all"],
+        &["dead", "discard", "1"],
+        &["purge", "--older-than", "7d"],
+        &["relay", "--poll-delay", "100ms"],
+    ];
+    for args in commands {
+        let o = outbox_with(&ctx.url, args, &[], Duration::from_secs(20));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "outbox {args:?}: {err}");
+        assert!(
+            err.contains("the migration must be run first") && err.contains("outbox migrate up"),
+            "outbox {args:?}: {err}"
+        );
+        assert!(stdout(&o).is_empty(), "outbox {args:?}: {}", stdout(&o));
+    }
+    // `migrate status` is how to find out; it succeeds and lists what is pending.
+    let out = outbox_ok(ctx, &["migrate", "status"]);
+    assert!(out.contains("2 pending"), "{out}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// redaction
+
+/// `url` with `SECRET` as the user's password.
+fn with_password(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("scheme");
+    let (user, host) = rest.split_once('@').expect("user@host");
+    format!("{scheme}://{user}:{SECRET}@{host}")
+}
+
+fn assert_no_secret(what: &str, o: &Output) {
+    let (so, se) = (stdout(o), stderr(o));
+    assert!(
+        !so.contains(SECRET) && !se.contains(SECRET),
+        "{what} printed the password\nstdout: {so}\nstderr: {se}"
+    );
+}
+
+async fn cli_never_prints_the_password(ctx: &TestContext) {
+    let limit = Duration::from_secs(30);
+    // A URL no driver supports: SeaORM's error quotes the whole connection string.
+    let bad_scheme = format!("foo://app:{SECRET}@db.example/x");
+    let o = outbox_with(&bad_scheme, &["stats"], &[], limit);
+    assert_eq!(o.status.code(), Some(1));
+    assert_no_secret("unsupported scheme", &o);
+    assert!(
+        stderr(&o).contains("foo://app:***@db.example/x"),
+        "{}",
+        stderr(&o)
+    );
+    // Nothing listens on port 1.
+    let refused = format!("postgres://app:{SECRET}@127.0.0.1:1/x");
+    let o = outbox_with(
+        &refused,
+        &["stats", "--json"],
+        &[("RUST_LOG", "trace")],
+        limit,
+    );
+    assert_ne!(o.status.code(), Some(0));
+    assert_no_secret("connection refused", &o);
+    // --help shows the environment, but not the URL's value.
+    let o = outbox_with(&refused, &["--help"], &[], limit);
+    assert!(o.status.success());
+    assert_no_secret("--help", &o);
+    // The password as a flag, and a password query parameter.
+    let o = outbox_with(
+        "",
+        &[
+            "--database-url",
+            &format!("nope://u@h/x?password={SECRET}"),
+            "stats",
+        ],
+        &[],
+        limit,
+    );
+    assert_no_secret("query parameter", &o);
+
+    // The library: an error built from a URL with a password.
+    let err = sea_orm::Database::connect(bad_scheme.as_str())
+        .await
+        .expect_err("no driver");
+    assert!(
+        err.to_string().contains(SECRET),
+        "premise: SeaORM quotes the URL"
+    );
+    let shown = sea_orm_outbox::redact_secrets(&format!("connect failed: {err}"), &bad_scheme);
+    assert!(
+        !shown.contains(SECRET) && shown.contains("app:***@"),
+        "{shown}"
+    );
+    assert!(!sea_orm_outbox::redact_url(&bad_scheme).contains(SECRET));
+
+    match ctx.backend {
+        // Trust authentication ignores the password: the commands run, with every log on.
+        Backend::Postgres => {
+            let url = with_password(&ctx.url);
+            let trace = [("RUST_LOG", "trace")];
+            for args in [
+                &["stats"][..],
+                &["dead", "list", "--json"],
+                &["migrate", "status"],
+            ] {
+                let o = outbox_with(&url, args, &trace, limit);
+                assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+                assert_no_secret("postgres command", &o);
+            }
+            let child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+                .args(["relay", "--poll-delay", "50ms"])
+                .env("DATABASE_URL", &url)
+                .env("RUST_LOG", "trace")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("relay");
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .expect("kill");
+            let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+                .await
+                .expect("join")
+                .expect("output");
+            assert!(out.status.success(), "{}", stderr(&out));
+            assert_no_secret("relay at trace level", &out);
+            assert!(
+                stderr(&out).contains("postgres:***@127.0.0.1"),
+                "the redacted URL is logged"
+            );
+        }
+        // root has no password: a wrong one is refused, and the error must not repeat it.
+        Backend::MySql => {
+            let o = outbox_with(
+                &with_password(&ctx.url),
+                &["stats"],
+                &[("RUST_LOG", "trace")],
+                limit,
+            );
+            assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+            assert!(stderr(&o).contains("cannot connect"), "{}", stderr(&o));
+            assert_no_secret("mysql access denied", &o);
+            // SeaORM's connect span logged the URL at DEBUG: it went out redacted.
+            assert!(stderr(&o).contains("root:***@127.0.0.1"), "{}", stderr(&o));
+        }
+        Backend::Sqlite => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// idempotent consumer
+
+#[derive(Debug)]
+enum HandlerError {
+    Outbox(#[allow(dead_code)] OutboxError),
+    Boom,
+}
+
+impl From<OutboxError> for HandlerError {
+    fn from(e: OutboxError) -> Self {
+        HandlerError::Outbox(e)
+    }
+}
+
+impl From<sea_orm::DbErr> for HandlerError {
+    fn from(e: sea_orm::DbErr) -> Self {
+        HandlerError::Outbox(e.into())
+    }
+}
+
+/// The handler of the tests: "adds points" by inserting an order row named after the message.
+async fn add_points<C: ConnectionTrait>(txn: &C, msg_id: &str) -> Result<(), sea_orm::DbErr> {
+    order::Entity::insert(order::ActiveModel {
+        id: NotSet,
+        order_no: Set(format!("points-{msg_id}")),
+        amount: Set(10),
+    })
+    .exec(txn)
+    .await
+    .map(|_| ())
+}
+
+async fn orders(db: &DatabaseConnection) -> u64 {
+    order::Entity::find().count(db).await.expect("count")
+}
+
+async fn consumed(db: &DatabaseConnection) -> u64 {
+    Consumed::find().count(db).await.expect("count")
+}
+
+async fn consume_once_runs_the_handler_once(ctx: &TestContext) {
+    let db = &ctx.db;
+    let runs = AtomicUsize::new(0);
+    let mut outcomes = Vec::new();
+    // The same eventId delivered three times (a re-send by another relay instance).
+    for _ in 0..3 {
+        let outcome = consume_once(db, "points", "42", async |txn| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            add_points(txn, "42").await?;
+            Ok::<_, HandlerError>("added")
+        })
+        .await
+        .expect("consume");
+        outcomes.push(outcome);
+    }
+    assert_eq!(
+        outcomes,
+        vec![
+            Outcome::Processed("added"),
+            Outcome::Duplicate,
+            Outcome::Duplicate
+        ]
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(orders(db).await, 1);
+    let rows = Consumed::find().all(db).await.expect("rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].consumer_group.as_str(), rows[0].msg_id.as_str()),
+        ("points", "42")
+    );
+
+    // Another consumer group processes the same message for itself.
+    let other = consume_once(db, "sms", "42", async |_| Ok::<_, HandlerError>(()))
+        .await
+        .expect("consume");
+    assert_eq!(other, Outcome::Processed(()));
+    assert_eq!(consumed(db).await, 2);
+
+    // Inside the caller's transaction: the nested transaction is a savepoint.
+    use sea_orm::TransactionTrait;
+    let txn = db.begin().await.expect("begin");
+    let inner = consume_once(&txn, "points", "43", async |t| {
+        add_points(t, "43").await?;
+        Ok::<_, HandlerError>(())
+    })
+    .await
+    .expect("consume");
+    assert_eq!(inner, Outcome::Processed(()));
+    txn.rollback().await.expect("rollback");
+    assert_eq!(
+        (orders(db).await, consumed(db).await),
+        (1, 2),
+        "outer rollback undoes both"
+    );
+}
+
+async fn failing_handler_leaves_no_record(ctx: &TestContext) {
+    let db = &ctx.db;
+    let err = consume_once(db, "points", "7", async |txn| {
+        add_points(txn, "7").await?;
+        Err::<(), _>(HandlerError::Boom)
+    })
+    .await
+    .expect_err("handler fails");
+    assert!(matches!(err, HandlerError::Boom), "{err:?}");
+    assert_eq!(orders(db).await, 0, "handler's write rolled back");
+    assert_eq!(consumed(db).await, 0, "no t_consumed_message row");
+
+    // The redelivery is processed.
+    let runs = AtomicUsize::new(0);
+    let outcome = consume_once(db, "points", "7", async |txn| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        add_points(txn, "7").await?;
+        Ok::<_, HandlerError>(())
+    })
+    .await
+    .expect("consume");
+    assert_eq!(outcome, Outcome::Processed(()));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!((orders(db).await, consumed(db).await), (1, 1));
+}
+
+async fn concurrent_duplicates_run_the_handler_once(ctx: &TestContext) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let db = ctx.pool(2).await;
+        let runs = runs.clone();
+        tasks.push(tokio::spawn(async move {
+            consume_once(&db, "points", "99", async |txn| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                add_points(txn, "99").await?;
+                // Hold the transaction open so the others arrive meanwhile.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok::<_, HandlerError>(())
+            })
+            .await
+        }));
+    }
+    let mut processed = 0;
+    for t in tasks {
+        match t.await.expect("task").expect("consume") {
+            Outcome::Processed(()) => processed += 1,
+            Outcome::Duplicate => {}
+        }
+    }
+    assert_eq!(processed, 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!((orders(&ctx.db).await, consumed(&ctx.db).await), (1, 1));
+}
+
+async fn consume_once_rejects_bad_ids_and_missing_table(ctx: &TestContext) {
+    let db = &ctx.db;
+    let long = "x".repeat(65);
+    for (group, id) in [
+        ("", "1"),
+        ("g", " "),
+        ("g", long.as_str()),
+        (long.as_str(), "1"),
+    ] {
+        let err = consume_once(db, group, id, async |_| Ok::<_, OutboxError>(()))
+            .await
+            .expect_err("invalid");
+        assert!(matches!(err, OutboxError::InvalidArgument(_)), "{err}");
+    }
+    let max = "x".repeat(64);
+    consume_once(db, &max, &max, async |_| Ok::<_, OutboxError>(()))
+        .await
+        .expect("64 characters fit");
+    assert_eq!(consumed(db).await, 1);
+    Migrator::down(db, Some(1)).await.expect("down");
+    let err = consume_once(db, "g", "1", async |_| Ok::<_, OutboxError>(()))
+        .await
+        .expect_err("no table");
+    assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
+    assert!(err.to_string().contains("run the migration"), "{err}");
+}
