@@ -25,13 +25,15 @@
 //! # let _ = summary; Ok(()) }
 //! ```
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rocketmq_client_rust::{
-    ClientConfig, ClientError, ClientOptions, ClientRuntime, ClientRuntimeConfig,
-    DefaultLitePullConsumer, DefaultMQProducer, MQClientException, SendStatus,
+    ClientConfig, ClientError, ClientOptions, ClientResult, ClientRuntime, ClientRuntimeConfig,
+    DefaultLitePullConsumer, DefaultMQProducer, MQClientException, SendResult, SendStatus,
 };
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
@@ -345,8 +347,45 @@ async fn probe_namesrv(config: &RocketMqConfig) -> Result<(), OutboxError> {
 /// runtime in the background without flushing.
 pub struct RocketMqPublisher {
     config: RocketMqConfig,
+    producer: Box<dyn ProducerHandle>,
+}
+
+/// A boxed future that is `Send`.
+type SendFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The producer and the runtime it runs on, behind a trait object: the client's types are so
+/// deeply nested that proving `Send`/`Sync` for a struct holding them overflows the compiler's
+/// recursion limit in every crate that spawns a task with the publisher; the `dyn` stops that.
+trait ProducerHandle: Send + Sync {
+    fn send(
+        &self,
+        message: Message,
+        timeout_ms: u64,
+    ) -> SendFuture<'_, ClientResult<Option<SendResult>>>;
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()>;
+}
+
+struct OwnedProducer {
     producer: DefaultMQProducer,
     host: ClientHost,
+}
+
+impl ProducerHandle for OwnedProducer {
+    fn send(
+        &self,
+        message: Message,
+        timeout_ms: u64,
+    ) -> SendFuture<'_, ClientResult<Option<SendResult>>> {
+        Box::pin(self.producer.send_with_timeout(message, timeout_ms))
+    }
+
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
+        Box::pin(async move {
+            let OwnedProducer { mut producer, host } = *self;
+            Box::pin(producer.shutdown()).await;
+            Box::pin(host.shutdown()).await;
+        })
+    }
 }
 
 impl std::fmt::Debug for RocketMqPublisher {
@@ -390,8 +429,7 @@ impl RocketMqPublisher {
             "RocketMQ publisher started");
         Ok(RocketMqPublisher {
             config,
-            producer,
-            host,
+            producer: Box::new(OwnedProducer { producer, host }),
         })
     }
 
@@ -412,11 +450,7 @@ impl RocketMqPublisher {
 
     /// Stops the producer, then the client runtime, then the runtime owner, in that order.
     pub async fn shutdown(self) {
-        let RocketMqPublisher {
-            mut producer, host, ..
-        } = self;
-        Box::pin(producer.shutdown()).await;
-        Box::pin(host.shutdown()).await;
+        self.producer.shutdown().await;
         tracing::info!("RocketMQ publisher stopped");
     }
 }
@@ -426,7 +460,7 @@ impl Publisher for RocketMqPublisher {
     async fn publish(&self, event: &OutboxMessage) -> Result<(), PublishError> {
         let message = self.to_message(event)?;
         let timeout = u64::from(self.config.send_timeout_ms());
-        match Box::pin(self.producer.send_with_timeout(message, timeout)).await {
+        match self.producer.send(message, timeout).await {
             Ok(Some(result)) if result.send_status == SendStatus::SendOk => {
                 tracing::debug!(msg_id = ?result.msg_id.as_ref().map(|m| m.as_str()), "RocketMQ send ok");
                 Ok(())
@@ -608,9 +642,39 @@ impl ReceivedMessage {
 /// A small consumer for tests and demos: a lite pull consumer on one topic (all tags) in its own
 /// consumer group, reading each queue from its first offset, with its own client runtime.
 pub struct RocketMqConsumer {
+    consumer: Box<dyn ConsumerHandle>,
+    topic: String,
+}
+
+/// The consumer and its runtime behind a trait object (see [`ProducerHandle`]).
+trait ConsumerHandle: Send + Sync {
+    fn poll(&self, timeout_ms: u64) -> SendFuture<'_, Vec<ReceivedMessage>>;
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()>;
+}
+
+struct OwnedConsumer {
     consumer: DefaultLitePullConsumer,
     host: ClientHost,
-    topic: String,
+}
+
+impl ConsumerHandle for OwnedConsumer {
+    fn poll(&self, timeout_ms: u64) -> SendFuture<'_, Vec<ReceivedMessage>> {
+        Box::pin(async move {
+            Box::pin(self.consumer.poll_with_timeout(timeout_ms))
+                .await
+                .iter()
+                .map(ReceivedMessage::from_ext)
+                .collect()
+        })
+    }
+
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
+        Box::pin(async move {
+            let OwnedConsumer { consumer, host } = *self;
+            Box::pin(consumer.shutdown()).await;
+            Box::pin(host.shutdown()).await;
+        })
+    }
 }
 
 impl std::fmt::Debug for RocketMqConsumer {
@@ -671,8 +735,7 @@ impl RocketMqConsumer {
         .await;
         match started {
             Ok(consumer) => Ok(RocketMqConsumer {
-                consumer,
-                host,
+                consumer: Box::new(OwnedConsumer { consumer, host }),
                 topic: topic.to_owned(),
             }),
             Err(e) => {
@@ -687,11 +750,7 @@ impl RocketMqConsumer {
     /// The messages that arrived within `timeout` (possibly none).
     pub async fn poll(&self, timeout: Duration) -> Vec<ReceivedMessage> {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        Box::pin(self.consumer.poll_with_timeout(ms))
-            .await
-            .iter()
-            .map(ReceivedMessage::from_ext)
-            .collect()
+        self.consumer.poll(ms).await
     }
 
     /// Polls until `done` says the messages so far are enough or `deadline` passes; returns
@@ -710,8 +769,7 @@ impl RocketMqConsumer {
 
     /// Stops the consumer, then its client runtime and runtime owner.
     pub async fn shutdown(self) {
-        Box::pin(self.consumer.shutdown()).await;
-        Box::pin(self.host.shutdown()).await;
+        self.consumer.shutdown().await;
     }
 }
 
