@@ -9,8 +9,16 @@
 //! ```
 //! Without `DATABASE_URL` it uses an embedded SQLite file in the temp directory. On a shared
 //! database it only creates what is missing and counts only its own run's events.
+//!
+//! With `ROCKETMQ_NAMESRV_ADDR` set (see docs/ROCKETMQ.md; `ROCKETMQ_PRODUCER_GROUP` and
+//! `OUTBOX_TOPIC` optional) the events go to RocketMQ instead of an in-memory publisher, and a
+//! consumer in a fresh group reads them back: the summary line then ends with
+//! `received=N received_duplicates=D` (this run's events only).
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use clap::Parser;
 use sea_orm::{
@@ -20,8 +28,25 @@ use sea_orm::{
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
     transactional_publish, wait_until, CancellationToken, EventStatus, InMemoryPublisher, Migrator,
-    MigratorTrait, NewEvent, Publisher, RetryPolicy, Worker, WorkerConfig,
+    MigratorTrait, NewEvent, OutboxMessage, PublishError, Publisher, RetryPolicy, RocketMqConfig,
+    RocketMqConsumer, RocketMqPublisher, Worker, WorkerConfig,
 };
+
+/// Sends through RocketMQ when configured, and records every message that was accepted.
+struct Recording {
+    rocketmq: Option<Arc<RocketMqPublisher>>,
+    log: InMemoryPublisher,
+}
+
+#[async_trait]
+impl Publisher for Recording {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        if let Some(rocketmq) = &self.rocketmq {
+            rocketmq.publish(m).await?;
+        }
+        self.log.publish(m).await
+    }
+}
 
 /// The demo's own business table.
 mod order {
@@ -103,8 +128,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
 
+    // RocketMQ when ROCKETMQ_NAMESRV_ADDR is set: a consumer in a fresh group (it creates the
+    // topic when missing) and one publisher shared by every worker.
+    let rocketmq = match std::env::var("ROCKETMQ_NAMESRV_ADDR") {
+        Ok(addr) if !addr.trim().is_empty() => {
+            let config = RocketMqConfig::from_env()?;
+            let group = format!(
+                "order_demo_{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            );
+            let consumer =
+                RocketMqConsumer::start(&config.namesrv_addr, &group, &config.topic).await?;
+            let publisher = Arc::new(RocketMqPublisher::start(config).await?);
+            Some((publisher, consumer))
+        }
+        _ => None,
+    };
+
     // The relay instances start first, as they would in a running service.
-    let publisher = Arc::new(InMemoryPublisher::new());
+    let publisher = Arc::new(Recording {
+        rocketmq: rocketmq.as_ref().map(|(p, _)| p.clone()),
+        log: InMemoryPublisher::new(),
+    });
     let cancel = CancellationToken::new();
     let mut workers = Vec::new();
     for w in 0..args.workers {
@@ -174,13 +219,51 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let events = mine().count(&db).await?;
     let prefix = format!("ORD-{run}-");
     let sent: Vec<_> = publisher
+        .log
         .messages()
         .into_iter()
         .filter(|m| m.biz_no.starts_with(&prefix))
         .collect();
-    let distinct: std::collections::HashSet<i64> = sent.iter().map(|m| m.event_id).collect();
+    let distinct: HashSet<i64> = sent.iter().map(|m| m.event_id).collect();
+    drop(publisher);
+
+    // Read this run's events back from the broker (keys carry the order number).
+    let mut received_line = String::new();
+    if let Some((rocketmq, consumer)) = rocketmq {
+        let mine = |m: &sea_orm_outbox::ReceivedMessage| {
+            m.keys.as_deref().is_some_and(|k| k.starts_with(&prefix))
+        };
+        let wanted = |got: &[sea_orm_outbox::ReceivedMessage]| {
+            let ids: HashSet<i64> = got
+                .iter()
+                .filter(|m| mine(m))
+                .filter_map(|m| m.event_id)
+                .collect();
+            distinct.is_subset(&ids)
+        };
+        let mut got = consumer
+            .collect_until(Duration::from_secs(args.timeout_s), wanted)
+            .await;
+        // A little longer, to see duplicates that arrive late.
+        got.extend(
+            consumer
+                .collect_until(Duration::from_secs(2), |_| false)
+                .await,
+        );
+        let got: Vec<_> = got.into_iter().filter(|m| mine(m)).collect();
+        let ids: HashSet<i64> = got.iter().filter_map(|m| m.event_id).collect();
+        received_line = format!(
+            " received={} received_duplicates={}",
+            ids.len(),
+            got.len() - ids.len()
+        );
+        consumer.shutdown().await;
+        if let Ok(rocketmq) = Arc::try_unwrap(rocketmq) {
+            rocketmq.shutdown().await;
+        }
+    }
     println!(
-        "summary: orders={orders} events={events} published={} duplicates={} fail={} wait={} sending={}",
+        "summary: orders={orders} events={events} published={} duplicates={} fail={} wait={} sending={}{received_line}",
         distinct.len(),
         sent.len() - distinct.len(),
         count(EventStatus::Fail).await?,

@@ -62,6 +62,10 @@ pub enum OutboxError {
     /// Any other database error.
     #[error("database error: {0}")]
     Db(DbErr),
+    /// The message broker could not be reached or its client could not be set up (for example
+    /// no RocketMQ name server answers at the configured address).
+    #[error("broker error: {0}")]
+    Broker(String),
 }
 
 impl From<DbErr> for OutboxError {

@@ -13,6 +13,8 @@
 //! table, statements, defaults (poll 5 s, batch 20, 3 retries with n² × 5 s back-off, lease
 //! 10 min, reclaim every 60 s, send timeout 3 s) are that design's.
 #![deny(missing_docs)]
+// The rocketmq-rust client's futures are deep; its own examples raise the limit the same way.
+#![recursion_limit = "512"]
 #![warn(clippy::unwrap_used)]
 
 pub mod config;
@@ -42,6 +44,8 @@ pub use instance::instance_id;
 pub use migration::{self, Migrator, MigratorTrait};
 pub use ops::{DeadLetterOutcome, OutboxStats};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
+#[cfg(feature = "rocketmq")]
+pub use publisher::{ReceivedMessage, RocketMqConfig, RocketMqConsumer, RocketMqPublisher};
 pub use redact::{redact_secrets, redact_url};
 pub use relay::{wait_until, Worker, WorkerSummary};
 pub use retry::{RetryDecision, RetryPolicy};

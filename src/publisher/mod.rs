@@ -2,11 +2,15 @@
 //! crate.
 mod logging;
 mod memory;
+#[cfg(feature = "rocketmq")]
+pub mod rocketmq;
 
 use async_trait::async_trait;
 
 pub use logging::LoggingPublisher;
 pub use memory::InMemoryPublisher;
+#[cfg(feature = "rocketmq")]
+pub use rocketmq::{ReceivedMessage, RocketMqConfig, RocketMqConsumer, RocketMqPublisher};
 
 use crate::error::PublishError;
 

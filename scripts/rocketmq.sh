@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# A throw-away local RocketMQ (rocketmq-rust 1.0.0): one name server and one broker, bound to
+# 127.0.0.1 only, with a small store (~75 MB on disk instead of ~1.5 GB).
+#
+#   scripts/rocketmq.sh start         install the servers when missing, start both, wait until ready
+#   scripts/rocketmq.sh stop          stop both (SIGTERM, then SIGKILL after a grace period)
+#   scripts/rocketmq.sh status        exit 0 only when the name server and the broker both answer
+#   scripts/rocketmq.sh stop-broker   stop only the broker (outage drills); `start` brings it back
+#   scripts/rocketmq.sh kill-broker   SIGKILL only the broker (a crash); `start` brings it back
+#
+# Everything is idempotent: `start` when running does nothing, `stop` when stopped does nothing.
+# Environment (defaults in brackets); a second, independent instance only needs other values:
+#   ROCKETMQ_STATE_DIR     [/tmp/outbox-rocketmq]   configs, stores, pid files, logs
+#   ROCKETMQ_NAMESRV_PORT  [9876]
+#   ROCKETMQ_BROKER_PORT   [10911]  (the broker also listens on BROKER_PORT-2, the "fast" port)
+#   ROCKETMQ_HA_PORT       [BROKER_PORT+1]
+#   ROCKETMQ_HEALTH_PORT   [10990]  broker's /readyz and /livez
+#   ROCKETMQ_BROKER_NAME   [outbox-broker-a]
+#   ROCKETMQ_MAX_MESSAGE_SIZE [4194304] broker's maxMessageSize in bytes
+#   ROCKETMQ_START_TIMEOUT [60] seconds to wait for readiness
+# The clients then use ROCKETMQ_NAMESRV_ADDR=127.0.0.1:$ROCKETMQ_NAMESRV_PORT.
+set -euo pipefail
+
+STATE_DIR=${ROCKETMQ_STATE_DIR:-/tmp/outbox-rocketmq}
+NAMESRV_PORT=${ROCKETMQ_NAMESRV_PORT:-9876}
+BROKER_PORT=${ROCKETMQ_BROKER_PORT:-10911}
+HA_PORT=${ROCKETMQ_HA_PORT:-$((BROKER_PORT + 1))}
+HEALTH_PORT=${ROCKETMQ_HEALTH_PORT:-10990}
+BROKER_NAME=${ROCKETMQ_BROKER_NAME:-outbox-broker-a}
+MAX_MESSAGE_SIZE=${ROCKETMQ_MAX_MESSAGE_SIZE:-4194304}
+START_TIMEOUT=${ROCKETMQ_START_TIMEOUT:-60}
+VERSION=1.0.0
+
+NAMESRV_BIN=rocketmq-namesrv-rust
+BROKER_BIN=rocketmq-broker-rust
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf 'rocketmq.sh: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# ---- installation ---------------------------------------------------------------------------
+install_if_missing() {
+    local bin=$1 crate=$2
+    if command -v "$bin" >/dev/null 2>&1; then
+        return 0
+    fi
+    log "$bin not found: cargo install --locked $crate@$VERSION (takes several minutes)"
+    cargo install --locked "$crate@$VERSION" || die "cargo install $crate@$VERSION failed"
+    command -v "$bin" >/dev/null 2>&1 || die "$bin still not on PATH after the install"
+}
+
+# ---- probes ---------------------------------------------------------------------------------
+port_open() { # port
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+http_get() { # port path -> body on stdout
+    if command -v curl >/dev/null 2>&1; then
+        curl -s --max-time 2 "http://127.0.0.1:$1$2" || true
+    else
+        # Plain HTTP/1.0 over bash's /dev/tcp; the body is the part after the empty line.
+        (
+            exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 0
+            printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
+            timeout 2 cat <&3 | sed '1,/^\r\{0,1\}$/d'
+        ) 2>/dev/null || true
+    fi
+}
+
+namesrv_up() { port_open "$NAMESRV_PORT"; }
+broker_ready() { http_get "$HEALTH_PORT" /readyz | grep -q '"status":"ready"'; }
+
+pid_alive() { # pidfile -> 0 when the pid in it is a live rocketmq process
+    local f=$1 pid
+    [[ -f $f ]] || return 1
+    pid=$(cat "$f" 2>/dev/null) || return 1
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q rocketmq
+}
+
+wait_for() { # description, command...
+    local what=$1; shift
+    local deadline=$((SECONDS + START_TIMEOUT))
+    until "$@"; do
+        if ((SECONDS >= deadline)); then
+            return 1
+        fi
+        sleep 0.2
+    done
+    log "$what is ready"
+}
+
+# ---- configuration --------------------------------------------------------------------------
+write_configs() {
+    mkdir -p "$STATE_DIR/namesrv" "$STATE_DIR/broker/store" "$STATE_DIR/logs"
+    cat >"$STATE_DIR/namesrv.toml" <<EOF
+# Written by scripts/rocketmq.sh
+rocketmqHome = "$STATE_DIR"
+kvConfigPath = "$STATE_DIR/namesrv/kvConfig.json"
+configStorePath = "$STATE_DIR/namesrv/namesrv.properties"
+EOF
+    cat >"$STATE_DIR/broker.toml" <<EOF
+# Written by scripts/rocketmq.sh
+[broker]
+namesrvAddr = "127.0.0.1:$NAMESRV_PORT"
+brokerIp1 = "127.0.0.1"
+listenPort = $BROKER_PORT
+storePathRootDir = "$STATE_DIR/broker"
+
+[broker.brokerServerConfig]
+bindAddress = "127.0.0.1"
+
+[broker.brokerIdentity]
+brokerName = "$BROKER_NAME"
+brokerClusterName = "OutboxCluster"
+brokerId = 0
+
+[store]
+storeType = "LocalFile"
+brokerRole = "ASYNC_MASTER"
+storePathRootDir = "$STATE_DIR/broker/store"
+haListenAddress = "127.0.0.1"
+haListenPort = $HA_PORT
+# Small store: 64 MiB commitlog files and a small index (~75 MB on disk instead of ~1.5 GB).
+mappedFileSizeCommitLog = 67108864
+maxHashSlotNum = 50000
+maxIndexNum = 200000
+maxMessageSize = $MAX_MESSAGE_SIZE
+EOF
+}
+
+# ---- start / stop ---------------------------------------------------------------------------
+start_namesrv() {
+    if namesrv_up; then
+        return 0
+    fi
+    log "starting name server on 127.0.0.1:$NAMESRV_PORT"
+    ROCKETMQ_HOME="$STATE_DIR" setsid nohup "$NAMESRV_BIN" -c "$STATE_DIR/namesrv.toml" \
+        --bindAddress 127.0.0.1 --listenPort "$NAMESRV_PORT" --rocketmqHome "$STATE_DIR" \
+        >>"$STATE_DIR/logs/namesrv.log" 2>&1 </dev/null &
+    echo $! >"$STATE_DIR/namesrv.pid"
+    wait_for "name server (127.0.0.1:$NAMESRV_PORT)" namesrv_up || {
+        tail -n 30 "$STATE_DIR/logs/namesrv.log" >&2 || true
+        die "name server did not accept connections within ${START_TIMEOUT}s (log: $STATE_DIR/logs/namesrv.log)"
+    }
+}
+
+start_broker() {
+    if broker_ready; then
+        return 0
+    fi
+    if pid_alive "$STATE_DIR/broker.pid"; then
+        log "broker process $(cat "$STATE_DIR/broker.pid") exists but is not ready; waiting"
+    else
+        log "starting broker on 127.0.0.1:$BROKER_PORT (health 127.0.0.1:$HEALTH_PORT)"
+        ROCKETMQ_HOME="$STATE_DIR" \
+            ROCKETMQ_SECURITY_PROFILE=development-insecure-loopback \
+            ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$HEALTH_PORT" \
+            ROCKETMQ_SHUTDOWN_TIMEOUT_SECONDS="${ROCKETMQ_SHUTDOWN_TIMEOUT_SECONDS:-10}" \
+            NAMESRV_ADDR="127.0.0.1:$NAMESRV_PORT" \
+            setsid nohup "$BROKER_BIN" -c "$STATE_DIR/broker.toml" -n "127.0.0.1:$NAMESRV_PORT" \
+            >>"$STATE_DIR/logs/broker.log" 2>&1 </dev/null &
+        echo $! >"$STATE_DIR/broker.pid"
+    fi
+    wait_for "broker (127.0.0.1:$BROKER_PORT)" broker_ready || {
+        tail -n 30 "$STATE_DIR/logs/broker.log" >&2 || true
+        die "broker not ready within ${START_TIMEOUT}s (log: $STATE_DIR/logs/broker.log)"
+    }
+}
+
+stop_one() { # name pidfile signal
+    local name=$1 f=$2 sig=${3:-TERM} pid
+    if ! pid_alive "$f"; then
+        rm -f "$f"
+        return 0
+    fi
+    pid=$(cat "$f")
+    log "stopping $name (pid $pid, SIG$sig)"
+    kill -"$sig" "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + 20))
+    while kill -0 "$pid" 2>/dev/null; do
+        if ((SECONDS >= deadline)); then
+            log "$name did not exit within 20s; SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            deadline=$((SECONDS + 5))
+        fi
+        sleep 0.1
+    done
+    rm -f "$f"
+}
+
+wait_port_closed() { # port
+    local deadline=$((SECONDS + 10))
+    while port_open "$1" && ((SECONDS < deadline)); do sleep 0.1; done
+}
+
+cmd_start() {
+    if namesrv_up && broker_ready; then
+        log "already running (name server 127.0.0.1:$NAMESRV_PORT, broker 127.0.0.1:$BROKER_PORT)"
+        return 0
+    fi
+    install_if_missing "$NAMESRV_BIN" rocketmq-namesrv
+    install_if_missing "$BROKER_BIN" rocketmq-broker
+    write_configs
+    start_namesrv
+    start_broker
+    log "running: ROCKETMQ_NAMESRV_ADDR=127.0.0.1:$NAMESRV_PORT (state and logs in $STATE_DIR)"
+}
+
+cmd_stop() {
+    stop_one broker "$STATE_DIR/broker.pid" TERM
+    stop_one "name server" "$STATE_DIR/namesrv.pid" TERM
+    wait_port_closed "$BROKER_PORT"
+    wait_port_closed "$NAMESRV_PORT"
+    log "stopped"
+}
+
+cmd_status() {
+    local ok=0
+    if namesrv_up; then
+        echo "name server: up (127.0.0.1:$NAMESRV_PORT)"
+    else
+        echo "name server: down (127.0.0.1:$NAMESRV_PORT)"
+        ok=1
+    fi
+    if broker_ready; then
+        echo "broker: ready (127.0.0.1:$BROKER_PORT, health 127.0.0.1:$HEALTH_PORT)"
+    else
+        echo "broker: not ready (127.0.0.1:$BROKER_PORT, health 127.0.0.1:$HEALTH_PORT)"
+        ok=1
+    fi
+    return $ok
+}
+
+case "${1:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    stop-broker) stop_one broker "$STATE_DIR/broker.pid" TERM; wait_port_closed "$BROKER_PORT" ;;
+    kill-broker) stop_one broker "$STATE_DIR/broker.pid" KILL; wait_port_closed "$BROKER_PORT" ;;
+    *)
+        echo "usage: $0 start|stop|status|stop-broker|kill-broker" >&2
+        exit 2
+        ;;
+esac

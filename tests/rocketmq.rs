@@ -1,0 +1,387 @@
+//! The RocketMQ publisher against a REAL broker (see `tests/rmq_support`): end to end, three
+//! workers over 1,000 events, and a message too large for the broker. Runs on Postgres and
+//! MariaDB; each test has its own topic and consumer group, so the tests may run in parallel
+//! against one broker. The broker-outage test lives in `tests/rocketmq_outage.rs` with a broker
+//! of its own.
+mod common;
+mod rmq_support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{order, Backend, TestContext};
+use rmq_support::{
+    broker_available, count, namesrv_addr, publisher, receive_all, unique, worker_config,
+};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, NotSet, QueryFilter,
+    Statement, TransactionTrait,
+};
+use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm_outbox::store::{self, dialect};
+use sea_orm_outbox::{
+    transactional_publish, wait_until, CancellationToken, EventStatus, NewEvent, OutboxError,
+    OutboxExt, Publisher, RetryPolicy, RocketMqConfig, RocketMqConsumer, RocketMqPublisher, Worker,
+    DEFAULT_MAX_PAYLOAD_BYTES,
+};
+
+pub async fn run_on<F>(backend: Backend, name: &str, f: F)
+where
+    F: for<'a> AsyncFn(&'a TestContext, &'a str),
+{
+    if !backend.enabled() {
+        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let addr = namesrv_addr();
+    if !broker_available(&addr, name).await {
+        return;
+    }
+    let ctx = TestContext::new(backend, name).await;
+    f(&ctx, &addr).await;
+    ctx.cleanup().await;
+}
+
+/// One `#[tokio::test]` per backend (Postgres, MariaDB) for each `async fn name(ctx, addr)`.
+macro_rules! rocketmq_tests {
+    ($($name:ident),* $(,)?) => {
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::run_on(super::Backend::Postgres, concat!("rmq_", stringify!($name)), super::$name).await } )* }
+        mod mariadb { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::run_on(super::Backend::MySql, concat!("rmq_", stringify!($name)), super::$name).await } )* }
+    };
+}
+
+rocketmq_tests!(
+    order_reaches_a_real_consumer_exactly_once,
+    three_workers_deliver_1000_events_once_each,
+    oversized_message_fails_at_once_and_blocks_nothing,
+);
+
+fn retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 10,
+        backoff_base: Duration::from_millis(200),
+        max_backoff: Duration::from_secs(2),
+    }
+}
+
+/// Runs `n` workers over `ctx` with `publisher` until `cancel` fires.
+async fn spawn_workers(
+    ctx: &TestContext,
+    publisher: &Arc<RocketMqPublisher>,
+    n: usize,
+    cancel: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<sea_orm_outbox::WorkerSummary>> {
+    let mut handles = Vec::new();
+    for w in 0..n {
+        let worker = Worker::new(
+            ctx.pool(3).await,
+            publisher.clone() as Arc<dyn Publisher>,
+            worker_config(&format!("rmq-w{w}"), retry()),
+        )
+        .expect("worker");
+        let cancel = cancel.clone();
+        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
+    }
+    handles
+}
+
+async fn order_reaches_a_real_consumer_exactly_once(ctx: &TestContext, addr: &str) {
+    let topic = unique("OUTBOX_E2E");
+    let consumer = rmq_support::consumer(addr, &topic).await;
+    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+
+    let am = order::ActiveModel {
+        id: NotSet,
+        order_no: Set("ORD-E2E-1".into()),
+        amount: Set(4200),
+    };
+    let (saved, event_id) = transactional_publish(&ctx.db, am, |o: &order::Model| {
+        Ok(NewEvent::json(
+            &o.order_no,
+            "ORDER_CREATED",
+            &serde_json::json!({"orderId": o.id, "amount": o.amount}),
+        )?)
+    })
+    .await
+    .expect("transactional_publish");
+    let payload = format!(r#"{{"amount":4200,"orderId":{}}}"#, saved.id);
+
+    let cancel = CancellationToken::new();
+    let handles = spawn_workers(ctx, &publisher, 1, &cancel).await;
+    let delivered = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async { count(&ctx.db, EventStatus::Success).await == 1 },
+    )
+    .await;
+    let received = receive_all(
+        &consumer,
+        &HashSet::from([event_id]),
+        Duration::from_secs(90),
+        Duration::from_secs(3),
+    )
+    .await;
+    cancel.cancel();
+    for h in handles {
+        let s = h.await.expect("worker task");
+        assert_eq!(
+            (s.published, s.retried, s.dead_lettered, s.errors),
+            (1, 0, 0, 0),
+            "{s:?}"
+        );
+    }
+    consumer.shutdown().await;
+    rmq_support::shutdown_publisher(publisher).await;
+
+    assert!(delivered, "row not SUCCESS");
+    let row = store::find_event(&ctx.db, event_id)
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        (row.status, row.retry_count, row.last_error),
+        (EventStatus::Success, 0, None)
+    );
+    assert_eq!(
+        received.all.len(),
+        1,
+        "exactly one message: {:?}",
+        received.all
+    );
+    let m = &received.all[0];
+    assert_eq!(m.event_id, Some(event_id));
+    assert_eq!(m.body, payload);
+    assert_eq!(m.keys.as_deref(), Some("ORD-E2E-1"));
+    assert_eq!(m.tag.as_deref(), Some("ORDER_CREATED"));
+    assert_eq!(m.property("eventId"), Some(event_id.to_string().as_str()));
+    assert_eq!(m.property("eventType"), Some("ORDER_CREATED"));
+    assert_eq!(m.property("bizNo"), Some("ORD-E2E-1"));
+}
+
+async fn three_workers_deliver_1000_events_once_each(ctx: &TestContext, addr: &str) {
+    const N: usize = 1000;
+    let topic = unique("OUTBOX_RACE");
+    let consumer = rmq_support::consumer(addr, &topic).await;
+    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+
+    let txn = ctx.db.begin().await.expect("begin");
+    let mut ids = HashSet::new();
+    for i in 0..N {
+        let id = txn
+            .with_event(NewEvent::raw(
+                format!("ORD-{i}"),
+                "ORDER_CREATED",
+                format!(r#"{{"n":{i}}}"#),
+            ))
+            .await
+            .expect("insert");
+        ids.insert(id);
+    }
+    txn.commit().await.expect("commit");
+
+    let started = std::time::Instant::now();
+    let cancel = CancellationToken::new();
+    let handles = spawn_workers(ctx, &publisher, 3, &cancel).await;
+    let drained = wait_until(
+        Duration::from_secs(240),
+        Duration::from_millis(100),
+        || async { count(&ctx.db, EventStatus::Success).await == N as u64 },
+    )
+    .await;
+    let drain_time = started.elapsed();
+    let received = receive_all(
+        &consumer,
+        &ids,
+        Duration::from_secs(120),
+        Duration::from_secs(3),
+    )
+    .await;
+    cancel.cancel();
+    let mut published = 0;
+    for h in handles {
+        let s = h.await.expect("worker task");
+        assert_eq!((s.dead_lettered, s.errors, s.late_acks), (0, 0, 0), "{s:?}");
+        published += s.published;
+    }
+    consumer.shutdown().await;
+    rmq_support::shutdown_publisher(publisher).await;
+
+    assert!(
+        drained,
+        "outbox not drained: {} SUCCESS",
+        count(&ctx.db, EventStatus::Success).await
+    );
+    assert_eq!(published, N as u64);
+    let got = received.distinct();
+    let missing: Vec<_> = ids.difference(&got).take(10).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {N} never arrived, e.g. {missing:?}",
+        ids.difference(&got).count()
+    );
+    assert_eq!(
+        received.duplicates(),
+        0,
+        "a fault-free run delivers each event once"
+    );
+    assert_eq!(received.all.len(), N);
+    eprintln!(
+        "{:?}: {N} events through RocketMQ by 3 workers in {:.1} s",
+        ctx.backend,
+        drain_time.as_secs_f64()
+    );
+}
+
+async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, addr: &str) {
+    let topic = unique("OUTBOX_BIG");
+    let consumer = rmq_support::consumer(addr, &topic).await;
+    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+    let db = &ctx.db;
+
+    // One byte over the broker's (and client's) 4 MiB limit; written by raw SQL, because
+    // `with_event` refuses it.
+    let big = format!(
+        r#"{{"blob":"{}"}}"#,
+        "x".repeat(DEFAULT_MAX_PAYLOAD_BYTES - 11 + 1)
+    );
+    assert_eq!(big.len(), DEFAULT_MAX_PAYLOAD_BYTES + 1);
+    let refused = db
+        .with_event(NewEvent::raw("BIG-1", "ORDER_CREATED", big.clone()))
+        .await;
+    assert!(
+        matches!(refused, Err(OutboxError::InvalidEvent(_))),
+        "write-time validation refuses it"
+    );
+    let backend = ctx.db_backend();
+    let now = dialect::now_sql(backend, None);
+    let placeholder = if backend == DbBackend::Postgres {
+        "$1"
+    } else {
+        "?"
+    };
+    db.execute_raw(Statement::from_sql_and_values(
+        backend,
+        format!(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) \
+             VALUES ('BIG-1', 'ORDER_CREATED', {placeholder}, 'WAIT', 0, {now}, {now}, {now})"
+        ),
+        [big.into()],
+    ))
+    .await
+    .expect("raw insert");
+    let big_id = Events::find()
+        .filter(Column::BizNo.eq("BIG-1"))
+        .one(db)
+        .await
+        .expect("read")
+        .expect("raw row")
+        .id;
+    let mut small = HashSet::new();
+    for i in 0..5 {
+        small.insert(
+            db.with_event(NewEvent::raw(format!("SMALL-{i}"), "ORDER_CREATED", "{}"))
+                .await
+                .expect("insert"),
+        );
+    }
+
+    let cancel = CancellationToken::new();
+    let handles = spawn_workers(ctx, &publisher, 1, &cancel).await;
+    let settled = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async {
+            count(db, EventStatus::Success).await == 5 && count(db, EventStatus::Fail).await == 1
+        },
+    )
+    .await;
+    let received = receive_all(
+        &consumer,
+        &small,
+        Duration::from_secs(90),
+        Duration::from_secs(2),
+    )
+    .await;
+    cancel.cancel();
+    for h in handles {
+        let s = h.await.expect("worker task");
+        assert_eq!(
+            (s.published, s.dead_lettered, s.retried),
+            (5, 1, 0),
+            "{s:?}"
+        );
+    }
+    consumer.shutdown().await;
+    rmq_support::shutdown_publisher(publisher).await;
+
+    assert!(settled, "expected 5 SUCCESS and 1 FAIL");
+    let row = store::find_event(db, big_id)
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(
+        (row.status, row.retry_count),
+        (EventStatus::Fail, 1),
+        "FAIL after one attempt"
+    );
+    let reason = row.last_error.unwrap_or_default();
+    assert!(
+        reason.contains("max value") || reason.contains("exceeds"),
+        "reason names the size: {reason}"
+    );
+    eprintln!("{:?}: oversized event FAIL with: {reason}", ctx.backend);
+    assert_eq!(received.distinct(), small, "the other events are delivered");
+    assert_eq!(received.duplicates(), 0);
+}
+
+/// Starting with no name server is a clear error, quickly.
+#[tokio::test]
+async fn start_without_name_server_is_a_clear_error() {
+    // Nothing listens on port 1 of the loopback address.
+    let started = std::time::Instant::now();
+    let err = RocketMqPublisher::start(RocketMqConfig::new("127.0.0.1:1"))
+        .await
+        .expect_err("no name server");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(matches!(err, OutboxError::Broker(_)), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("no RocketMQ name server reachable") && text.contains("127.0.0.1:1"),
+        "{text}"
+    );
+    let err = RocketMqConsumer::start("127.0.0.1:1", "g", "T")
+        .await
+        .expect_err("no name server");
+    assert!(matches!(err, OutboxError::Broker(_)), "{err}");
+    // Invalid configurations never reach the network.
+    for bad in [
+        RocketMqConfig::new(""),
+        RocketMqConfig::new("localhost"),
+        RocketMqConfig::new("127.0.0.1:9876").topic("bad topic"),
+        RocketMqConfig::new("127.0.0.1:9876").producer_group(""),
+        RocketMqConfig::new("127.0.0.1:9876").send_timeout(Duration::ZERO),
+    ] {
+        let err = RocketMqPublisher::start(bad).await.expect_err("invalid");
+        assert!(matches!(err, OutboxError::InvalidConfig(_)), "{err}");
+    }
+    // The send timeout must fit the worker's lease and send timeout.
+    let worker = sea_orm_outbox::WorkerConfig::default();
+    assert!(RocketMqConfig::default().validate_for(&worker).is_ok());
+    let slow = RocketMqConfig::default().send_timeout(Duration::from_secs(4));
+    assert!(
+        slow.validate_for(&worker).is_err(),
+        "above the worker's 3 s send timeout"
+    );
+    let short_lease = worker.clone().lease(Duration::from_secs(6));
+    assert!(
+        RocketMqConfig::default()
+            .validate_for(&short_lease)
+            .is_err(),
+        "3 s is over a third of 6 s"
+    );
+}
