@@ -1218,6 +1218,17 @@ async fn run(bench: &BenchDb, args: &Args) -> Result<(), BoxError> {
                 r.cpu
             ),
         );
+        if let Some(p) = &r.claim_plan {
+            figs.add(
+                "batch_claim_ms",
+                f3(p.median_ms),
+                format!(
+                    "library claim statement over the full backlog (rolled back), median of 20: {}, {} buffers",
+                    p.plan,
+                    p.buffers.unwrap_or(0)
+                ),
+            );
+        }
         figs.add(
             "duplicates_batch",
             r.duplicates,
