@@ -14,6 +14,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
 /// Default send timeout: 3 s, far below the lease.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default interval between refreshes of the backlog gauges: 15 s.
+pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
 /// out is over long before another instance may reclaim the event.
 pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
@@ -71,6 +73,13 @@ pub struct WorkerConfig {
     /// (default true). With renewal a send may outlive the lease without being reclaimed, so the
     /// send timeout is no longer bounded by the lease.
     pub lease_renewal: bool,
+    /// On Postgres, also wait on `LISTEN sea_orm_outbox` between rounds, so an event committed
+    /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
+    /// delay (default true; the listener holds one pool connection). MySQL and SQLite poll.
+    pub wake_on_commit: bool,
+    /// How often the worker refreshes the backlog gauges (`outbox_backlog{status}`,
+    /// `outbox_oldest_wait_age_seconds`); default 15 s, `None` turns it off.
+    pub gauge_interval: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -88,6 +97,8 @@ impl Default for WorkerConfig {
             send_concurrency: 1,
             drain: true,
             lease_renewal: true,
+            wake_on_commit: true,
+            gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
         }
     }
 }
@@ -146,6 +157,16 @@ impl WorkerConfig {
     /// Turns lease renewal on or off.
     pub fn lease_renewal(mut self, on: bool) -> Self {
         self.lease_renewal = on;
+        self
+    }
+    /// Sets (or with `None` turns off) the backlog gauge refresh interval.
+    pub fn gauge_interval(mut self, every: Option<Duration>) -> Self {
+        self.gauge_interval = every;
+        self
+    }
+    /// Turns wake-on-commit (Postgres `LISTEN`) on or off.
+    pub fn wake_on_commit(mut self, on: bool) -> Self {
+        self.wake_on_commit = on;
         self
     }
     /// Sets the service name used in a generated instance id.

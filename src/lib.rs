@@ -28,6 +28,7 @@ pub mod redact;
 pub mod relay;
 pub mod retry;
 pub mod store;
+mod wake;
 
 pub use config::{ClaimStrategy, WorkerConfig};
 pub use consumer::{consume_once, Consumed};

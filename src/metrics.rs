@@ -59,3 +59,11 @@ pub(crate) fn send_duration(seconds: f64) {
 pub(crate) fn sending_dwell(seconds: f64) {
     metrics::histogram!(SENDING_DWELL).record(seconds);
 }
+
+/// Sets the backlog gauges from `b`.
+pub(crate) fn backlog(b: &crate::ops::Backlog) {
+    metrics::gauge!(BACKLOG, "status" => "WAIT").set(b.wait as f64);
+    metrics::gauge!(BACKLOG, "status" => "SENDING").set(b.sending as f64);
+    metrics::gauge!(BACKLOG, "status" => "FAIL").set(b.fail as f64);
+    metrics::gauge!(OLDEST_WAIT_AGE).set(b.oldest_wait_age_seconds);
+}

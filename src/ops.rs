@@ -110,6 +110,67 @@ pub async fn stats<C: ConnectionTrait>(
     })
 }
 
+/// The unfinished part of the outbox, cheap enough to read every few seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Backlog {
+    /// `WAIT` rows.
+    pub wait: u64,
+    /// `SENDING` rows.
+    pub sending: u64,
+    /// `FAIL` rows (dead letters).
+    pub fail: u64,
+    /// Age in seconds of the oldest `WAIT` row by the database clock; 0 when nothing waits.
+    pub oldest_wait_age_seconds: f64,
+}
+
+/// Reads the [`Backlog`]: `SELECT status, COUNT(id) FROM t_event_record WHERE status IN ('WAIT',
+/// 'SENDING', 'FAIL') GROUP BY status` (an index range that skips the delivered rows) and
+/// `SELECT MIN(create_time), now FROM t_event_record WHERE status = 'WAIT'`. The worker
+/// refreshes the `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` gauges with it.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn backlog<C: ConnectionTrait>(db: &C) -> Result<Backlog, OutboxError> {
+    let backend = db.get_database_backend();
+    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+    let counts: Vec<(String, i64)> = Entity::find()
+        .select_only()
+        .column(Column::Status)
+        .column_as(Expr::col(Column::Id).count(), "n")
+        .filter(Column::Status.is_in(open.iter().map(|s| s.as_str())))
+        .group_by(Column::Status)
+        .into_tuple()
+        .all(db)
+        .await?;
+    let count = |status: EventStatus| {
+        counts
+            .iter()
+            .filter(|(s, _)| s == status.as_str())
+            .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
+            .sum::<u64>()
+    };
+    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
+        .select_only()
+        .column_as(Expr::col(Column::CreateTime).min(), "oldest")
+        .column_as(dialect::now(backend), "now")
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .into_tuple()
+        .one(db)
+        .await?;
+    let oldest_wait_age_seconds = match oldest {
+        Some((Some(oldest), now)) => {
+            ((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0)
+        }
+        _ => 0.0,
+    };
+    Ok(Backlog {
+        wait: count(EventStatus::Wait),
+        sending: count(EventStatus::Sending),
+        fail: count(EventStatus::Fail),
+        oldest_wait_age_seconds,
+    })
+}
+
 /// Fails with [`OutboxError::TableMissing`] unless `t_event_record` exists (reads at most one
 /// id: `SELECT id FROM t_event_record LIMIT 1`). For tools that should refuse to start, like
 /// the relay, whose loop would otherwise log the error every round.

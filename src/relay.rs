@@ -22,6 +22,7 @@ use crate::metrics as m;
 use crate::publisher::{OutboxMessage, Publisher};
 use crate::retry::RetryDecision;
 use crate::store::{self, Claim, Transition};
+use crate::wake::Wake;
 
 /// What a worker did: per round from [`Worker::run_once`], in total from [`Worker::run`] and
 /// [`Worker::summary`].
@@ -164,7 +165,8 @@ impl Drop for AbortOnDrop {
 
 /// A relay instance. Run one per service instance (or several, each with its own id); they
 /// coordinate through the table alone. A pool of 3 connections is enough for one worker (a
-/// round, the lease renewal and the reclaim pass each use one at a time).
+/// round, the lease renewal and the reclaim pass each use one at a time), 4 on Postgres with
+/// wake-on-commit (the `LISTEN` connection).
 ///
 /// ```no_run
 /// # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
@@ -258,6 +260,7 @@ impl Worker {
     /// sent go back to `WAIT` at once.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
+        let mut wake = Wake::new(&self.db, self.config.wake_on_commit).await;
         let rounds = async {
             while !cancel.is_cancelled() {
                 let full = match self.run_once(&cancel).await {
@@ -276,7 +279,9 @@ impl Worker {
                 }
                 tokio::select! {
                     _ = cancel.cancelled() => break,
-                    _ = tokio::time::sleep(self.config.poll_delay) => {}
+                    woken = wake.wait(self.config.poll_delay) => {
+                        tracing::trace!(?woken, "next round");
+                    }
                 }
             }
         };
@@ -295,7 +300,22 @@ impl Worker {
                 }
             }
         };
-        async { tokio::join!(rounds, reclaims) }
+        let gauges = async {
+            let Some(every) = self.config.gauge_interval else {
+                return;
+            };
+            while !cancel.is_cancelled() {
+                match crate::ops::backlog(&self.db).await {
+                    Ok(b) => m::backlog(&b),
+                    Err(e) => tracing::warn!(error = %e, "backlog gauges not refreshed"),
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+            }
+        };
+        async { tokio::join!(rounds, reclaims, gauges) }
             .instrument(span.clone())
             .await;
         let total = self.summary();

@@ -24,7 +24,14 @@ backend_tests!(
     message_that_kills_its_sender_ends_fail,
     renewal_keeps_a_long_send,
     without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late,
+    metrics_count_every_outcome,
 );
+
+/// Wake-on-commit is Postgres-only (MariaDB and SQLite poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_commit_wakes_an_idle_relay() {
+    common::run_on(common::Backend::Postgres, "wake_on_commit", wake_on_commit).await
+}
 
 fn config(owner: &str) -> WorkerConfig {
     WorkerConfig::default()
@@ -402,4 +409,184 @@ async fn without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late(ctx: &Test
         })
         .sum();
     assert_eq!(late, 1, "outbox_late_acks_total");
+}
+
+async fn wake_on_commit(ctx: &TestContext) {
+    let db = &ctx.db;
+    // A poll delay of an hour: only the notification can start the next round in time.
+    let cfg = config("listener")
+        .poll_delay(Duration::from_secs(3600))
+        .drain(false);
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let worker = Arc::new(Worker::new(ctx.pool(4).await, publisher.clone(), cfg).expect("worker"));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (worker, cancel) = (worker.clone(), cancel.clone());
+        async move { worker.run(cancel).await }
+    });
+    assert!(
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            || async { worker.summary().rounds >= 1 }
+        )
+        .await
+    );
+    // Give the LISTEN time to be registered after the first round started.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..5 {
+        let txn = db.begin().await.expect("begin");
+        txn.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
+            .await
+            .expect("insert");
+        txn.commit().await.expect("commit");
+        let published = wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(2),
+            || async { publisher.len() == i + 1 },
+        )
+        .await;
+        assert!(
+            published,
+            "event {i} not published after its commit woke the relay"
+        );
+    }
+    // A rolled-back event wakes nobody and is never published.
+    let txn = db.begin().await.expect("begin");
+    txn.with_event(NewEvent::raw("ORD-RB", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    txn.rollback().await.expect("rollback");
+    cancel.cancel();
+    let s = task.await.expect("task");
+    assert_eq!(s.published, 5, "{s:?}");
+    assert_eq!(count(db, EventStatus::Success).await, 5);
+}
+
+/// Counter value of `name` in a debugging recorder snapshot (summed over labels).
+fn counter(
+    snapshot: &[(
+        metrics_util::CompositeKey,
+        Option<metrics::Unit>,
+        Option<metrics::SharedString>,
+        metrics_util::debugging::DebugValue,
+    )],
+    name: &str,
+) -> u64 {
+    snapshot
+        .iter()
+        .filter(|(k, ..)| k.key().name() == name)
+        .map(|(_, _, _, v)| match v {
+            metrics_util::debugging::DebugValue::Counter(c) => *c,
+            _ => 0,
+        })
+        .sum()
+}
+
+async fn metrics_count_every_outcome(ctx: &TestContext) {
+    use sea_orm_outbox::metrics as names;
+    let db = &ctx.db;
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // The rounds below run on this thread (awaited, not spawned), so a thread-local recorder
+    // sees every metric they record.
+    let _guard = metrics::set_default_local_recorder(&recorder);
+
+    // A reclaim: an instance died holding a lease.
+    let dead = db
+        .with_event(NewEvent::raw("DEAD", "T", "{}"))
+        .await
+        .expect("insert");
+    assert_eq!(
+        store::claim(db, dead, 0, "dead").await.expect("claim"),
+        store::Claim::Won
+    );
+    Events::update_many()
+        .col_expr(
+            Column::ClaimedAt,
+            dialect::now_minus(db.get_database_backend(), Duration::from_secs(60)),
+        )
+        .filter(Column::Id.eq(dead))
+        .exec(db)
+        .await
+        .expect("age");
+    // A success, a retry ("RETRY" fails retryably) and a dead letter ("PERM" fails for good).
+    struct Mixed(InMemoryPublisher);
+    #[async_trait]
+    impl Publisher for Mixed {
+        async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+            match m.biz_no.as_str() {
+                "RETRY" => Err(PublishError::retryable("broker busy")),
+                "PERM" => Err(PublishError::permanent("message too large")),
+                _ => self.0.publish(m).await,
+            }
+        }
+    }
+    for biz in ["OK", "RETRY", "PERM"] {
+        db.with_event(NewEvent::raw(biz, "T", "{}"))
+            .await
+            .expect("insert");
+    }
+    let publisher = Arc::new(Mixed(InMemoryPublisher::new()));
+    let slow_retry = RetryPolicy {
+        max_retries: 3,
+        backoff_base: Duration::from_secs(60),
+        max_backoff: Duration::from_secs(3600),
+    };
+    let a = Worker::new(
+        ctx.pool(3).await,
+        publisher.clone(),
+        config("a").lease(Duration::from_secs(30)).retry(slow_retry),
+    )
+    .expect("worker");
+    let b = Worker::new(
+        ctx.pool(3).await,
+        publisher.clone(),
+        config("b").lease(Duration::from_secs(30)).retry(slow_retry),
+    )
+    .expect("worker");
+    assert_eq!(a.reclaim_once().await.expect("reclaim"), 1);
+    // Lost claims: two instances race over the same candidates until one loses a claim.
+    let cancel = CancellationToken::new();
+    let mut lost = 0;
+    for round in 0..50 {
+        for i in 0..10 {
+            db.with_event(NewEvent::raw(format!("RACE-{round}-{i}"), "T", "{}"))
+                .await
+                .expect("insert");
+        }
+        let (ra, rb) = tokio::join!(a.run_once(&cancel), b.run_once(&cancel));
+        lost += ra.expect("round").claim_lost + rb.expect("round").claim_lost;
+        if lost > 0 {
+            break;
+        }
+    }
+    assert!(lost > 0, "no claim was lost in 50 racing rounds");
+    let (sa, sb) = (a.summary(), b.summary());
+    let snap = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        counter(&snap, names::PUBLISHED),
+        sa.published + sb.published
+    );
+    assert!(
+        counter(&snap, names::PUBLISHED) >= 2,
+        "OK and DEAD were published"
+    );
+    assert_eq!(counter(&snap, names::RETRIES), 1);
+    assert_eq!(counter(&snap, names::DEAD_LETTERS), 1);
+    assert_eq!(counter(&snap, names::CLAIM_LOST), lost);
+    assert_eq!(counter(&snap, names::RECLAIMED), 1);
+    assert_eq!(counter(&snap, names::LATE_ACKS), 0);
+    let histograms: Vec<&str> = snap
+        .iter()
+        .filter(|(_, _, _, v)| matches!(v, metrics_util::debugging::DebugValue::Histogram(h) if !h.is_empty()))
+        .map(|(k, ..)| k.key().name())
+        .collect();
+    assert!(
+        histograms.contains(&names::SEND_DURATION) && histograms.contains(&names::SENDING_DWELL),
+        "{histograms:?}"
+    );
+    // The backlog gauges, refreshed here by hand: RETRY waits, PERM is a dead letter.
+    let backlog = sea_orm_outbox::ops::backlog(db).await.expect("backlog");
+    assert_eq!((backlog.wait, backlog.sending, backlog.fail), (1, 0, 1));
 }

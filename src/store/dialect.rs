@@ -113,6 +113,28 @@ where
     }
 }
 
+/// The Postgres `LISTEN`/`NOTIFY` channel on which event inserts wake relays.
+pub const WAKE_CHANNEL: &str = "sea_orm_outbox";
+
+/// On Postgres, wraps the event insert (`INSERT ... RETURNING id`) so that the same round trip
+/// queues `pg_notify('sea_orm_outbox', '')`:
+/// `WITH ins AS (<insert>), woke AS (SELECT pg_notify(...)) SELECT ins.id FROM ins, woke`.
+/// The notification is delivered at commit and dropped on rollback; identical notifications of
+/// one transaction are delivered once. Other backends get `insert` unchanged (they poll).
+pub fn with_wakeup(backend: DbBackend, insert: Statement) -> Statement {
+    match backend {
+        DbBackend::Postgres => Statement {
+            sql: format!(
+                "WITH ins AS ({}), woke AS (SELECT pg_notify('{WAKE_CHANNEL}', '')) \
+                 SELECT ins.id FROM ins, woke",
+                insert.sql
+            ),
+            ..insert
+        },
+        _ => insert,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,7 +114,9 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
     insert
 }
 
-/// Inserts `event` as a `WAIT` row due now and returns its id. Does not validate: callers go
+/// Inserts `event` as a `WAIT` row due now and returns its id. On Postgres the same statement
+/// also queues a `NOTIFY` on [`dialect::WAKE_CHANNEL`], delivered when the transaction commits
+/// (never on rollback), which wakes listening relays at once. Does not validate: callers go
 /// through [`crate::OutboxExt::with_event`].
 ///
 /// # Errors
@@ -124,7 +126,7 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
     let stmt = insert_statement(backend, event);
     if dialect::insert_returns_id(backend) {
         let row = db
-            .query_one(&stmt)
+            .query_one_raw(dialect::with_wakeup(backend, backend.build(&stmt)))
             .await?
             .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
         row.try_get_by_index::<i64>(0)

@@ -1,0 +1,71 @@
+//! What a worker waits on between rounds: the poll delay, and on Postgres also a `LISTEN` on
+//! [`crate::store::dialect::WAKE_CHANNEL`], notified by every committed
+//! [`crate::OutboxExt::with_event`]. Polling stays as the safety net: a notification lost while
+//! the listener reconnects only delays an event until the next poll.
+use std::time::Duration;
+
+use sea_orm::sqlx::postgres::PgListener;
+use sea_orm::{DatabaseConnection, DbBackend};
+
+use crate::store::dialect::WAKE_CHANNEL;
+
+/// Why the wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// The poll delay passed.
+    Timer,
+    /// A transaction that wrote events committed.
+    Notified,
+}
+
+/// The between-rounds wait of one worker.
+pub(crate) struct Wake {
+    listener: Option<PgListener>,
+}
+
+impl Wake {
+    /// Listens on Postgres when `enabled`; polls otherwise (and if listening cannot start,
+    /// which is logged). The listener holds one connection of `db`'s pool.
+    pub(crate) async fn new(db: &DatabaseConnection, enabled: bool) -> Self {
+        if !enabled || db.get_database_backend() != DbBackend::Postgres {
+            return Wake { listener: None };
+        }
+        let listener = async {
+            let mut l = PgListener::connect_with(db.get_postgres_connection_pool()).await?;
+            l.listen(WAKE_CHANNEL).await?;
+            Ok::<_, sea_orm::sqlx::Error>(l)
+        }
+        .await;
+        match listener {
+            Ok(l) => Wake { listener: Some(l) },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot LISTEN for new events; polling only");
+                Wake { listener: None }
+            }
+        }
+    }
+
+    /// Waits `delay`, or less when a notification arrives. Notifications already buffered are
+    /// consumed together: a burst of commits wakes one round, not one each.
+    pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
+        let Some(listener) = self.listener.as_mut() else {
+            tokio::time::sleep(delay).await;
+            return Woken::Timer;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => Woken::Timer,
+            got = listener.recv() => match got {
+                Ok(_) => {
+                    while listener.next_buffered().is_some() {}
+                    Woken::Notified
+                }
+                Err(e) => {
+                    // The listener reconnects on its next receive; poll meanwhile.
+                    tracing::warn!(error = %e, "LISTEN connection failed; polling until it is back");
+                    tokio::time::sleep(delay).await;
+                    Woken::Timer
+                }
+            },
+        }
+    }
+}
