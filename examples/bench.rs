@@ -99,6 +99,15 @@ struct Args {
     /// Poll delay of the idle-latency phase (polling only), ms.
     #[arg(long, default_value_t = 100)]
     idle_poll_ms: u64,
+    /// Concurrent writers of the write-throughput phase.
+    #[arg(long, default_value_t = 8)]
+    writers: usize,
+    /// Events written (one transaction each) in the write-throughput phase.
+    #[arg(long, default_value_t = 4_000)]
+    write_events: u64,
+    /// Skip the write-throughput phase.
+    #[arg(long)]
+    skip_write: bool,
     /// Samples of each kind for the with_event overhead.
     #[arg(long, default_value_t = 500)]
     overhead_samples: usize,
@@ -141,6 +150,7 @@ impl Args {
             self.idle_events = self.idle_events.min(20);
             self.idle_poll_ms = self.idle_poll_ms.min(20);
             self.overhead_samples = self.overhead_samples.min(50);
+            self.write_events = self.write_events.min(400);
             self.poll_rows = self.poll_rows.min(20_000);
             self.timeout_s = self.timeout_s.min(120);
         }
@@ -727,10 +737,10 @@ fn worker_config(
     batch: u64,
     concurrency: usize,
     poll: Duration,
+    wake: bool,
 ) -> WorkerConfig {
-    // TODO(wake-on-commit): once `WorkerConfig::wake_on_commit` is on `main`, the throughput
-    // phases should set it explicitly (polling only: `.wake_on_commit(false)`).
     WorkerConfig::default()
+        .wake_on_commit(wake)
         .claim_strategy(strategy)
         .batch_size(batch)
         .send_concurrency(concurrency)
@@ -754,7 +764,9 @@ async fn start_workers(
 > {
     let mut workers = Vec::new();
     for w in 0..args.workers {
-        let db = connect(&bench.url, args.pool).await?;
+        // The LISTEN connection of wake-on-commit comes on top of the pool's working ones.
+        let extra = u32::from(config.wake_on_commit && bench.backend == DbBackend::Postgres);
+        let db = connect(&bench.url, args.pool + extra).await?;
         let worker = Arc::new(Worker::new(
             db,
             publisher.clone() as Arc<dyn Publisher>,
@@ -900,8 +912,8 @@ async fn idle_latency(
             tokio::time::sleep(Duration::from_micros(500)).await;
         };
         latencies.push(published.saturating_duration_since(committed).as_secs_f64() * 1000.0);
-        // Next write after a random gap of up to one poll delay.
-        let gap = rng.next() % (config.poll_delay.as_micros() as u64).max(1);
+        // Next write after a random gap of up to `--idle-poll-ms`.
+        let gap = rng.next() % (args.idle_poll_ms * 1000).max(1);
         tokio::time::sleep(Duration::from_micros(gap)).await;
     }
     cancel.cancel();
@@ -966,6 +978,56 @@ async fn with_event_overhead(
     with.sort_by(|a, b| a.total_cmp(b));
     let (p, w) = (percentile(&plain, 50.0), percentile(&with, 50.0));
     Ok((w - p, p, w))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Write throughput: `--writers` concurrent transactions of one event each.
+
+/// Events per second written by `--writers` concurrent one-event transactions: through
+/// `with_event` (on Postgres the insert also queues `pg_notify` for wake-on-commit), or with the
+/// library's plain insert statement (no notify).
+async fn write_eps(
+    bench: &BenchDb,
+    setup: &DatabaseConnection,
+    args: &Args,
+    with_event: bool,
+) -> Result<f64, BoxError> {
+    reset(setup).await?;
+    let db = connect(&bench.url, args.writers as u32).await?;
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.writers {
+        let (db, next, total) = (db.clone(), next.clone(), args.write_events);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= total {
+                    return Ok::<(), BoxError>(());
+                }
+                let event = NewEvent::raw(
+                    format!("W-{i}"),
+                    "ORDER_CREATED",
+                    format!("{{\"orderId\":{i}}}"),
+                );
+                let txn = db.begin().await?;
+                if with_event {
+                    txn.with_event(event).await?;
+                } else {
+                    let backend = txn.get_database_backend();
+                    txn.execute(&store::insert_statement(backend, &event))
+                        .await?;
+                }
+                txn.commit().await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let eps = args.write_events as f64 / start.elapsed().as_secs_f64();
+    db.close().await?;
+    Ok(eps)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1173,6 +1235,7 @@ async fn run(bench: &BenchDb, args: &Args) -> Result<(), BoxError> {
             args.per_row_batch,
             args.per_row_concurrency,
             poll,
+            false,
         );
         let r = relay(bench, &setup, args, config, "per-row").await?;
         figs.add(
@@ -1202,7 +1265,13 @@ async fn run(bench: &BenchDb, args: &Args) -> Result<(), BoxError> {
         figs.skip("batch_eps", "--skip-batch");
         None
     } else {
-        let config = worker_config(ClaimStrategy::Batch, args.batch, args.concurrency, poll);
+        let config = worker_config(
+            ClaimStrategy::Batch,
+            args.batch,
+            args.concurrency,
+            poll,
+            false,
+        );
         let r = relay(bench, &setup, args, config, "batch").await?;
         figs.add(
             "batch_eps",
@@ -1288,6 +1357,7 @@ async fn run(bench: &BenchDb, args: &Args) -> Result<(), BoxError> {
             args.batch,
             args.concurrency,
             idle_poll,
+            false,
         );
         let l = idle_latency(bench, &setup, args, config).await?;
         let note = format!(
@@ -1304,17 +1374,69 @@ async fn run(bench: &BenchDb, args: &Args) -> Result<(), BoxError> {
         );
         figs.add("idle_latency_p99_ms", f1(percentile(&l, 99.0)), note);
     }
-    // TODO(wake-on-commit): with `WorkerConfig::wake_on_commit(true)` on Postgres (poll delay at
-    // its 5 s default, so that only the wake-up can explain a low latency), measure
-    // `idle_latency_wake_p50_ms` / `idle_latency_wake_p99_ms` with `idle_latency` as above.
-    figs.skip(
-        "idle_latency_wake_p50_ms",
-        "wake-on-commit not on this branch yet",
-    );
-    figs.skip(
-        "idle_latency_wake_p99_ms",
-        "wake-on-commit not on this branch yet",
-    );
+    // Wake-on-commit (Postgres LISTEN/NOTIFY), with the poll delay at its 5 s default so that
+    // only the wake-up can explain a latency below it.
+    if args.skip_idle {
+        figs.skip("idle_latency_wake_p50_ms", "--skip-idle");
+        figs.skip("idle_latency_wake_p99_ms", "--skip-idle");
+    } else if backend != DbBackend::Postgres {
+        figs.skip(
+            "idle_latency_wake_p50_ms",
+            "wake-on-commit is Postgres only",
+        );
+        figs.skip(
+            "idle_latency_wake_p99_ms",
+            "wake-on-commit is Postgres only",
+        );
+    } else {
+        let config = worker_config(
+            ClaimStrategy::Batch,
+            args.batch,
+            args.concurrency,
+            sea_orm_outbox::config::DEFAULT_POLL_DELAY,
+            true,
+        );
+        let l = idle_latency(bench, &setup, args, config).await?;
+        let note = format!(
+            "{} events one at a time, {} Batch workers with wake-on-commit, poll delay 5 s; max {:.1} ms",
+            l.len(),
+            args.workers,
+            l.last().copied().unwrap_or(f64::NAN)
+        );
+        figs.add(
+            "idle_latency_wake_p50_ms",
+            f1(percentile(&l, 50.0)),
+            note.clone(),
+        );
+        figs.add("idle_latency_wake_p99_ms", f1(percentile(&l, 99.0)), note);
+    }
+
+    // Write throughput with and without the notify.
+    if args.skip_write {
+        figs.skip("write_eps", "--skip-write");
+    } else {
+        let plain = write_eps(bench, &setup, args, false).await?;
+        let with = write_eps(bench, &setup, args, true).await?;
+        figs.add(
+            "write_eps",
+            f1(with),
+            format!(
+                "{} events, {} concurrent one-event transactions through with_event{}",
+                args.write_events,
+                args.writers,
+                if backend == DbBackend::Postgres {
+                    " (insert + pg_notify)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        figs.add(
+            "write_eps_no_notify",
+            f1(plain),
+            "the same with the library's plain insert statement (no pg_notify)",
+        );
+    }
 
     // 5. with_event overhead.
     if args.skip_overhead {
