@@ -119,13 +119,14 @@ pub struct Backlog {
     pub sending: u64,
     /// `FAIL` rows (dead letters).
     pub fail: u64,
-    /// Age in seconds of the oldest `WAIT` row by the database clock; 0 when nothing waits.
+    /// How long, in seconds by the database clock, the most overdue `WAIT` row has been due
+    /// (now − its `next_retry_time`): the relay's lag. 0 when nothing is due.
     pub oldest_wait_age_seconds: f64,
 }
 
 /// Reads the [`Backlog`]: `SELECT status, COUNT(id) FROM t_event_record WHERE status IN ('WAIT',
 /// 'SENDING', 'FAIL') GROUP BY status` (an index range that skips the delivered rows) and
-/// `SELECT MIN(create_time), now FROM t_event_record WHERE status = 'WAIT'`. The worker
+/// `SELECT MIN(next_retry_time), now FROM t_event_record WHERE status = 'WAIT'` (one index probe). The worker
 /// refreshes the `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` gauges with it.
 ///
 /// # Errors
@@ -149,9 +150,10 @@ pub async fn backlog<C: ConnectionTrait>(db: &C) -> Result<Backlog, OutboxError>
             .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
             .sum::<u64>()
     };
+    // MIN over the index (status, next_retry_time): one index probe, however long the backlog.
     let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
         .select_only()
-        .column_as(Expr::col(Column::CreateTime).min(), "oldest")
+        .column_as(Expr::col(Column::NextRetryTime).min(), "oldest")
         .column_as(dialect::now(backend), "now")
         .filter(Column::Status.eq(EventStatus::Wait.as_str()))
         .into_tuple()

@@ -154,6 +154,9 @@ impl Inflight {
     }
 }
 
+/// Longest a delivered event waits for others before the group is marked `SUCCESS`.
+const MARK_LINGER: Duration = Duration::from_millis(20);
+
 /// Aborts a spawned task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -378,20 +381,80 @@ impl Worker {
             })
             .buffer_unordered(concurrency)
             .ready_chunks(concurrency);
-        while let Some(chunk) = outcomes.next().await {
-            self.record_outcomes(chunk, &inflight, round).await;
+        // Deliveries are marked SUCCESS together: when the round's sends are done, when a
+        // batch's worth is waiting, or MARK_LINGER after the first one waits, whichever comes
+        // first (so a hung send holds back no mark for long).
+        let mut delivered: Vec<i64> = Vec::new();
+        let mut flush_at: Option<tokio::time::Instant> = None;
+        loop {
+            let next = match flush_at {
+                Some(at) => tokio::select! {
+                    chunk = outcomes.next() => Some(chunk),
+                    _ = tokio::time::sleep_until(at) => None,
+                },
+                None => Some(outcomes.next().await),
+            };
+            match next {
+                Some(Some(chunk)) => {
+                    let done = self.record_outcomes(chunk, &inflight, round).await;
+                    if delivered.is_empty() && !done.is_empty() {
+                        flush_at = Some(tokio::time::Instant::now() + MARK_LINGER);
+                    }
+                    delivered.extend(done);
+                    if delivered.len() as u64 >= self.config.batch_size {
+                        self.mark_delivered(std::mem::take(&mut delivered), round)
+                            .await;
+                        flush_at = None;
+                    }
+                }
+                Some(None) => {
+                    self.mark_delivered(delivered, round).await;
+                    break;
+                }
+                None => {
+                    self.mark_delivered(std::mem::take(&mut delivered), round)
+                        .await;
+                    flush_at = None;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Records a set of finished sends: deliveries in one `UPDATE`, unsent events handed back in
-    /// one, failures one by one; outcomes of lost leases are dropped (late acks).
+    /// Marks `delivered` SUCCESS in one owner-guarded statement; rows whose lease was reclaimed
+    /// meanwhile are late acks.
+    async fn mark_delivered(&self, delivered: Vec<i64>, round: &mut WorkerSummary) {
+        if delivered.is_empty() {
+            return;
+        }
+        match store::mark_success_many(&self.db, &delivered, &self.owner).await {
+            Ok(applied) => {
+                round.published += applied;
+                m::published(applied);
+                tracing::info!(owner = %self.owner, published = applied, event_ids = ?delivered, "events published");
+                let late = delivered.len() as u64 - applied;
+                if late > 0 {
+                    round.late_acks += late;
+                    m::late_acks(late);
+                    tracing::warn!(owner = %self.owner, late, "leases reclaimed during the send; those outcomes were not recorded (late acks)");
+                }
+            }
+            Err(e) => {
+                round.errors += 1;
+                tracing::error!(owner = %self.owner, error = %e, event_ids = ?delivered, "could not mark events SUCCESS; the reclaim will resend them");
+            }
+        }
+    }
+
+    /// Records a set of finished sends: unsent events handed back in one `UPDATE`, failures one
+    /// by one; outcomes of lost leases are dropped (late acks). Returns the delivered ids, which
+    /// the caller marks in groups.
     async fn record_outcomes(
         &self,
         chunk: Vec<(Model, Sent)>,
         inflight: &Inflight,
         round: &mut WorkerSummary,
-    ) {
+    ) -> Vec<i64> {
         let mut delivered = Vec::new();
         let mut skipped = Vec::new();
         for (event, outcome) in &chunk {
@@ -418,25 +481,6 @@ impl Worker {
                 }
             }
         }
-        if !delivered.is_empty() {
-            match store::mark_success_many(&self.db, &delivered, &self.owner).await {
-                Ok(applied) => {
-                    round.published += applied;
-                    m::published(applied);
-                    tracing::info!(owner = %self.owner, published = applied, event_ids = ?delivered, "events published");
-                    let late = delivered.len() as u64 - applied;
-                    if late > 0 {
-                        round.late_acks += late;
-                        m::late_acks(late);
-                        tracing::warn!(owner = %self.owner, late, "leases reclaimed during the send; those outcomes were not recorded (late acks)");
-                    }
-                }
-                Err(e) => {
-                    round.errors += 1;
-                    tracing::error!(owner = %self.owner, error = %e, event_ids = ?delivered, "could not mark events SUCCESS; the reclaim will resend them");
-                }
-            }
-        }
         if !skipped.is_empty() {
             match store::release_unsent(&self.db, &skipped, &self.owner).await {
                 Ok(n) => {
@@ -449,6 +493,7 @@ impl Worker {
                 }
             }
         }
+        delivered
     }
 
     /// Claims this round's events.

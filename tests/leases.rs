@@ -543,13 +543,19 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
     let a = Worker::new(
         ctx.pool(3).await,
         publisher.clone(),
-        config("a").lease(Duration::from_secs(30)).retry(slow_retry),
+        config("a")
+            .lease(Duration::from_secs(30))
+            .retry(slow_retry)
+            .claim_strategy(ClaimStrategy::PerRow),
     )
     .expect("worker");
     let b = Worker::new(
         ctx.pool(3).await,
         publisher.clone(),
-        config("b").lease(Duration::from_secs(30)).retry(slow_retry),
+        config("b")
+            .lease(Duration::from_secs(30))
+            .retry(slow_retry)
+            .claim_strategy(ClaimStrategy::PerRow),
     )
     .expect("worker");
     assert_eq!(a.reclaim_once().await.expect("reclaim"), 1);

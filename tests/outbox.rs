@@ -45,6 +45,8 @@ fn fast_config(owner: &str) -> WorkerConfig {
             max_backoff: Duration::from_secs(60),
         })
         .instance_id(owner)
+        // The foundation suite exercises the seed's claiming; tests/leases.rs covers Batch.
+        .claim_strategy(sea_orm_outbox::ClaimStrategy::PerRow)
 }
 
 async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {

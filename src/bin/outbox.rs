@@ -142,8 +142,8 @@ struct RelayArgs {
     /// Renew leases every lease/3 while sends are in flight [default: true].
     #[arg(long, env = "OUTBOX_LEASE_RENEWAL")]
     lease_renewal: Option<bool>,
-    /// How rounds claim: per-row (the seed's) or batch (one statement, SKIP LOCKED)
-    /// [default: per-row].
+    /// How rounds claim: batch (one statement, SKIP LOCKED) or per-row (the seed's)
+    /// [default: batch].
     #[arg(long, env = "OUTBOX_CLAIM_STRATEGY", value_enum)]
     claim_strategy: Option<Strategy>,
     /// Sends of one round in flight at once [default: 1].
