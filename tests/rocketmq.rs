@@ -59,6 +59,7 @@ rocketmq_tests!(
     order_reaches_a_real_consumer_exactly_once,
     three_workers_deliver_1000_events_once_each,
     oversized_message_fails_at_once_and_blocks_nothing,
+    resent_event_adds_points_once,
 );
 
 fn retry() -> RetryPolicy {
@@ -384,4 +385,142 @@ async fn start_without_name_server_is_a_clear_error() {
             .is_err(),
         "3 s is over a third of 6 s"
     );
+}
+
+/// Adds 10 points to user 7 in the consumer's transaction.
+async fn add_points(txn: &sea_orm::DatabaseTransaction) -> Result<(), OutboxError> {
+    txn.execute_unprepared("UPDATE user_points SET points = points + 10 WHERE user_id = 7")
+        .await?;
+    Ok(())
+}
+
+async fn points(db: &impl ConnectionTrait) -> i64 {
+    db.query_one_raw(Statement::from_string(
+        db.get_database_backend(),
+        "SELECT points FROM user_points WHERE user_id = 7",
+    ))
+    .await
+    .expect("read points")
+    .expect("row")
+    .try_get_by_index::<i64>(0)
+    .expect("points")
+}
+
+/// Issue 4, idempotent consumer: the same outbox event sent three times through the real broker
+/// (as re-sends after reclaims are) adds points once; a failing handler leaves no
+/// `t_consumed_message` row, and the redelivered message is then processed.
+async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
+    use sea_orm_outbox::{consume_once, Consumed, OutboxMessage};
+    let db = &ctx.db;
+    db.execute_unprepared(
+        "CREATE TABLE user_points (user_id BIGINT PRIMARY KEY, points BIGINT NOT NULL)",
+    )
+    .await
+    .expect("create user_points");
+    db.execute_unprepared("INSERT INTO user_points (user_id, points) VALUES (7, 0)")
+        .await
+        .expect("user");
+    let topic = unique("OUTBOX_POINTS");
+    let consumer = rmq_support::consumer(addr, &topic).await;
+    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+    let id = db
+        .with_event(NewEvent::raw("ORD-P-1", "ORDER_CREATED", r#"{"userId":7}"#))
+        .await
+        .expect("event");
+    let row = store::find_event(db, id).await.expect("read").expect("row");
+    let message = OutboxMessage::from(&row);
+    for _ in 0..3 {
+        publisher.publish(&message).await.expect("send");
+    }
+    let received = receive_all(
+        &consumer,
+        &HashSet::from([id]),
+        Duration::from_secs(90),
+        Duration::from_secs(3),
+    )
+    .await;
+    assert_eq!(
+        received.all.len(),
+        3,
+        "three broker messages: {:?}",
+        received.all
+    );
+    let broker_ids: HashSet<&str> = received.all.iter().map(|m| m.msg_id.as_str()).collect();
+    assert_eq!(broker_ids.len(), 3, "each re-send is a new broker message");
+    let mut outcomes = Vec::new();
+    for m in &received.all {
+        let event_id = m.property("eventId").expect("eventId property");
+        outcomes.push(
+            consume_once(db, "points", event_id, async |txn| add_points(txn).await)
+                .await
+                .expect("consume"),
+        );
+    }
+    assert_eq!(outcomes.iter().filter(|o| o.is_duplicate()).count(), 2);
+    assert_eq!(outcomes[0], Consumed::Processed(()));
+    assert_eq!(points(db).await, 10, "points added once");
+
+    // A failing handler: nothing recorded, nothing added; the redelivery is processed.
+    let id2 = db
+        .with_event(NewEvent::raw("ORD-P-2", "ORDER_CREATED", r#"{"userId":7}"#))
+        .await
+        .expect("event");
+    let row2 = store::find_event(db, id2)
+        .await
+        .expect("read")
+        .expect("row");
+    publisher
+        .publish(&OutboxMessage::from(&row2))
+        .await
+        .expect("send");
+    let got = receive_all(
+        &consumer,
+        &HashSet::from([id2]),
+        Duration::from_secs(90),
+        Duration::from_secs(1),
+    )
+    .await;
+    let m2 = got
+        .all
+        .iter()
+        .find(|m| m.event_id == Some(id2))
+        .expect("second message");
+    let event_id2 = m2.property("eventId").expect("eventId");
+    let failed = consume_once(db, "points", event_id2, async |txn| {
+        add_points(txn).await?;
+        Err::<(), OutboxError>(OutboxError::InvalidConfig("points service down".into()))
+    })
+    .await;
+    assert!(failed.is_err());
+    assert_eq!(
+        points(db).await,
+        10,
+        "the failed handler's write rolled back"
+    );
+    let recorded = db
+        .query_one_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            match db.get_database_backend() {
+                DbBackend::Postgres => "SELECT COUNT(*) FROM t_consumed_message WHERE msg_id = $1",
+                _ => "SELECT COUNT(*) FROM t_consumed_message WHERE msg_id = ?",
+            },
+            [event_id2.into()],
+        ))
+        .await
+        .expect("count")
+        .expect("row")
+        .try_get_by_index::<i64>(0)
+        .expect("n");
+    assert_eq!(
+        recorded, 0,
+        "no t_consumed_message row after a failed handler"
+    );
+    // The broker redelivers an unacknowledged message: the same message, processed again.
+    let again = consume_once(db, "points", event_id2, async |txn| add_points(txn).await)
+        .await
+        .expect("redelivery");
+    assert_eq!(again, Consumed::Processed(()));
+    assert_eq!(points(db).await, 20);
+    consumer.shutdown().await;
+    rmq_support::shutdown_publisher(publisher).await;
 }
