@@ -14,6 +14,10 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
 /// Default send timeout: 3 s, far below the lease.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
+/// Largest `batch_size` accepted: 10,000.
+pub const MAX_BATCH_SIZE: u64 = 10_000;
+/// Longest duration accepted for any setting: 7 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Default interval between refreshes of the backlog gauges: 15 s.
 pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
@@ -182,9 +186,10 @@ impl WorkerConfig {
     /// Checks that the configuration can work.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, a duration
-    /// is zero, the send timeout is more than a third of the lease while lease renewal is off,
-    /// or the instance id is empty or longer than 128 characters.
+    /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, the batch
+    /// size is over [`MAX_BATCH_SIZE`], a duration is zero or over [`MAX_DURATION`], the send
+    /// timeout is more than a third of the lease while lease renewal is off, the service name is
+    /// empty or over 100 characters, or the instance id is empty or longer than 128 characters.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
@@ -192,6 +197,27 @@ impl WorkerConfig {
         }
         if self.send_concurrency == 0 {
             return bad("send_concurrency must be at least 1".into());
+        }
+        if self.batch_size > MAX_BATCH_SIZE {
+            return bad(format!(
+                "batch_size must be at most {MAX_BATCH_SIZE} (ids are bound as statement \
+                 parameters, and drivers allow 32,766 to 65,535 of them)"
+            ));
+        }
+        for (name, d) in [
+            ("poll_delay", self.poll_delay),
+            ("lease", self.lease),
+            ("reclaim_interval", self.reclaim_interval),
+            ("send_timeout", self.send_timeout),
+        ] {
+            if d > MAX_DURATION {
+                return bad(format!("{name} must be at most 7 days"));
+            }
+        }
+        if self.service_name.trim().is_empty() || self.service_name.chars().count() > 100 {
+            return bad(
+                "service_name must be 1 to 100 characters (it starts the instance id)".into(),
+            );
         }
         for (name, d) in [
             ("poll_delay", self.poll_delay),

@@ -21,6 +21,12 @@ pub enum EventError {
         /// The column's limit in characters.
         max: usize,
     },
+    /// A field holds a NUL character, which Postgres text columns cannot store.
+    #[error("event field `{field}` contains a NUL character")]
+    NulByte {
+        /// `biz_no`, `event_type` or `payload`.
+        field: &'static str,
+    },
     /// The payload is larger than the configured maximum (bytes).
     #[error("event payload is {size} bytes; the limit is {max} bytes")]
     PayloadTooLarge {

@@ -101,11 +101,16 @@ impl NewEvent {
     ///
     /// # Errors
     /// [`EventError::Empty`] for an empty or blank `biz_no`/`event_type`,
-    /// [`EventError::TooLong`] past 64 characters, [`EventError::PayloadTooLarge`] past
+    /// [`EventError::TooLong`] past 64 characters, [`EventError::NulByte`] for a NUL character
+    /// in any field (Postgres text cannot store it), [`EventError::PayloadTooLarge`] past
     /// `limits.max_payload_bytes`.
     pub fn validate(&self, limits: &EventLimits) -> Result<(), EventError> {
         check_text("biz_no", &self.biz_no, BIZ_NO_MAX_LEN)?;
         check_text("event_type", &self.event_type, EVENT_TYPE_MAX_LEN)?;
+        if self.payload.contains('\0') {
+            // Postgres text cannot hold NUL; refuse it everywhere so no backend differs.
+            return Err(EventError::NulByte { field: "payload" });
+        }
         if self.payload.len() > limits.max_payload_bytes {
             return Err(EventError::PayloadTooLarge {
                 size: self.payload.len(),
@@ -119,6 +124,9 @@ impl NewEvent {
 fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), EventError> {
     if value.trim().is_empty() {
         return Err(EventError::Empty { field });
+    }
+    if value.contains('\0') {
+        return Err(EventError::NulByte { field });
     }
     let len = value.chars().count();
     if len > max {
@@ -164,6 +172,14 @@ mod tests {
             NewEvent::raw("A", "T", "1234").validate(&small),
             Err(EventError::PayloadTooLarge { size: 4, max: 3 })
         ));
+        assert_eq!(
+            NewEvent::raw("A\0B", "T", "{}").validate(&limits),
+            Err(EventError::NulByte { field: "biz_no" })
+        );
+        assert_eq!(
+            NewEvent::raw("A", "T", "{\0}").validate(&limits),
+            Err(EventError::NulByte { field: "payload" })
+        );
         assert!(matches!(
             NewEvent::from_bytes("A", "T", vec![0xff, 0xfe]),
             Err(EventError::InvalidUtf8(_))

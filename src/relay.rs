@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use entity::event_record::Model;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -102,10 +102,15 @@ impl Inflight {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Marks the send of `id` started; false when its lease is already lost.
-    fn start(&self, id: i64) -> bool {
+    /// Marks the send of `id` started; false when its lease is already lost, or when (with
+    /// `deadline`, i.e. without lease renewal) the claim is so old that the send could outlive
+    /// the lease: such an event is handed back unsent rather than sent twice.
+    fn start(&self, id: i64, deadline: Option<Duration>) -> bool {
         let mut map = self.lock();
         match map.get(&id).copied() {
+            Some(Phase::Queued(claimed)) if deadline.is_some_and(|d| claimed.elapsed() > d) => {
+                false
+            }
             Some(Phase::Queued(claimed)) => {
                 map.insert(id, Phase::Sending(claimed, Instant::now()));
                 true
@@ -167,9 +172,10 @@ impl Drop for AbortOnDrop {
 }
 
 /// A relay instance. Run one per service instance (or several, each with its own id); they
-/// coordinate through the table alone. A pool of 3 connections is enough for one worker (a
-/// round, the lease renewal and the reclaim pass each use one at a time), 4 on Postgres with
-/// wake-on-commit (the `LISTEN` connection).
+/// coordinate through the table alone. A pool of 4 connections is enough for one worker (a
+/// round, the lease renewal, the reclaim pass and the gauge refresh each use one at a time), 5
+/// on Postgres with wake-on-commit (the `LISTEN` connection holds one); fewer only makes them
+/// wait for each other.
 ///
 /// ```no_run
 /// # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
@@ -365,12 +371,16 @@ impl Worker {
         // Outcomes are recorded as they become ready: whatever sends have finished together are
         // marked in one statement, so a slow send never holds back the others' marks.
         let concurrency = self.config.send_concurrency;
+        // Without renewal a queued event's lease runs from its claim: start its send only while
+        // the send timeout still fits in the lease.
+        let start_by = (!self.config.lease_renewal)
+            .then(|| self.config.lease.saturating_sub(self.config.send_timeout));
         let mut outcomes = futures::stream::iter(claimed)
             .map(|event| {
                 let inflight = inflight.clone();
                 let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.owner);
                 async move {
-                    let outcome = if cancel.is_cancelled() || !inflight.start(event.id) {
+                    let outcome = if cancel.is_cancelled() || !inflight.start(event.id, start_by) {
                         Sent::Skipped
                     } else {
                         self.send(&event).await
@@ -544,8 +554,22 @@ impl Worker {
     async fn send(&self, event: &Model) -> Sent {
         let message = OutboxMessage::from(event);
         let started = Instant::now();
-        let result =
-            tokio::time::timeout(self.config.send_timeout, self.publisher.publish(&message)).await;
+        // A panicking publisher fails this send (retryable) instead of the whole worker.
+        let publish = std::panic::AssertUnwindSafe(self.publisher.publish(&message)).catch_unwind();
+        let result = tokio::time::timeout(self.config.send_timeout, publish)
+            .await
+            .map(|r| {
+                r.unwrap_or_else(|panic| {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    Err(PublishError::retryable(format!(
+                        "publisher panicked: {what}"
+                    )))
+                })
+            });
         m::send_duration(started.elapsed().as_secs_f64());
         match result {
             Ok(Ok(())) => Sent::Ok,

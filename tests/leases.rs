@@ -25,6 +25,8 @@ backend_tests!(
     renewal_keeps_a_long_send,
     without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late,
     metrics_count_every_outcome,
+    without_renewal_queued_events_are_not_sent_past_their_lease,
+    a_panicking_publisher_fails_one_send_not_the_worker,
 );
 
 /// Wake-on-commit is Postgres-only (MariaDB and SQLite poll).
@@ -602,4 +604,85 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
     // The backlog gauges, refreshed here by hand: RETRY waits, PERM is a dead letter.
     let backlog = sea_orm_outbox::ops::backlog(db).await.expect("backlog");
     assert_eq!((backlog.wait, backlog.sending, backlog.fail), (1, 0, 1));
+}
+
+/// Without lease renewal, a round's later events wait in the queue while their leases run:
+/// the worker hands them back instead of sending them after another instance may have taken
+/// them over. A fault-free run then sends nothing twice and dead-letters nothing.
+async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestContext) {
+    insert_many(ctx, 20, "ORD").await;
+    let slow = Arc::new(Slow {
+        delay: Duration::from_millis(400),
+        blocking: false,
+        inner: InMemoryPublisher::new(),
+    });
+    let cancel = CancellationToken::new();
+    let mut handles = Vec::new();
+    for w in 0..2 {
+        let cfg = config(&format!("no-renew-{w}"))
+            .lease(Duration::from_millis(1500))
+            .send_timeout(Duration::from_millis(500))
+            .reclaim_interval(Duration::from_millis(100))
+            .lease_renewal(false);
+        let worker = Worker::new(ctx.pool(4).await, slow.clone(), cfg).expect("worker");
+        let cancel = cancel.clone();
+        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
+    }
+    let done = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async { count(&ctx.db, EventStatus::Success).await == 20 },
+    )
+    .await;
+    cancel.cancel();
+    let mut released = 0;
+    for h in handles {
+        let s = h.await.expect("worker");
+        released += s.released;
+        assert_eq!((s.late_acks, s.dead_lettered), (0, 0), "{s:?}");
+    }
+    assert!(done, "not all delivered");
+    assert_eq!(slow.inner.duplicates(), 0, "nothing sent twice");
+    assert_eq!(count(&ctx.db, EventStatus::Fail).await, 0);
+    assert!(
+        released > 0,
+        "queued events past their start-by time were handed back"
+    );
+}
+
+struct Panics;
+
+#[async_trait]
+impl Publisher for Panics {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        if m.biz_no == "BOOM" {
+            panic!("publisher bug");
+        }
+        Ok(())
+    }
+}
+
+async fn a_panicking_publisher_fails_one_send_not_the_worker(ctx: &TestContext) {
+    let db = &ctx.db;
+    let boom = db
+        .with_event(NewEvent::raw("BOOM", "T", "{}"))
+        .await
+        .expect("insert");
+    let ok = db
+        .with_event(NewEvent::raw("OK", "T", "{}"))
+        .await
+        .expect("insert");
+    let worker = Worker::new(ctx.pool(4).await, Arc::new(Panics), config("p")).expect("worker");
+    let round = worker
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("the round survives the panic");
+    assert_eq!((round.published, round.retried), (1, 1), "{round:?}");
+    let e = event(db, boom).await;
+    assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 1));
+    assert!(e
+        .last_error
+        .as_deref()
+        .is_some_and(|r| r.contains("publisher panicked: publisher bug")));
+    assert_eq!(event(db, ok).await.status, EventStatus::Success);
 }

@@ -51,6 +51,21 @@ where
     }
 }
 
+/// Longest `last_error` stored, in bytes (MySQL `TEXT` holds 64 KiB).
+pub const MAX_REASON_BYTES: usize = 4096;
+
+/// `reason` cut to at most [`MAX_REASON_BYTES`] bytes on a character boundary.
+fn truncate_reason(reason: &str) -> &str {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let mut end = MAX_REASON_BYTES;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
 /// Outcome of [`claim`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
@@ -253,7 +268,7 @@ pub async fn release_for_retry<C: ConnectionTrait>(
         .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
         .col_expr(Column::RetryCount, Expr::val(retry_count))
         .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
-        .col_expr(Column::LastError, Expr::val(reason))
+        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
         .col_expr(Column::UpdateTime, dialect::now(backend));
     let res = retry_transient(|| stmt.clone().exec(db)).await?;
     Ok(Transition::from_rows(res.rows_affected))
@@ -276,7 +291,7 @@ pub async fn mark_fail<C: ConnectionTrait>(
     let stmt = owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
         .col_expr(Column::RetryCount, Expr::val(retry_count))
-        .col_expr(Column::LastError, Expr::val(reason))
+        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
         .col_expr(Column::UpdateTime, now);
     let res = retry_transient(|| stmt.clone().exec(db)).await?;
     Ok(Transition::from_rows(res.rows_affected))
@@ -498,7 +513,8 @@ pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateS
 /// Claims up to `n` due events for `owner` in one round trip without waiting on rows other
 /// instances are claiming, and returns them (status `SENDING`), oldest due first.
 ///
-/// - Postgres: one `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING *`.
+/// - Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))
+///   RETURNING *` (the array form runs the locking subquery exactly once).
 /// - SQLite: the same statement without the lock clause (SQLite has one writer at a time).
 /// - MySQL/MariaDB (no `UPDATE ... RETURNING`, no `LIMIT` in an `IN` subquery): one short
 ///   transaction: `SELECT ... FOR UPDATE SKIP LOCKED`, `UPDATE ... WHERE id IN (...)`, re-read.
