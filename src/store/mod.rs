@@ -19,8 +19,8 @@ use sea_orm::sea_query::{
     UpdateStatement,
 };
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, FromQueryResult, QueryFilter,
-    QueryOrder, QuerySelect, Select, TransactionSession, TransactionTrait, UpdateMany,
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, FromQueryResult, IsolationLevel,
+    QueryFilter, QueryOrder, QuerySelect, Select, TransactionSession, TransactionTrait, UpdateMany,
 };
 
 use crate::error::is_transient;
@@ -551,7 +551,12 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let backend = db.get_database_backend();
-    let txn = db.begin().await?;
+    // READ COMMITTED: InnoDB then takes no gap locks for the locking read, so the claim never
+    // blocks concurrent inserts of new events (under REPEATABLE READ its next-key locks on the
+    // WAIT range made `with_event` inserts wait while a business transaction stayed open).
+    let txn = db
+        .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
+        .await?;
     let ids: Vec<i64> = candidates_query(backend, n)
         .select_only()
         .column(Column::Id)
