@@ -20,28 +20,42 @@ pub(crate) enum Woken {
 
 /// The between-rounds wait of one worker.
 pub(crate) struct Wake {
+    /// The pool to listen through: `Some` on Postgres with wake-on-commit on.
+    db: Option<DatabaseConnection>,
     listener: Option<PgListener>,
 }
 
+/// Longest a `LISTEN` set-up may take before the worker goes on polling (a database that is
+/// down must not hold up the rounds or a shutdown).
+const LISTEN_SETUP_TIMEOUT: Duration = Duration::from_secs(2);
+
 impl Wake {
-    /// Listens on Postgres when `enabled`; polls otherwise (and if listening cannot start,
-    /// which is logged). The listener holds one connection of `db`'s pool.
+    /// Listens on Postgres when `enabled`; polls otherwise. If listening cannot start (the
+    /// database is down), it polls and tries again before each later wait. The listener holds
+    /// one connection of `db`'s pool.
     pub(crate) async fn new(db: &DatabaseConnection, enabled: bool) -> Self {
-        if !enabled || db.get_database_backend() != DbBackend::Postgres {
-            return Wake { listener: None };
+        let db = (enabled && db.get_database_backend() == DbBackend::Postgres).then(|| db.clone());
+        let mut wake = Wake { db, listener: None };
+        wake.ensure_listening().await;
+        wake
+    }
+
+    async fn ensure_listening(&mut self) {
+        let Some(db) = &self.db else { return };
+        if self.listener.is_some() {
+            return;
         }
-        let listener = async {
+        let setup = async {
             let mut l = PgListener::connect_with(db.get_postgres_connection_pool()).await?;
             l.listen(WAKE_CHANNEL).await?;
             Ok::<_, sea_orm::sqlx::Error>(l)
-        }
-        .await;
-        match listener {
-            Ok(l) => Wake { listener: Some(l) },
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot LISTEN for new events; polling only");
-                Wake { listener: None }
+        };
+        match tokio::time::timeout(LISTEN_SETUP_TIMEOUT, setup).await {
+            Ok(Ok(l)) => self.listener = Some(l),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot LISTEN for new events; polling, will try again")
             }
+            Err(_) => tracing::warn!("LISTEN set-up timed out; polling, will try again"),
         }
     }
 
@@ -49,6 +63,7 @@ impl Wake {
     /// consumed together: a burst of commits wakes one round, not one each.
     pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
         let delay = jitter(delay);
+        self.ensure_listening().await;
         let Some(listener) = self.listener.as_mut() else {
             tokio::time::sleep(delay).await;
             return Woken::Timer;
