@@ -142,7 +142,10 @@ impl WorkerConfig {
         self.retry = r;
         self
     }
-    /// Sets a fixed instance id (at most 128 characters).
+    /// Sets a fixed instance id (at most 128 characters). It must be unique per running
+    /// instance: the owner guards cannot tell two instances with the same id apart (after a
+    /// reclaim, one's late acknowledgement would apply to the other's claim). Prefer the
+    /// generated id, whose random suffix differs on every start.
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
