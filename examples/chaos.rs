@@ -833,6 +833,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     let mut quiet_since: Option<Instant> = None;
     let mut next_check = Instant::now();
     let mut dead_retried: Option<u64> = None;
+    let mut dead_retry_runs = 0;
     let mut drained = false;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -866,7 +867,13 @@ async fn run(args: Args) -> Result<u64, BoxError> {
             continue;
         }
         let fails = all.iter().filter(|(_, s)| s == "FAIL").count() as u64;
-        if args.dead_retry && dead_retried.is_none() && fails > 0 {
+        // The dead letters go back once the client's 30 s circuit breaker has surely closed
+        // again (a producer that saw the broker die refuses it for up to 30 s after its return).
+        if args.dead_retry && fails > 0 && dead_retry_runs < 3 {
+            if now.duration_since(quiet) < Duration::from_secs(35) {
+                continue;
+            }
+            dead_retry_runs += 1;
             log(format!(
                 "{fails} dead letters after the faults: `outbox dead retry --all`"
             ));
@@ -879,7 +886,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
                 String::from_utf8_lossy(&out.stdout).trim(),
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
-            dead_retried = Some(fails);
+            dead_retried = Some(dead_retried.unwrap_or(0) + fails);
             continue;
         }
         let r = received.lock().unwrap_or_else(|p| p.into_inner());
@@ -967,6 +974,33 @@ async fn run(args: Args) -> Result<u64, BoxError> {
             log_dir.display()
         ));
     }
+    if !lost_ids.is_empty() {
+        // Lost by the broker, or missed by the consumer? Read the whole topic again from its
+        // first offset in a fresh consumer group.
+        match RocketMqConsumer::start(&namesrv, &format!("chaos_reread_{run_id}"), &topic).await {
+            Ok(again) => {
+                let wanted: std::collections::HashSet<i64> = lost_ids.iter().copied().collect();
+                let got = again
+                    .collect_until(Duration::from_secs(60), |got| {
+                        let ids: std::collections::HashSet<i64> =
+                            got.iter().filter_map(|m| m.event_id).collect();
+                        wanted.is_subset(&ids)
+                    })
+                    .await;
+                let ids: std::collections::HashSet<i64> =
+                    got.iter().filter_map(|m| m.event_id).collect();
+                let in_broker = lost_ids.iter().filter(|id| ids.contains(id)).count();
+                log(format!(
+                    "re-read of the topic by a fresh consumer group: {} messages; {in_broker} of the {} lost events ARE in the broker (missed by the first consumer), {} are not",
+                    got.len(),
+                    lost_ids.len(),
+                    lost_ids.len() - in_broker
+                ));
+                again.shutdown().await;
+            }
+            Err(e) => log(format!("re-read consumer did not start: {e}")),
+        }
+    }
     let lost = lost_ids.len() as u64;
     let keep = args.keep_db || lost > 0 || !drained;
     db.close().await.ok();
@@ -986,10 +1020,8 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         fleet.kills,
         elapsed.as_secs()
     );
-    if let Some(k) = dead_retried.filter(|_| args.dead_retry) {
-        line.push_str(&format!(" dead_retried={k}"));
-    } else if args.dead_retry {
-        line.push_str(" dead_retried=0");
+    if args.dead_retry {
+        line.push_str(&format!(" dead_retried={}", dead_retried.unwrap_or(0)));
     }
     println!("{line}");
     std::io::stdout().flush().ok();
