@@ -214,7 +214,16 @@ impl PrivateBroker {
     }
 
     fn start(state_dir: PathBuf) -> Result<Self, BoxError> {
-        Self::script(&state_dir, "stop");
+        // Never adopt a leftover instance (its state directory is not ours to stop).
+        for port in [PRIVATE_NAMESRV_PORT, PRIVATE_BROKER_PORT] {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Err(format!(
+                    "port {port} is in use: a leftover private RocketMQ from an earlier chaos run? \
+                     (stop it: ss -ltnp | grep {port})"
+                )
+                .into());
+            }
+        }
         if !Self::script(&state_dir, "start") {
             return Err(format!(
                 "private RocketMQ did not start (logs in {})",
@@ -1004,6 +1013,8 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     let lost = lost_ids.len() as u64;
     let keep = args.keep_db || lost > 0 || !drained;
     db.close().await.ok();
+    // Stop the private broker while its state (pid files) is still there.
+    drop(private);
     if !keep {
         if let Ok(conn) = connect(&admin, 1).await {
             conn.execute_unprepared(&format!("DROP DATABASE {db_name}"))
@@ -1013,7 +1024,6 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         }
         std::fs::remove_dir_all(&work_dir).ok();
     }
-    drop(private);
     let mut line = format!(
         "summary: events={} success={success} fail={fail} lost={lost} duplicates={duplicates} kills={} reclaimed={reclaimed} elapsed_s={}",
         all.len(),
