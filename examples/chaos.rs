@@ -590,7 +590,7 @@ fn main() -> std::process::ExitCode {
         .build()
         .expect("tokio runtime");
     match rt.block_on(run(args)) {
-        Ok(lost) if lost == 0 => std::process::ExitCode::SUCCESS,
+        Ok(0) => std::process::ExitCode::SUCCESS,
         Ok(_) => std::process::ExitCode::from(1),
         Err(e) => {
             log(format!("error: {e}"));
@@ -924,7 +924,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     }
 
     let all = rows(&db).await?;
-    let r = received.lock().unwrap_or_else(|p| p.into_inner());
+    let r = std::mem::take(&mut *received.lock().unwrap_or_else(|p| p.into_inner()));
     let success = all.iter().filter(|(_, s)| s == "SUCCESS").count();
     let fail = all.iter().filter(|(_, s)| s == "FAIL").count();
     let other = all.len() - success - fail;

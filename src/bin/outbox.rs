@@ -77,7 +77,7 @@ enum Command {
     /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ when a name server
     /// is given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`), else through the logging
     /// publisher.
-    Relay(RelayArgs),
+    Relay(Box<RelayArgs>),
 }
 
 #[derive(Subcommand, Debug)]
