@@ -423,8 +423,12 @@ impl Fleet {
             };
             if let Some((id, status)) = exited {
                 self.unexpected_exits += 1;
+                let last = std::fs::read_to_string(self.log_dir.join(format!("{id}.log")))
+                    .ok()
+                    .and_then(|t| t.lines().last().map(str::to_owned))
+                    .unwrap_or_default();
                 log(format!(
-                    "worker {id} exited by itself ({status}); see its log. Starting another"
+                    "worker {id} exited by itself ({status}): {last}; starting another"
                 ));
                 self.spawn(slot)?;
             }
