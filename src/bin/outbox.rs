@@ -25,8 +25,8 @@ use sea_orm_outbox::migration::MigrationStatus;
 use sea_orm_outbox::ops::{self, DeadLetterOutcome};
 use sea_orm_outbox::redact::{redact_secrets, redact_url};
 use sea_orm_outbox::{
-    CancellationToken, LoggingPublisher, Migrator, MigratorTrait, OutboxError, RetryPolicy, Worker,
-    WorkerConfig,
+    CancellationToken, LoggingPublisher, Migrator, MigratorTrait, OutboxError, OutboxMessage,
+    PublishError, Publisher, Worker, WorkerConfig,
 };
 
 #[derive(Parser, Debug)]
@@ -74,8 +74,10 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         batch: u64,
     },
-    /// Run a relay worker (publishing through the logging publisher) until Ctrl-C or SIGTERM.
-    Relay(RelayArgs),
+    /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ when a name server
+    /// is given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`), else through the logging
+    /// publisher.
+    Relay(Box<RelayArgs>),
 }
 
 #[derive(Subcommand, Debug)]
@@ -161,6 +163,41 @@ struct RelayArgs {
     /// Service name used in a generated instance id [default: outbox].
     #[arg(long, env = "OUTBOX_SERVICE_NAME")]
     service_name: Option<String>,
+    /// Back-off unit: the n-th failed attempt waits n² × this [default: 5s].
+    #[arg(long, env = "OUTBOX_RETRY_BACKOFF", value_parser = humantime::parse_duration)]
+    retry_backoff: Option<Duration>,
+    /// Longest single back-off [default: 1h].
+    #[arg(long, env = "OUTBOX_RETRY_MAX_BACKOFF", value_parser = humantime::parse_duration)]
+    retry_max_backoff: Option<Duration>,
+    /// RocketMQ name server(s), `host:port[;host:port]`: publish to RocketMQ instead of the log.
+    #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
+    rocketmq_namesrv: Option<String>,
+    /// RocketMQ topic [default: ORDER_EVENT_TOPIC].
+    #[arg(long, env = "OUTBOX_TOPIC")]
+    topic: Option<String>,
+    /// RocketMQ producer group [default: outbox_producer_group].
+    #[arg(long, env = "ROCKETMQ_PRODUCER_GROUP")]
+    producer_group: Option<String>,
+    /// Fault injection for chaos tests, `N:DURATION`: after the broker accepted the FIRST
+    /// attempt of an event whose id is a multiple of N, the sending thread stalls (blocks) for
+    /// DURATION before the outcome is recorded, as a process frozen mid-send would. With a
+    /// DURATION longer than the lease the event is reclaimed and sent again (a duplicate) and
+    /// the stalled sender's late acknowledgement is refused. Never use it in production.
+    #[arg(long, env = "OUTBOX_CHAOS_SEND_STALL", hide = true, value_parser = parse_stall)]
+    chaos_send_stall: Option<(i64, Duration)>,
+}
+
+/// `N:DURATION` for `--chaos-send-stall`.
+fn parse_stall(s: &str) -> Result<(i64, Duration), String> {
+    let (n, d) = s
+        .split_once(':')
+        .ok_or_else(|| "expected N:DURATION, e.g. 500:6s".to_owned())?;
+    let n: i64 = n.trim().parse().map_err(|e| format!("N: {e}"))?;
+    if n < 1 {
+        return Err("N must be at least 1".into());
+    }
+    let d = humantime::parse_duration(d.trim()).map_err(|e| format!("DURATION: {e}"))?;
+    Ok((n, d))
 }
 
 /// `--claim-strategy` values.
@@ -202,13 +239,17 @@ impl RelayArgs {
         if let Some(d) = self.reclaim_interval {
             c = c.reclaim_interval(d);
         }
+        let mut retry = c.retry;
         if let Some(n) = self.max_retries {
-            let retry = RetryPolicy {
-                max_retries: n,
-                ..c.retry
-            };
-            c = c.retry(retry);
+            retry.max_retries = n;
         }
+        if let Some(d) = self.retry_backoff {
+            retry.backoff_base = d;
+        }
+        if let Some(d) = self.retry_max_backoff {
+            retry.max_backoff = d;
+        }
+        c = c.retry(retry);
         if let Some(id) = &self.instance_id {
             c = c.instance_id(id.clone());
         }
@@ -480,7 +521,33 @@ fn dead_letter_json(r: &sea_orm_outbox::event_record::Model) -> serde_json::Valu
 async fn relay(db: DatabaseConnection, url: &str, args: &RelayArgs) -> Result<(), Failure> {
     // Refuse to start without the table, rather than log the error every round.
     ops::check_table(&db).await?;
-    let worker = Worker::new(db, Arc::new(LoggingPublisher), args.config())?;
+    let config = args.config();
+    config.validate()?;
+    let (mut publisher, rocketmq, target): (Arc<dyn Publisher>, _, String) =
+        match args.rocketmq_namesrv.as_deref().map(str::trim) {
+            Some(addr) if !addr.is_empty() => {
+                let (p, handle, target) = rmq::start(addr, args, &config).await?;
+                (p, Some(handle), target)
+            }
+            _ => (Arc::new(LoggingPublisher), None, "log".to_owned()),
+        };
+    if let Some((every, stall)) = args.chaos_send_stall {
+        tracing::warn!(every, stall_ms = stall.as_millis() as u64, "FAULT INJECTION: first sends of every {every}th event stall after the broker accepted them");
+        publisher = Arc::new(StallingPublisher {
+            inner: publisher,
+            every,
+            stall,
+        });
+    }
+    let worker = match Worker::new(db, publisher, config) {
+        Ok(w) => w,
+        Err(e) => {
+            if let Some(h) = rocketmq {
+                h.shutdown().await;
+            }
+            return Err(e.into());
+        }
+    };
     let cancel = CancellationToken::new();
     tokio::spawn({
         let cancel = cancel.clone();
@@ -490,10 +557,117 @@ async fn relay(db: DatabaseConnection, url: &str, args: &RelayArgs) -> Result<()
             cancel.cancel();
         }
     });
-    tracing::info!(owner = %worker.owner(), database = %redact_url(url), config = ?worker.config(), "relay started");
+    tracing::info!(owner = %worker.owner(), database = %redact_url(url), publisher = %target, config = ?worker.config(), "relay started");
     let summary = worker.run(cancel).await;
+    // The worker holds the other reference to the publisher: drop it, then stop the producer.
+    drop(worker);
+    if let Some(h) = rocketmq {
+        h.shutdown().await;
+    }
     println!("relay stopped: {summary:?}");
     Ok(())
+}
+
+/// `outbox relay` publishing to RocketMQ.
+#[cfg(feature = "rocketmq")]
+mod rmq {
+    use std::sync::Arc;
+
+    use sea_orm_outbox::config::MAX_SEND_TIMEOUT_SHARE_OF_LEASE;
+    use sea_orm_outbox::{OutboxError, Publisher, RocketMqConfig, RocketMqPublisher, WorkerConfig};
+
+    use super::RelayArgs;
+
+    /// The publisher, kept to stop it at the end.
+    pub struct Handle(Arc<RocketMqPublisher>);
+
+    /// Starts the producer: name server `addr`, topic and group when given, send timeout fitted
+    /// to the worker (at most its send timeout and a third of its lease).
+    pub async fn start(
+        addr: &str,
+        args: &RelayArgs,
+        worker: &WorkerConfig,
+    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
+        let timeout = worker
+            .send_timeout
+            .min(worker.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE);
+        let mut config = RocketMqConfig::new(addr).send_timeout(timeout);
+        let given = |v: &Option<String>| {
+            v.as_deref()
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        if let Some(t) = given(&args.topic) {
+            config = config.topic(t);
+        }
+        if let Some(g) = given(&args.producer_group) {
+            config = config.producer_group(g);
+        }
+        config.validate_for(worker)?;
+        let target = format!("rocketmq {} topic {}", config.namesrv_addr, config.topic);
+        let p = Arc::new(RocketMqPublisher::start(config).await?);
+        Ok((p.clone(), Handle(p), target))
+    }
+
+    impl Handle {
+        /// Stops the producer once the worker has let go of it.
+        pub async fn shutdown(self) {
+            match Arc::try_unwrap(self.0) {
+                Ok(p) => p.shutdown().await,
+                Err(_) => tracing::warn!("RocketMQ publisher still shared at exit; not flushed"),
+            }
+        }
+    }
+}
+
+/// Built without the `rocketmq` feature: asking for RocketMQ is a configuration error.
+#[cfg(not(feature = "rocketmq"))]
+mod rmq {
+    use std::sync::Arc;
+
+    use sea_orm_outbox::{OutboxError, Publisher, WorkerConfig};
+
+    use super::RelayArgs;
+
+    pub struct Handle;
+
+    pub async fn start(
+        _addr: &str,
+        _args: &RelayArgs,
+        _worker: &WorkerConfig,
+    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
+        Err(OutboxError::InvalidConfig(
+            "this outbox binary was built without the `rocketmq` feature".into(),
+        ))
+    }
+
+    impl Handle {
+        pub async fn shutdown(self) {}
+    }
+}
+
+/// `--chaos-send-stall`: a publisher whose sending thread freezes after some first sends.
+struct StallingPublisher {
+    inner: Arc<dyn Publisher>,
+    every: i64,
+    stall: Duration,
+}
+
+#[async_trait::async_trait]
+impl Publisher for StallingPublisher {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        self.inner.publish(m).await?;
+        if m.retry_count == 0 && m.event_id % self.every == 0 {
+            tracing::warn!(
+                event_id = m.event_id,
+                "FAULT INJECTION: stalling the sending thread"
+            );
+            // Blocks the thread on purpose: the whole send path freezes, timers included.
+            std::thread::sleep(self.stall);
+        }
+        Ok(())
+    }
 }
 
 /// Resolves on Ctrl-C or (on Unix) SIGTERM.
@@ -554,5 +728,34 @@ mod tests {
         assert_eq!(batch, 1000);
         assert!(Cli::try_parse_from(["outbox", "dead", "retry"]).is_err());
         assert!(Cli::try_parse_from(["outbox", "dead", "retry", "3", "--all"]).is_err());
+    }
+
+    #[test]
+    fn relay_retry_and_fault_flags() {
+        let cli = Cli::try_parse_from([
+            "outbox",
+            "relay",
+            "--retry-backoff",
+            "100ms",
+            "--retry-max-backoff",
+            "2s",
+            "--max-retries",
+            "40",
+            "--chaos-send-stall",
+            "500:6s",
+        ])
+        .expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        let r = args.config().retry;
+        assert_eq!(
+            (r.max_retries, r.backoff_base, r.max_backoff),
+            (40, Duration::from_millis(100), Duration::from_secs(2))
+        );
+        assert_eq!(args.chaos_send_stall, Some((500, Duration::from_secs(6))));
+        for bad in ["0:1s", "x:1s", "5", "5:soon"] {
+            assert!(parse_stall(bad).is_err(), "{bad}");
+        }
     }
 }
