@@ -86,6 +86,10 @@ struct Args {
     /// Give up waiting for the outbox to drain after this many seconds.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
+    /// Serve the outbox metrics for Prometheus on this address, e.g. 127.0.0.1:9000
+    /// (needs `--features prometheus`).
+    #[arg(long)]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 async fn connect(url: &str, max: u32) -> Result<DatabaseConnection, sea_orm::DbErr> {
@@ -106,6 +110,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
     let args = Args::parse();
+    if let Some(addr) = args.metrics_addr {
+        #[cfg(feature = "prometheus")]
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()?;
+        #[cfg(not(feature = "prometheus"))]
+        return Err(format!("--metrics-addr {addr} needs `--features prometheus`").into());
+    }
     let url = args
         .database_url
         .clone()
