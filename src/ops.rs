@@ -63,35 +63,9 @@ pub async fn stats<C: ConnectionTrait>(
     lease: Duration,
 ) -> Result<OutboxStats, OutboxError> {
     let backend = db.get_database_backend();
-    let counts: Vec<(String, i64)> = Entity::find()
-        .select_only()
-        .column(Column::Status)
-        .column_as(Expr::col(Column::Id).count(), "n")
-        .group_by(Column::Status)
-        .into_tuple()
-        .all(db)
-        .await?;
-    let count = |status: EventStatus| {
-        counts
-            .iter()
-            .filter(|(s, _)| s == status.as_str())
-            .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
-            .sum::<u64>()
-    };
-    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
-        .select_only()
-        .column_as(Expr::col(Column::CreateTime).min(), "oldest")
-        .column_as(dialect::now(backend), "now")
-        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
-        .into_tuple()
-        .one(db)
-        .await?;
-    let oldest_wait_age_seconds = match oldest {
-        Some((Some(oldest), now)) => {
-            Some(((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0))
-        }
-        _ => None,
-    };
+    let counts = count_by_status(db, None).await?;
+    let count = |status: EventStatus| counts.get(status);
+    let oldest_wait_age_seconds = oldest_wait_age(db, Column::CreateTime).await?;
     let sending_over_lease = Entity::find()
         .filter(Column::Status.eq(EventStatus::Sending.as_str()))
         .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
@@ -132,44 +106,71 @@ pub struct Backlog {
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn backlog<C: ConnectionTrait>(db: &C) -> Result<Backlog, OutboxError> {
-    let backend = db.get_database_backend();
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
-    let counts: Vec<(String, i64)> = Entity::find()
-        .select_only()
-        .column(Column::Status)
-        .column_as(Expr::col(Column::Id).count(), "n")
-        .filter(Column::Status.is_in(open.iter().map(|s| s.as_str())))
-        .group_by(Column::Status)
-        .into_tuple()
-        .all(db)
-        .await?;
-    let count = |status: EventStatus| {
-        counts
-            .iter()
-            .filter(|(s, _)| s == status.as_str())
-            .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
-            .sum::<u64>()
-    };
+    let counts = count_by_status(db, Some(&open)).await?;
+    let count = |status: EventStatus| counts.get(status);
     // MIN over the index (status, next_retry_time): one index probe, however long the backlog.
-    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
-        .select_only()
-        .column_as(Expr::col(Column::NextRetryTime).min(), "oldest")
-        .column_as(dialect::now(backend), "now")
-        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
-        .into_tuple()
-        .one(db)
-        .await?;
-    let oldest_wait_age_seconds = match oldest {
-        Some((Some(oldest), now)) => {
-            ((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0)
-        }
-        _ => 0.0,
-    };
+    let oldest_wait_age_seconds = oldest_wait_age(db, Column::NextRetryTime)
+        .await?
+        .unwrap_or(0.0);
     Ok(Backlog {
         wait: count(EventStatus::Wait),
         sending: count(EventStatus::Sending),
         fail: count(EventStatus::Fail),
         oldest_wait_age_seconds,
+    })
+}
+
+/// Row counts per status, from one `GROUP BY status` query.
+struct StatusCounts(Vec<(String, i64)>);
+
+impl StatusCounts {
+    fn get(&self, status: EventStatus) -> u64 {
+        self.0
+            .iter()
+            .filter(|(s, _)| s == status.as_str())
+            .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
+            .sum()
+    }
+}
+
+/// `SELECT status, COUNT(id) FROM t_event_record [WHERE status IN (:only)] GROUP BY status`.
+async fn count_by_status<C: ConnectionTrait>(
+    db: &C,
+    only: Option<&[EventStatus]>,
+) -> Result<StatusCounts, OutboxError> {
+    let mut q = Entity::find()
+        .select_only()
+        .column(Column::Status)
+        .column_as(Expr::col(Column::Id).count(), "n");
+    if let Some(only) = only {
+        q = q.filter(Column::Status.is_in(only.iter().map(|s| s.as_str())));
+    }
+    Ok(StatusCounts(
+        q.group_by(Column::Status).into_tuple().all(db).await?,
+    ))
+}
+
+/// Seconds between the database's now and the smallest `column` of the `WAIT` rows
+/// (`SELECT MIN(column), now FROM t_event_record WHERE status = 'WAIT'`); `None` when nothing
+/// waits.
+async fn oldest_wait_age<C: ConnectionTrait>(
+    db: &C,
+    column: Column,
+) -> Result<Option<f64>, OutboxError> {
+    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
+        .select_only()
+        .column_as(Expr::col(column).min(), "oldest")
+        .column_as(dialect::now(db.get_database_backend()), "now")
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .into_tuple()
+        .one(db)
+        .await?;
+    Ok(match oldest {
+        Some((Some(oldest), now)) => {
+            Some(((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0))
+        }
+        _ => None,
     })
 }
 

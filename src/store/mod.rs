@@ -374,12 +374,24 @@ pub async fn reclaim_stuck<C: ConnectionTrait>(
     })
 }
 
-/// An update of the events `ids` guarded by `status = 'SENDING' AND claim_owner = :owner`.
-fn owned_many(ids: &[i64], owner: &str) -> UpdateMany<Entity> {
-    Entity::update_many()
+/// Runs `set(UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner,
+/// now)` (transient conflicts retried) and returns how many rows were still ours.
+async fn update_owned<C, F>(db: &C, ids: &[i64], owner: &str, set: F) -> Result<u64, DbErr>
+where
+    C: ConnectionTrait,
+    F: FnOnce(UpdateMany<Entity>, Expr) -> UpdateMany<Entity>,
+{
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let guarded = Entity::update_many()
         .filter(Column::Id.is_in(ids.iter().copied()))
         .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Column::ClaimOwner.eq(owner))
+        .filter(Column::ClaimOwner.eq(owner));
+    let stmt = set(guarded, dialect::now(db.get_database_backend()));
+    Ok(retry_transient(|| stmt.clone().exec(db))
+        .await?
+        .rows_affected)
 }
 
 /// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND
@@ -393,15 +405,11 @@ pub async fn mark_success_many<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let stmt = owned_many(ids, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
-        .col_expr(Column::UpdateTime, dialect::now(db.get_database_backend()));
-    Ok(retry_transient(|| stmt.clone().exec(db))
-        .await?
-        .rows_affected)
+    update_owned(db, ids, owner, |u, now| {
+        u.col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+            .col_expr(Column::UpdateTime, now)
+    })
+    .await
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
@@ -416,17 +424,13 @@ pub async fn release_unsent<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let stmt = owned_many(ids, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::UpdateTime, dialect::now(db.get_database_backend()));
-    Ok(retry_transient(|| stmt.clone().exec(db))
-        .await?
-        .rows_affected)
+    update_owned(db, ids, owner, |u, now| {
+        u.col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+            .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+            .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+            .col_expr(Column::UpdateTime, now)
+    })
+    .await
 }
 
 /// `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status = 'SENDING' AND
@@ -440,14 +444,7 @@ pub async fn renew_leases<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let stmt =
-        owned_many(ids, owner).col_expr(Column::ClaimedAt, dialect::now(db.get_database_backend()));
-    Ok(retry_transient(|| stmt.clone().exec(db))
-        .await?
-        .rows_affected)
+    update_owned(db, ids, owner, |u, now| u.col_expr(Column::ClaimedAt, now)).await
 }
 
 /// The ids among `ids` still `SENDING` under `owner`'s lease.
