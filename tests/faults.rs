@@ -2,12 +2,14 @@
 //! transaction that commits long after later events were published.
 mod common;
 
+use common::event;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Backend, TestContext};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, TransactionTrait};
-use sea_orm_outbox::event_record::{self, Column, Entity as Events};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
+use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim};
 use sea_orm_outbox::{
     wait_until, CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
@@ -55,13 +57,6 @@ async fn mariadb_late_transaction_is_still_published() {
         late_transaction_is_still_published,
     )
     .await
-}
-
-async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
-    store::find_event(db, id)
-        .await
-        .expect("read")
-        .expect("event exists")
 }
 
 /// A relay process started under libfaketime with its clock 15 minutes ahead runs reclaim

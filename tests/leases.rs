@@ -2,16 +2,16 @@
 //! Postgres, MariaDB and SQLite (see `tests/common`).
 mod common;
 
+use common::{count, event};
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{ScriptedPublisher, TestContext};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, TransactionTrait,
-};
-use sea_orm_outbox::event_record::{self, Column, Entity as Events};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
+use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Transition};
 use sea_orm_outbox::{
     wait_until, CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent,
@@ -36,32 +36,7 @@ async fn postgres_commit_wakes_an_idle_relay() {
 }
 
 fn config(owner: &str) -> WorkerConfig {
-    WorkerConfig::default()
-        .poll_delay(Duration::from_millis(20))
-        .reclaim_interval(Duration::from_millis(100))
-        .lease(Duration::from_secs(10))
-        .send_timeout(Duration::from_secs(2))
-        .retry(RetryPolicy {
-            max_retries: 3,
-            backoff_base: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(60),
-        })
-        .instance_id(owner)
-}
-
-async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {
-    Events::find()
-        .filter(Column::Status.eq(status.as_str()))
-        .count(db)
-        .await
-        .expect("count")
-}
-
-async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
-    store::find_event(db, id)
-        .await
-        .expect("read")
-        .expect("event exists")
+    common::test_config(owner).reclaim_interval(Duration::from_millis(100))
 }
 
 async fn insert_many(ctx: &TestContext, n: usize, prefix: &str) -> Vec<i64> {

@@ -19,25 +19,8 @@ use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
     consume_once, ops, wait_until, CancellationToken, Consumed as Outcome, EventStatus,
     InMemoryPublisher, Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher,
-    RetryPolicy, Worker, WorkerConfig,
+    Worker, WorkerConfig,
 };
-
-pub async fn run_on<F>(backend: Backend, name: &str, f: F)
-where
-    F: for<'a> AsyncFn(&'a TestContext),
-{
-    if !backend.enabled() {
-        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
-        return;
-    }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let ctx = TestContext::new(backend, name).await;
-    f(&ctx).await;
-    ctx.cleanup().await;
-}
 
 backend_tests!(
     cli_migrate_up_down_status,
@@ -165,17 +148,7 @@ async fn event(db: &impl ConnectionTrait, id: i64) -> Option<event_record::Model
 }
 
 fn fast_config(owner: &str) -> WorkerConfig {
-    WorkerConfig::default()
-        .poll_delay(Duration::from_millis(20))
-        .reclaim_interval(Duration::from_millis(200))
-        .lease(Duration::from_secs(10))
-        .send_timeout(Duration::from_secs(2))
-        .retry(RetryPolicy {
-            max_retries: 3,
-            backoff_base: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(60),
-        })
-        .instance_id(owner)
+    common::test_config(owner)
 }
 
 const DAY: Duration = Duration::from_secs(86_400);

@@ -1,6 +1,8 @@
 //! The foundation suite, run on Postgres, MariaDB and SQLite (see `tests/common`).
 mod common;
 
+use common::{count, event};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,12 +11,12 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, NotSet, PaginatorTrait,
     QueryFilter, QueryTrait, Statement, TransactionTrait,
 };
-use sea_orm_outbox::event_record::{self, Column, Entity as Events};
+use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim, Transition};
 use sea_orm_outbox::{
     transactional_publish, wait_until, CancellationToken, EventError, EventStatus,
     InMemoryPublisher, Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher,
-    RetryPolicy, Worker, WorkerConfig,
+    Worker, WorkerConfig,
 };
 
 backend_tests!(
@@ -34,34 +36,8 @@ backend_tests!(
 
 /// A config for fast tests: short delays, lease 10 s, back-off base 200 ms.
 fn fast_config(owner: &str) -> WorkerConfig {
-    WorkerConfig::default()
-        .poll_delay(Duration::from_millis(20))
-        .reclaim_interval(Duration::from_millis(200))
-        .lease(Duration::from_secs(10))
-        .send_timeout(Duration::from_secs(2))
-        .retry(RetryPolicy {
-            max_retries: 3,
-            backoff_base: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(60),
-        })
-        .instance_id(owner)
-        // The foundation suite exercises the seed's claiming; tests/leases.rs covers Batch.
-        .claim_strategy(sea_orm_outbox::ClaimStrategy::PerRow)
-}
-
-async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {
-    Events::find()
-        .filter(Column::Status.eq(status.as_str()))
-        .count(db)
-        .await
-        .expect("count")
-}
-
-async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
-    store::find_event(db, id)
-        .await
-        .expect("read")
-        .expect("event exists")
+    // The foundation suite exercises the seed's claiming; tests/leases.rs covers Batch.
+    common::test_config(owner).claim_strategy(sea_orm_outbox::ClaimStrategy::PerRow)
 }
 
 /// Moves a timestamp column of event `id` to the database's now − `ago`.

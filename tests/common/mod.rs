@@ -274,3 +274,38 @@ where
     f(&ctx).await;
     ctx.cleanup().await;
 }
+
+/// The suites' worker settings: 20 ms polls, reclaim every 200 ms, lease 10 s, send timeout
+/// 2 s, 3 retries with a 200 ms back-off base, instance id `owner`.
+pub fn test_config(owner: &str) -> sea_orm_outbox::WorkerConfig {
+    sea_orm_outbox::WorkerConfig::default()
+        .poll_delay(Duration::from_millis(20))
+        .reclaim_interval(Duration::from_millis(200))
+        .lease(Duration::from_secs(10))
+        .send_timeout(Duration::from_secs(2))
+        .retry(sea_orm_outbox::RetryPolicy {
+            max_retries: 3,
+            backoff_base: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(60),
+        })
+        .instance_id(owner)
+}
+
+/// Rows of `t_event_record` in `status`.
+pub async fn count(db: &impl ConnectionTrait, status: sea_orm_outbox::EventStatus) -> u64 {
+    use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+    use sea_orm_outbox::event_record::{Column, Entity};
+    Entity::find()
+        .filter(Column::Status.eq(status.as_str()))
+        .count(db)
+        .await
+        .expect("count")
+}
+
+/// The event `id`, which must exist.
+pub async fn event(db: &impl ConnectionTrait, id: i64) -> sea_orm_outbox::event_record::Model {
+    sea_orm_outbox::store::find_event(db, id)
+        .await
+        .expect("read")
+        .expect("event exists")
+}

@@ -10,11 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
-use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
-    EventStatus, ReceivedMessage, RetryPolicy, RocketMqConfig, RocketMqConsumer, RocketMqPublisher,
-    WorkerConfig,
+    ReceivedMessage, RetryPolicy, RocketMqConfig, RocketMqConsumer, RocketMqPublisher, WorkerConfig,
 };
 
 pub const DEFAULT_NAMESRV_ADDR: &str = "127.0.0.1:9876";
@@ -102,13 +99,7 @@ pub fn worker_config(owner: &str, retry: RetryPolicy) -> WorkerConfig {
         .instance_id(owner)
 }
 
-pub async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {
-    Events::find()
-        .filter(Column::Status.eq(status.as_str()))
-        .count(db)
-        .await
-        .expect("count")
-}
+pub use crate::common::count;
 
 /// What a consumer got, indexed by event id.
 #[derive(Debug, Default)]
