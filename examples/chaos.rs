@@ -507,6 +507,21 @@ fn sum_from_logs(dir: &Path, marker: &str, key: &str) -> u64 {
     total
 }
 
+/// The worker-log lines that contain `needle`, each prefixed with its file name.
+fn grep_logs(dir: &Path, needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        out.extend(
+            text.lines()
+                .filter(|l| l.contains(needle))
+                .map(|l| format!("{name}: {l}")),
+        );
+    }
+    out
+}
+
 fn count_in_logs(dir: &Path, marker: &str) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -583,6 +598,8 @@ async fn rows(db: &DatabaseConnection) -> Result<Vec<(i64, String)>, sea_orm::Db
 #[derive(Default)]
 struct Received {
     per_event: HashMap<i64, u32>,
+    /// Where each reception came from: (queue id, queue offset, commit-log offset).
+    places: HashMap<i64, Vec<(i32, i64, i64)>>,
     total: u64,
     without_id: u64,
 }
@@ -700,7 +717,14 @@ async fn run(args: Args) -> Result<u64, BoxError> {
                 for m in batch {
                     r.total += 1;
                     match m.event_id {
-                        Some(id) => *r.per_event.entry(id).or_default() += 1,
+                        Some(id) => {
+                            *r.per_event.entry(id).or_default() += 1;
+                            r.places.entry(id).or_default().push((
+                                m.queue_id,
+                                m.queue_offset,
+                                m.commit_log_offset,
+                            ));
+                        }
                         None => r.without_id += 1,
                     }
                 }
@@ -744,7 +768,10 @@ async fn run(args: Args) -> Result<u64, BoxError> {
                 "ROCKETMQ_PRODUCER_GROUP".into(),
                 format!("chaos_pg_{run_id}"),
             ),
-            ("RUST_LOG".into(), "warn,outbox=info".into()),
+            (
+                "RUST_LOG".into(),
+                "warn,outbox=info,sea_orm_outbox::publisher::rocketmq=debug".into(),
+            ),
         ],
         log_dir: log_dir.clone(),
         procs: (0..args.workers).map(|_| None).collect(),
@@ -986,6 +1013,24 @@ async fn run(args: Args) -> Result<u64, BoxError> {
             &lost_ids[..lost_ids.len().min(10)],
             log_dir.display()
         ));
+    }
+    if !lost_ids.is_empty() {
+        // Where did the broker say it stored the lost events, and where did the duplicates
+        // come from? (The relays log every SEND_OK with its queue and offset at DEBUG.)
+        for id in lost_ids.iter().take(10) {
+            for line in grep_logs(&log_dir, &format!("RocketMQ send ok event_id={id} ")) {
+                log(format!("lost event {id}: {line}"));
+            }
+        }
+        for (id, places) in r.places.iter().filter(|(_, p)| p.len() > 1).take(10) {
+            log(format!(
+                "event {id} received {} times at (queue, queue offset, commit-log offset) {places:?}",
+                places.len()
+            ));
+            for line in grep_logs(&log_dir, &format!("RocketMQ send ok event_id={id} ")) {
+                log(format!("duplicated event {id}: {line}"));
+            }
+        }
     }
     if !lost_ids.is_empty() {
         // Lost by the broker, or missed by the consumer? Read the whole topic again from its

@@ -462,7 +462,14 @@ impl Publisher for RocketMqPublisher {
         let timeout = u64::from(self.config.send_timeout_ms());
         match self.producer.send(message, timeout).await {
             Ok(Some(result)) if result.send_status == SendStatus::SendOk => {
-                tracing::debug!(msg_id = ?result.msg_id.as_ref().map(|m| m.as_str()), "RocketMQ send ok");
+                tracing::debug!(
+                    event_id = event.event_id,
+                    msg_id = result.msg_id.as_ref().map_or("-", |m| m.as_str()),
+                    offset_msg_id = result.offset_msg_id.as_deref().unwrap_or("-"),
+                    queue_id = result.message_queue.as_ref().map_or(-1, |q| q.queue_id()),
+                    queue_offset = result.queue_offset,
+                    "RocketMQ send ok"
+                );
                 Ok(())
             }
             Ok(Some(result)) => Err(PublishError::retryable(format!(
@@ -611,6 +618,12 @@ pub struct ReceivedMessage {
     pub body: String,
     /// Every property of the message, system ones included.
     pub properties: HashMap<String, String>,
+    /// The queue the message was read from.
+    pub queue_id: i32,
+    /// Its offset in that queue (the broker's consume-queue index).
+    pub queue_offset: i64,
+    /// Its byte offset in the broker's commit log.
+    pub commit_log_offset: i64,
 }
 
 impl ReceivedMessage {
@@ -630,6 +643,9 @@ impl ReceivedMessage {
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_default(),
             properties,
+            queue_id: m.queue_id(),
+            queue_offset: m.queue_offset(),
+            commit_log_offset: m.commit_log_offset(),
         }
     }
 
