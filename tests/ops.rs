@@ -858,6 +858,7 @@ async fn relay_fails_at_once_when_waiting_cannot_help() {
     let unreachable = format!("postgres://app:{SECRET}@127.0.0.1:{}/x", free_port());
     for args in [
         &["relay", "--rocketmq-namesrv", "localhost"][..],
+        &["relay", "--rocketmq-namesrv", " "],
         &[
             "relay",
             "--lease",

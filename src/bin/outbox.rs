@@ -176,6 +176,7 @@ struct RelayArgs {
     #[arg(long, env = "OUTBOX_RETRY_MAX_BACKOFF", value_parser = humantime::parse_duration)]
     retry_max_backoff: Option<Duration>,
     /// RocketMQ name server(s), `host:port[;host:port]`: publish to RocketMQ instead of the log.
+    /// Set but empty is an error (the log delivers nothing).
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
     rocketmq_namesrv: Option<String>,
     /// RocketMQ topic [default: ORDER_EVENT_TOPIC].
@@ -673,7 +674,16 @@ async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
     let config = args.config();
     config.validate()?;
     let rocketmq = match args.rocketmq_namesrv.as_deref().map(str::trim) {
-        None | Some("") => None,
+        None => None,
+        // Relaying to the log would mark every event delivered: an address that is set but
+        // blank is a mistake (an unset variable in a template, say), not a choice.
+        Some("") => {
+            return Err(Failure::Outbox(OutboxError::InvalidConfig(
+                "--rocketmq-namesrv / ROCKETMQ_NAMESRV_ADDR is set but empty: give the name \
+                 server address (host:port), or unset it to relay to the log"
+                    .into(),
+            )))
+        }
         Some(addr) => Some(rmq::config(addr, args, &config)?),
     };
     let cancel = CancellationToken::new();
