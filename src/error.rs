@@ -157,3 +157,95 @@ pub fn is_transient(err: &DbErr) -> bool {
     text.contains("Lock wait timeout")
         || code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
 }
+
+/// Whether `err` says the database could not be reached, so that the same operation may
+/// succeed once the server is back: an I/O error (connection refused or reset, host unreachable,
+/// a name that does not resolve), a pool that found no connection in time, or a server that
+/// refuses connections for the moment (SQLSTATE class `08`, Postgres `57P01`–`57P03` shutting
+/// down or starting up, `53300` and MySQL 1040 too many connections, MySQL 1053 shutting down).
+///
+/// Errors that waiting cannot fix are not connection errors: a malformed or unsupported URL,
+/// TLS or protocol failures, a refused login, a missing database or table.
+///
+/// ```
+/// use sea_orm::{DbErr, RuntimeErr};
+/// use sea_orm_outbox::error::is_connection_error;
+/// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+/// let err = DbErr::Conn(RuntimeErr::SqlxError(sea_orm::sqlx::Error::Io(refused).into()));
+/// assert!(is_connection_error(&err));
+/// let no_driver = DbErr::Conn(RuntimeErr::Internal("no supporting driver".into()));
+/// assert!(!is_connection_error(&no_driver));
+/// ```
+pub fn is_connection_error(err: &DbErr) -> bool {
+    use sea_orm::sqlx::Error as SqlxErr;
+    use sea_orm::{ConnAcquireErr, RuntimeErr};
+    let e = match err {
+        DbErr::ConnectionAcquire(ConnAcquireErr::Timeout) => return true,
+        DbErr::Conn(RuntimeErr::SqlxError(e))
+        | DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
+        _ => return false,
+    };
+    match e.as_ref() {
+        SqlxErr::Io(_) | SqlxErr::PoolTimedOut => true,
+        SqlxErr::Database(db_err) => {
+            let code = db_err.code().unwrap_or_default();
+            let mysql_number = db_err
+                .try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
+                .map(|m| m.number());
+            code.starts_with("08")
+                || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+                || matches!(mysql_number, Some(1040 | 1053))
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Error as IoError, ErrorKind};
+
+    use sea_orm::sqlx::Error as SqlxErr;
+    use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
+
+    use super::is_connection_error;
+
+    fn conn(e: SqlxErr) -> DbErr {
+        DbErr::Conn(RuntimeErr::SqlxError(e.into()))
+    }
+
+    #[test]
+    fn connection_errors_are_told_from_the_rest() {
+        for kind in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::ConnectionReset,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(is_connection_error(&conn(SqlxErr::Io(IoError::from(kind)))));
+        }
+        let dns = IoError::other("failed to lookup address information: Name or service not known");
+        assert!(is_connection_error(&conn(SqlxErr::Io(dns))));
+        assert!(is_connection_error(&conn(SqlxErr::PoolTimedOut)));
+        assert!(is_connection_error(&DbErr::ConnectionAcquire(
+            ConnAcquireErr::Timeout
+        )));
+        let lost = DbErr::Query(RuntimeErr::SqlxError(
+            SqlxErr::Io(IoError::from(ErrorKind::BrokenPipe)).into(),
+        ));
+        assert!(is_connection_error(&lost), "lost in the middle of a query");
+
+        assert!(!is_connection_error(&conn(SqlxErr::Configuration(
+            "invalid port number".into()
+        ))));
+        assert!(!is_connection_error(&conn(SqlxErr::Protocol(
+            "unexpected response".into()
+        ))));
+        assert!(!is_connection_error(&DbErr::Conn(RuntimeErr::Internal(
+            "The connection string 'foo://x' has no supporting driver.".into()
+        ))));
+        assert!(!is_connection_error(&DbErr::ConnectionAcquire(
+            ConnAcquireErr::ConnectionClosed
+        )));
+        assert!(!is_connection_error(&DbErr::Custom("x".into())));
+    }
+}

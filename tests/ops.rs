@@ -628,6 +628,349 @@ async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// relay start-up: waiting for the database
+
+/// A loopback port where nothing listens (the OS picks a free one; it is released at once).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// `url` pointing at `127.0.0.1:port` instead of its own host and port; also returns the
+/// original `host:port`.
+fn via_port(url: &str, port: u16) -> (String, String) {
+    let (head, rest) = url.rsplit_once('@').expect("user@host");
+    let (host_port, tail) = rest.split_once('/').expect("host/database");
+    (
+        format!("{head}@127.0.0.1:{port}/{tail}"),
+        host_port.to_owned(),
+    )
+}
+
+/// An `outbox relay` process whose stderr is collected while it runs. Killed when dropped.
+struct RelayProcess {
+    child: std::process::Child,
+    stderr: Arc<std::sync::Mutex<String>>,
+}
+
+impl RelayProcess {
+    /// Starts `outbox relay args` against `url`, with the logging publisher.
+    fn spawn(url: &str, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+            .arg("relay")
+            .args(args)
+            .env("DATABASE_URL", url)
+            .env_remove("RUST_LOG")
+            .env_remove("ROCKETMQ_NAMESRV_ADDR")
+            .env_remove("OUTBOX_CONNECT_TIMEOUT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn relay");
+        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        let pipe = child.stderr.take().expect("stderr");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                let mut s = sink.lock().expect("stderr lock");
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        RelayProcess { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().expect("stderr lock").clone()
+    }
+
+    /// Waits up to `deadline` for `needle` to appear on stderr.
+    async fn wait_for_stderr(&self, needle: &str, deadline: Duration) -> bool {
+        wait_until(deadline, Duration::from_millis(50), || async {
+            self.stderr().contains(needle)
+        })
+        .await
+    }
+
+    /// Sends SIGTERM and waits (at most 30 s) for the exit; returns the status, stdout, stderr.
+    async fn terminate(mut self) -> (std::process::ExitStatus, String, String) {
+        let term = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(term.success());
+        let exited = wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+            let done = self.child.try_wait().expect("wait").is_some();
+            async move { done }
+        })
+        .await;
+        assert!(
+            exited,
+            "relay still running 30 s after SIGTERM: {}",
+            self.stderr()
+        );
+        let status = self.child.wait().expect("status");
+        let mut out = String::new();
+        if let Some(mut pipe) = self.child.stdout.take() {
+            std::io::Read::read_to_string(&mut pipe, &mut out).expect("stdout");
+        }
+        // The reader thread ends with the pipe; give it a moment to take the last lines.
+        wait_until(
+            Duration::from_secs(2),
+            Duration::from_millis(20),
+            || async { Arc::strong_count(&self.stderr) == 1 },
+        )
+        .await;
+        (status, out, self.stderr())
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.child.kill().ok();
+            self.child.wait().ok();
+        }
+    }
+}
+
+/// Accepts connections on `listener` and forwards each to `target`.
+async fn forward(listener: tokio::net::TcpListener, target: String) {
+    while let Ok((mut inbound, _)) = listener.accept().await {
+        let target = target.clone();
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                tokio::io::copy_bidirectional(&mut inbound, &mut outbound)
+                    .await
+                    .ok();
+            }
+        });
+    }
+}
+
+const RETRYING: &str = "cannot connect to the database yet; retrying";
+
+/// Nothing listens at the URL: with `--connect-timeout` the relay gives up and exits 1 with a
+/// clear error; `0s` tries once. The password never shows.
+#[tokio::test]
+async fn relay_gives_up_after_the_connect_timeout() {
+    let port = free_port();
+    let refused = format!("postgres://app:{SECRET}@127.0.0.1:{port}/x");
+    let started = Instant::now();
+    let o = outbox_with(
+        &refused,
+        &["relay", "--connect-timeout", "1s"],
+        &[],
+        Duration::from_secs(20),
+    );
+    let (took, err) = (started.elapsed(), stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        took >= Duration::from_secs(1),
+        "gave up after {took:?}: {err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "cannot connect to the database postgres://app:***@127.0.0.1:{port}/x within 1s"
+        )),
+        "{err}"
+    );
+    assert_no_secret("connect timeout", &o);
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+
+    // A host name that resolves nowhere fails each attempt at once: several attempts, a WARN
+    // for each, and the last error in the final message.
+    for url in [
+        format!("postgres://app:{SECRET}@nonexistent.invalid:5432/x"),
+        format!("mysql://app:{SECRET}@nonexistent.invalid:3306/x"),
+    ] {
+        let o = outbox_with(
+            &url,
+            &["relay", "--connect-timeout", "2s"],
+            &[],
+            Duration::from_secs(20),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.matches(RETRYING).count() >= 2, "{err}");
+        assert!(
+            err.contains("app:***@nonexistent.invalid")
+                && err.contains("within 2s")
+                && err.contains("attempt(s)): Connection Error: error communicating"),
+            "{err}"
+        );
+        assert_no_secret("name that resolves nowhere", &o);
+        // `0s`: one attempt, its error as is.
+        let o = outbox_with(
+            &url,
+            &["relay", "--connect-timeout", "0s"],
+            &[],
+            Duration::from_secs(20),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("cannot connect to the database: ") && !err.contains(RETRYING),
+            "{err}"
+        );
+        assert_no_secret("0s", &o);
+    }
+}
+
+/// Errors that waiting cannot fix fail at once even with no connect timeout (the default): a
+/// malformed or unsupported URL, and (where the servers are in the run) a missing database and a
+/// refused login. The missing table is `cli_missing_table_fails_every_command`.
+#[tokio::test]
+async fn relay_fails_at_once_when_waiting_cannot_help() {
+    let mut urls = vec![
+        format!("foo://app:{SECRET}@db.example/x"),
+        format!("postgres://app:{SECRET}@127.0.0.1:notaport/x"),
+        format!("mysql://app:{SECRET}@127.0.0.1:99999/x"),
+        format!("postgres://app:{SECRET}@127.0.0.1:5432/x?sslmode=sometimes"),
+    ];
+    if Backend::Postgres.enabled() {
+        let admin = with_password(&common::admin_url(Backend::Postgres));
+        urls.push(common::with_database(&admin, "ot_no_such_database"));
+    }
+    if Backend::MySql.enabled() {
+        // The test user has no password: a wrong one is refused.
+        urls.push(with_password(&common::admin_url(Backend::MySql)));
+    }
+    for url in urls {
+        let started = Instant::now();
+        // A relay still running after 15 s would be retrying: outbox_with fails the test then.
+        let o = outbox_with(&url, &["relay"], &[], Duration::from_secs(15));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{url}: {err}");
+        assert!(
+            err.contains("cannot connect to the database") && !err.contains(RETRYING),
+            "{url}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{url}: {err}");
+        assert_no_secret("malformed URL", &o);
+    }
+    // Settings that cannot work are refused before waiting for an unreachable database.
+    let unreachable = format!("postgres://app:{SECRET}@127.0.0.1:{}/x", free_port());
+    for args in [
+        &["relay", "--rocketmq-namesrv", "localhost"][..],
+        &["relay", "--rocketmq-namesrv", " "],
+        &[
+            "relay",
+            "--lease",
+            "3s",
+            "--send-timeout",
+            "3s",
+            "--lease-renewal",
+            "false",
+        ],
+    ] {
+        let o = outbox_with(&unreachable, args, &[], Duration::from_secs(5));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("invalid configuration") && !err.contains(RETRYING),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// SIGTERM while the relay waits for the database: a clean exit 0.
+#[tokio::test]
+async fn relay_stops_cleanly_while_waiting_for_the_database() {
+    let url = format!("postgres://app:{SECRET}@nonexistent.invalid:5432/x");
+    let relay = RelayProcess::spawn(&url, &[]);
+    let waiting = relay
+        .wait_for_stderr(RETRYING, Duration::from_secs(20))
+        .await;
+    let stderr_so_far = relay.stderr();
+    let (status, out, err) = relay.terminate().await;
+    assert!(waiting, "no retry logged: {stderr_so_far}");
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(
+        out.contains("relay stopped before the database could be reached"),
+        "{out}"
+    );
+    assert!(err.contains("shutdown requested"), "{err}");
+    assert!(!out.contains(SECRET) && !err.contains(SECRET), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_connects_once_postgres_appears() {
+    common::run_on(
+        Backend::Postgres,
+        "relay_connects_once_the_database_appears",
+        relay_connects_once_the_database_appears,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_connects_once_mariadb_appears() {
+    common::run_on(
+        Backend::MySql,
+        "relay_connects_once_the_database_appears",
+        relay_connects_once_the_database_appears,
+    )
+    .await
+}
+
+/// The relay starts while nothing answers at its URL's port, logs retries, and delivers once a
+/// forwarder to the real server starts listening there; SIGTERM then stops it with exit 0.
+async fn relay_connects_once_the_database_appears(ctx: &TestContext) {
+    let id = new_event(&ctx.db, "ORD-LATE-DB").await;
+    let port = free_port();
+    // Postgres trusts local logins, so a password can ride along (and must never show);
+    // MariaDB's root has none.
+    let url = match ctx.backend {
+        Backend::Postgres => with_password(&ctx.url),
+        _ => ctx.url.clone(),
+    };
+    let (url, server) = via_port(&url, port);
+    let relay = RelayProcess::spawn(&url, &["--poll-delay", "100ms"]);
+    // The driver retries a refused connection for up to 10 s within one attempt.
+    let retried = relay
+        .wait_for_stderr(RETRYING, Duration::from_secs(40))
+        .await;
+    assert!(retried, "no retry logged: {}", relay.stderr());
+    assert_eq!(
+        event(&ctx.db, id).await.expect("row").status,
+        EventStatus::Wait
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("bind the forwarder");
+    let forwarder = tokio::spawn(forward(listener, server));
+    let delivered = wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            event(&ctx.db, id)
+                .await
+                .is_some_and(|e| e.status == EventStatus::Success)
+        },
+    )
+    .await;
+    let (status, out, err) = relay.terminate().await;
+    forwarder.abort();
+    assert!(delivered, "not delivered\nstdout: {out}\nstderr: {err}");
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(out.contains("published: 1"), "{out}");
+    assert!(
+        err.contains("the database is reachable") && err.contains("relay started"),
+        "{err}"
+    );
+    assert!(!out.contains(SECRET) && !err.contains(SECRET), "{err}");
+    if ctx.backend == Backend::Postgres {
+        assert!(err.contains("postgres:***@127.0.0.1"), "{err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // redaction
 
 /// `url` with `SECRET` as the user's password.

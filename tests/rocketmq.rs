@@ -2,7 +2,8 @@
 //! workers over 1,000 events, and a message too large for the broker. Runs on Postgres and
 //! MariaDB; each test has its own topic and consumer group, so the tests may run in parallel
 //! against one broker. The broker-outage test lives in `tests/rocketmq_outage.rs` with a broker
-//! of its own.
+//! of its own. The tests of name servers that cannot be reached (nothing listening, a name that
+//! resolves nowhere) need no broker and always run.
 mod common;
 mod rmq_support;
 
@@ -385,6 +386,187 @@ async fn start_without_name_server_is_a_clear_error() {
             .is_err(),
         "3 s is over a third of 6 s"
     );
+}
+
+/// A name server address that resolves nowhere (`.invalid` is reserved for that, RFC 2606):
+/// starting fails quickly with an error naming the address and the lookup failure, not a panic
+/// and not a hang. Needs no broker: the name is never resolved to anything.
+#[tokio::test]
+async fn unresolvable_name_server_is_a_clear_error() {
+    let addr = "nonexistent.invalid:9876";
+    let config = RocketMqConfig::new(addr);
+    config
+        .validate()
+        .expect("well-formed: only resolving can tell");
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(10), RocketMqPublisher::start(config))
+        .await
+        .expect("start does not hang")
+        .expect_err("resolves nowhere");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(matches!(err, OutboxError::Broker(_)), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("no RocketMQ name server reachable") && text.contains(addr),
+        "{text}"
+    );
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        RocketMqConsumer::start(addr, "g", "T"),
+    )
+    .await
+    .expect("start does not hang")
+    .expect_err("resolves nowhere");
+    assert!(matches!(err, OutboxError::Broker(_)), "{err}");
+}
+
+/// A send whose name servers are one that resolves nowhere and one that accepts connections
+/// and closes them at once (a stand-in in this test: no broker needed), through a real worker:
+/// the client marks the unresolvable one unavailable (no panic), the send fails with a
+/// retryable error within the send timeout, and the event is back in `WAIT` with `retry_count`
+/// 1, its lease cleared and the reason recorded; nothing else moved. Then `outbox relay` with
+/// the unresolvable name server alone, a malformed or an empty one, exits 1 at start with a
+/// clear error and leaves the event alone (an empty address used to mean "relay to the log",
+/// which marks events delivered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_through_an_unresolvable_name_server_keeps_the_event_waiting() {
+    common::run_on(
+        Backend::Postgres,
+        "rmq_unresolvable_name_server_send",
+        unresolvable_name_server_send,
+    )
+    .await
+}
+
+async fn unresolvable_name_server_send(ctx: &TestContext) {
+    let closer = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let closer_addr = closer.local_addr().expect("addr");
+    let closing = tokio::spawn(async move {
+        while let Ok((stream, _)) = closer.accept().await {
+            drop(stream);
+        }
+    });
+    let config = RocketMqConfig::new(format!("nonexistent.invalid:9876;{closer_addr}"))
+        .topic(unique("OUTBOX_DNS"))
+        .producer_group(unique("outbox_test_pg"))
+        .send_timeout(Duration::from_secs(1));
+    let publisher = Arc::new(
+        tokio::time::timeout(Duration::from_secs(10), RocketMqPublisher::start(config))
+            .await
+            .expect("start does not hang")
+            .expect("one name server accepts connections"),
+    );
+    let id = ctx
+        .db
+        .with_event(NewEvent::raw("ORD-DNS-1", "ORDER_CREATED", "{}"))
+        .await
+        .expect("event");
+    let worker = Worker::new(
+        ctx.pool(3).await,
+        publisher.clone() as Arc<dyn Publisher>,
+        // A long back-off: one failed attempt is all this test looks at.
+        worker_config(
+            "rmq-dns",
+            RetryPolicy {
+                max_retries: 3,
+                backoff_base: Duration::from_secs(600),
+                max_backoff: Duration::from_secs(600),
+            },
+        ),
+    )
+    .expect("worker");
+    let cancel = CancellationToken::new();
+    let handle = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { worker.run(cancel).await }
+    });
+    let started = std::time::Instant::now();
+    let failed_once = wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            let e = store::find_event(&ctx.db, id)
+                .await
+                .expect("read")
+                .expect("row");
+            e.status == EventStatus::Wait && e.retry_count == 1
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    cancel.cancel();
+    let summary = tokio::time::timeout(Duration::from_secs(30), handle)
+        .await
+        .expect("worker stops")
+        .expect("worker task did not panic");
+    rmq_support::shutdown_publisher(publisher).await;
+    closing.abort();
+    assert!(failed_once, "event never went back to WAIT: {summary:?}");
+    // The worker's send timeout (5 s) bounds the send; the client's own is 1 s.
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    assert_eq!(
+        (summary.published, summary.retried, summary.dead_lettered),
+        (0, 1, 0),
+        "{summary:?}"
+    );
+    let e = store::find_event(&ctx.db, id)
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 1), "{e:?}");
+    assert_eq!((e.claim_owner, e.claimed_at), (None, None));
+    let reason = e.last_error.unwrap_or_default();
+    assert!(reason.contains("RocketMQ"), "{reason}");
+    eprintln!("unresolvable name server: send failed after {took:?} with: {reason}");
+    assert_eq!(count(&ctx.db, EventStatus::Success).await, 0);
+    assert_eq!(count(&ctx.db, EventStatus::Sending).await, 0);
+
+    for (namesrv, expected) in [
+        (
+            "nonexistent.invalid:9876",
+            "no RocketMQ name server reachable (nonexistent.invalid:9876: ",
+        ),
+        (
+            "localhost",
+            "invalid configuration: RocketMQ name server address `localhost` is not host:port",
+        ),
+        ("http://namesrv:9876", "is not host:port"),
+        ("", "ROCKETMQ_NAMESRV_ADDR is set but empty"),
+        ("  ", "ROCKETMQ_NAMESRV_ADDR is set but empty"),
+    ] {
+        let out = tokio::task::spawn_blocking({
+            let url = ctx.url.clone();
+            move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+                    .args([
+                        "relay",
+                        "--poll-delay",
+                        "50ms",
+                        "--rocketmq-namesrv",
+                        namesrv,
+                    ])
+                    .env("DATABASE_URL", url)
+                    .env_remove("RUST_LOG")
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .expect("run outbox relay")
+            }
+        });
+        let out = tokio::time::timeout(Duration::from_secs(30), out)
+            .await
+            .expect("the relay exits at start")
+            .expect("join");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{namesrv}: {err}");
+        assert!(err.contains(expected), "{namesrv}: {err}");
+        let e = store::find_event(&ctx.db, id)
+            .await
+            .expect("read")
+            .expect("row");
+        assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 1), "{e:?}");
+    }
 }
 
 /// Adds 10 points to user 7 in the consumer's transaction.

@@ -12,6 +12,11 @@
 //! The database comes from `--database-url` or `DATABASE_URL`. Its password is never printed:
 //! every URL and every error goes through `sea_orm_outbox::redact`.
 //!
+//! Every command but `relay` fails at once when the database cannot be reached. `relay` waits
+//! for it at start: it retries connection failures with back-off (200 ms doubling to 5 s) until
+//! it gets through, `--connect-timeout` has passed, or it is stopped by Ctrl-C / SIGTERM (exit
+//! 0). A malformed URL, a refused login or a missing table still fail at once.
+//!
 //! Exit status: 0 success; 1 error (including "not a dead letter"); 2 usage error; 3 the outbox
 //! table is missing (run `outbox migrate up`).
 use std::io::{IsTerminal, Write};
@@ -21,6 +26,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+use sea_orm_outbox::error::is_connection_error;
 use sea_orm_outbox::migration::MigrationStatus;
 use sea_orm_outbox::ops::{self, DeadLetterOutcome};
 use sea_orm_outbox::redact::{redact_secrets, redact_url};
@@ -76,7 +82,7 @@ enum Command {
     },
     /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ when a name server
     /// is given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`), else through the logging
-    /// publisher.
+    /// publisher. At start it waits for the database (see `--connect-timeout`).
     Relay(Box<RelayArgs>),
 }
 
@@ -170,6 +176,7 @@ struct RelayArgs {
     #[arg(long, env = "OUTBOX_RETRY_MAX_BACKOFF", value_parser = humantime::parse_duration)]
     retry_max_backoff: Option<Duration>,
     /// RocketMQ name server(s), `host:port[;host:port]`: publish to RocketMQ instead of the log.
+    /// Set but empty is an error (the log delivers nothing).
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
     rocketmq_namesrv: Option<String>,
     /// RocketMQ topic [default: ORDER_EVENT_TOPIC].
@@ -178,6 +185,11 @@ struct RelayArgs {
     /// RocketMQ producer group [default: outbox_producer_group].
     #[arg(long, env = "ROCKETMQ_PRODUCER_GROUP")]
     producer_group: Option<String>,
+    /// How long to keep trying to reach the database at start, e.g. 30s or 5m; `0s` tries once
+    /// [default: no limit]. Only connection failures are retried (with back-off from 200 ms to
+    /// 5 s); a malformed URL, a refused login or a missing table fail at once.
+    #[arg(long, env = "OUTBOX_CONNECT_TIMEOUT", value_parser = humantime::parse_duration)]
+    connect_timeout: Option<Duration>,
     /// Fault injection for chaos tests, `N:DURATION`: after the broker accepted the FIRST
     /// attempt of an event whose id is a multiple of N, the sending thread stalls (blocks) for
     /// DURATION before the outcome is recorded, as a process frozen mid-send would. With a
@@ -266,6 +278,17 @@ enum Failure {
     NoUrl,
     /// The connection could not be opened.
     Connect(sea_orm::DbErr),
+    /// `relay` could not reach the database within `--connect-timeout`.
+    ConnectGaveUp {
+        /// The database URL, redacted.
+        database: String,
+        /// The `--connect-timeout`.
+        waited: Duration,
+        /// Connection attempts made.
+        attempts: u32,
+        /// The last attempt's error, if one finished with an error.
+        last: Option<String>,
+    },
     /// An outbox operation failed.
     Outbox(OutboxError),
     /// A migration failed.
@@ -300,6 +323,17 @@ impl Failure {
         match self {
             Failure::NoUrl => "no database URL: pass --database-url or set DATABASE_URL".into(),
             Failure::Connect(e) => format!("cannot connect to the database: {e}"),
+            Failure::ConnectGaveUp {
+                database,
+                waited,
+                attempts,
+                last,
+            } => format!(
+                "cannot connect to the database {database} within {} (--connect-timeout; \
+                 {attempts} attempt(s)): {}",
+                humantime::format_duration(*waited),
+                last.as_deref().unwrap_or("no answer in time")
+            ),
             Failure::Outbox(OutboxError::TableMissing(e)) => format!(
                 "the outbox table does not exist in this database: the migration must be run \
                  first (`outbox migrate up`). ({e})"
@@ -312,6 +346,23 @@ impl Failure {
                 )
             }
             Failure::Json(e) => format!("cannot write JSON: {e}"),
+        }
+    }
+
+    /// Whether the database could not be reached (worth trying again), as opposed to a
+    /// failure that waiting cannot fix (bad URL, refused login, missing table).
+    fn is_connection_failure(&self) -> bool {
+        match self {
+            Failure::Connect(e) | Failure::Outbox(OutboxError::Db(e)) => is_connection_error(e),
+            _ => false,
+        }
+    }
+
+    /// The underlying error, without this tool's prefix.
+    fn cause(&self) -> String {
+        match self {
+            Failure::Connect(e) => e.to_string(),
+            other => other.message(),
         }
     }
 }
@@ -375,17 +426,117 @@ impl Drop for RedactingLine {
     }
 }
 
+/// Longest one connection attempt may take (the pool's acquire timeout). Within it the driver
+/// itself retries a refused connection, so a server that is starting up is caught quickly.
+const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `relay`'s first pause after a failed connection attempt at start; it doubles per attempt.
+const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(200);
+/// `relay`'s longest pause between connection attempts at start.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(5);
+
 async fn connect(url: &str) -> Result<DatabaseConnection, Failure> {
     let mut opt = ConnectOptions::new(url.to_owned());
     opt.max_connections(4)
         .min_connections(0)
-        .connect_timeout(Duration::from_secs(10))
+        .connect_timeout(CONNECT_ATTEMPT_TIMEOUT)
         .sqlx_logging(false);
     Database::connect(opt).await.map_err(Failure::Connect)
 }
 
+/// The pause after the `attempt`-th failed connection attempt: 200 ms doubling per attempt,
+/// spread by ±10% at random (so that relays started together do not retry in lockstep), at
+/// most 5 s.
+fn connect_retry_delay(attempt: u32) -> Duration {
+    let doubling = 1u32
+        .checked_shl(attempt.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    let spread = 0.9 + (uuid::Uuid::new_v4().as_u128() % 2001) as f64 / 10_000.0;
+    CONNECT_RETRY_FIRST
+        .saturating_mul(doubling)
+        .min(CONNECT_RETRY_MAX)
+        .mul_f64(spread)
+        .min(CONNECT_RETRY_MAX)
+}
+
+/// One attempt at `relay` start: open the pool and check that the outbox table is there.
+async fn connect_and_check(url: &str) -> Result<DatabaseConnection, Failure> {
+    let db = connect(url).await?;
+    if let Err(e) = ops::check_table(&db).await {
+        db.close().await.ok();
+        return Err(e.into());
+    }
+    Ok(db)
+}
+
+/// [`connect_and_check`] until it succeeds, retrying connection failures with back-off and a
+/// WARN per failed attempt, for at most `limit` (`None`: no limit; zero: one attempt, its error
+/// returned as is). Any other failure returns at once. `Ok(None)` when `cancel` fires first.
+async fn wait_for_database(
+    url: &str,
+    limit: Option<Duration>,
+    cancel: &CancellationToken,
+) -> Result<Option<DatabaseConnection>, Failure> {
+    let once = limit.is_some_and(|d| d.is_zero());
+    let deadline = limit
+        .filter(|d| !d.is_zero())
+        .map(|d| tokio::time::Instant::now() + d);
+    let database = redact_url(url);
+    let gave_up = |attempts, last| Failure::ConnectGaveUp {
+        database: database.clone(),
+        waited: limit.unwrap_or_default(),
+        attempts,
+        last,
+    };
+    let mut last = None;
+    let mut attempts = 0;
+    loop {
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            return Err(gave_up(attempts, last));
+        }
+        attempts += 1;
+        let attempt = async {
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d, connect_and_check(url))
+                    .await
+                    .ok(),
+                None => Some(connect_and_check(url).await),
+            }
+        };
+        let failure = tokio::select! {
+            () = cancel.cancelled() => return Ok(None),
+            outcome = attempt => match outcome {
+                Some(Ok(db)) => {
+                    if attempts > 1 {
+                        tracing::info!(%database, attempts, "the database is reachable");
+                    }
+                    return Ok(Some(db));
+                }
+                Some(Err(f)) if once || !f.is_connection_failure() => return Err(f),
+                Some(Err(f)) => f,
+                None => return Err(gave_up(attempts, last)),
+            },
+        };
+        let cause = redact_secrets(&failure.cause(), url);
+        let delay = connect_retry_delay(attempts);
+        let resume = tokio::time::Instant::now() + delay;
+        let resume = deadline.map_or(resume, |d| resume.min(d));
+        tracing::warn!(%database, attempt = attempts, error = %cause,
+            retry_in = %humantime::format_duration(Duration::from_millis(delay.as_millis() as u64)),
+            "cannot connect to the database yet; retrying");
+        last = Some(cause);
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(None),
+            () = tokio::time::sleep_until(resume) => {}
+        }
+    }
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
     let url = cli.database_url.ok_or(Failure::NoUrl)?;
+    // The relay waits for the database; every other command fails at once without it.
+    if let Command::Relay(args) = &cli.command {
+        return relay(&url, args).await;
+    }
     let db = connect(&url).await?;
     let result = match cli.command {
         Command::Migrate { action } => migrate(&db, action).await,
@@ -399,7 +550,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Command::Relay(args) => relay(db.clone(), &url, &args).await,
+        Command::Relay(_) => Ok(()), // handled above
     };
     db.close().await.ok();
     result
@@ -518,19 +669,60 @@ fn dead_letter_json(r: &sea_orm_outbox::event_record::Model) -> serde_json::Valu
     })
 }
 
-async fn relay(db: DatabaseConnection, url: &str, args: &RelayArgs) -> Result<(), Failure> {
-    // Refuse to start without the table, rather than log the error every round.
-    ops::check_table(&db).await?;
+async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
+    // Settings that cannot work are refused before waiting for anything.
     let config = args.config();
     config.validate()?;
-    let (mut publisher, rocketmq, target): (Arc<dyn Publisher>, _, String) =
-        match args.rocketmq_namesrv.as_deref().map(str::trim) {
-            Some(addr) if !addr.is_empty() => {
-                let (p, handle, target) = rmq::start(addr, args, &config).await?;
-                (p, Some(handle), target)
-            }
-            _ => (Arc::new(LoggingPublisher), None, "log".to_owned()),
-        };
+    let rocketmq = match args.rocketmq_namesrv.as_deref().map(str::trim) {
+        None => None,
+        // Relaying to the log would mark every event delivered: an address that is set but
+        // blank is a mistake (an unset variable in a template, say), not a choice.
+        Some("") => {
+            return Err(Failure::Outbox(OutboxError::InvalidConfig(
+                "--rocketmq-namesrv / ROCKETMQ_NAMESRV_ADDR is set but empty: give the name \
+                 server address (host:port), or unset it to relay to the log"
+                    .into(),
+            )))
+        }
+        Some(addr) => Some(rmq::config(addr, args, &config)?),
+    };
+    let cancel = CancellationToken::new();
+    let signal = shutdown_signal();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            signal.await;
+            tracing::info!("shutdown requested");
+            cancel.cancel();
+        }
+    });
+    // Wait for the database, and refuse to start without the table rather than log the error
+    // every round.
+    let Some(db) = wait_for_database(url, args.connect_timeout, &cancel).await? else {
+        println!("relay stopped before the database could be reached");
+        return Ok(());
+    };
+    let result = relay_on(db.clone(), url, args, config, rocketmq, cancel).await;
+    db.close().await.ok();
+    result
+}
+
+/// The relay proper, once the database answers: publisher, worker, run until `cancel`.
+async fn relay_on(
+    db: DatabaseConnection,
+    url: &str,
+    args: &RelayArgs,
+    config: WorkerConfig,
+    rocketmq: Option<rmq::RocketMqConfig>,
+    cancel: CancellationToken,
+) -> Result<(), Failure> {
+    let (mut publisher, rocketmq, target): (Arc<dyn Publisher>, _, String) = match rocketmq {
+        Some(c) => {
+            let (p, handle, target) = rmq::start(c).await?;
+            (p, Some(handle), target)
+        }
+        None => (Arc::new(LoggingPublisher), None, "log".to_owned()),
+    };
     if let Some((every, stall)) = args.chaos_send_stall {
         tracing::warn!(every, stall_ms = stall.as_millis() as u64, "FAULT INJECTION: first sends of every {every}th event stall after the broker accepted them");
         publisher = Arc::new(StallingPublisher {
@@ -548,15 +740,6 @@ async fn relay(db: DatabaseConnection, url: &str, args: &RelayArgs) -> Result<()
             return Err(e.into());
         }
     };
-    let cancel = CancellationToken::new();
-    tokio::spawn({
-        let cancel = cancel.clone();
-        async move {
-            shutdown_signal().await;
-            tracing::info!("shutdown requested; finishing the send in flight");
-            cancel.cancel();
-        }
-    });
     tracing::info!(owner = %worker.owner(), database = %redact_url(url), publisher = %target, config = ?worker.config(), "relay started");
     let summary = worker.run(cancel).await;
     // The worker holds the other reference to the publisher: drop it, then stop the producer.
@@ -574,20 +757,21 @@ mod rmq {
     use std::sync::Arc;
 
     use sea_orm_outbox::config::MAX_SEND_TIMEOUT_SHARE_OF_LEASE;
-    use sea_orm_outbox::{OutboxError, Publisher, RocketMqConfig, RocketMqPublisher, WorkerConfig};
+    pub use sea_orm_outbox::RocketMqConfig;
+    use sea_orm_outbox::{OutboxError, Publisher, RocketMqPublisher, WorkerConfig};
 
     use super::RelayArgs;
 
     /// The publisher, kept to stop it at the end.
     pub struct Handle(Arc<RocketMqPublisher>);
 
-    /// Starts the producer: name server `addr`, topic and group when given, send timeout fitted
-    /// to the worker (at most its send timeout and a third of its lease).
-    pub async fn start(
+    /// The producer's configuration, checked: name server `addr`, topic and group when given,
+    /// send timeout fitted to the worker (at most its send timeout and a third of its lease).
+    pub fn config(
         addr: &str,
         args: &RelayArgs,
         worker: &WorkerConfig,
-    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
+    ) -> Result<RocketMqConfig, OutboxError> {
         let timeout = worker
             .send_timeout
             .min(worker.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE);
@@ -605,6 +789,13 @@ mod rmq {
             config = config.producer_group(g);
         }
         config.validate_for(worker)?;
+        Ok(config)
+    }
+
+    /// Starts the producer.
+    pub async fn start(
+        config: RocketMqConfig,
+    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
         let target = format!("rocketmq {} topic {}", config.namesrv_addr, config.topic);
         let p = Arc::new(RocketMqPublisher::start(config).await?);
         Ok((p.clone(), Handle(p), target))
@@ -630,16 +821,25 @@ mod rmq {
 
     use super::RelayArgs;
 
+    /// No configuration can exist without the feature.
+    pub enum RocketMqConfig {}
+
     pub struct Handle;
 
-    pub async fn start(
+    pub fn config(
         _addr: &str,
         _args: &RelayArgs,
         _worker: &WorkerConfig,
-    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
+    ) -> Result<RocketMqConfig, OutboxError> {
         Err(OutboxError::InvalidConfig(
             "this outbox binary was built without the `rocketmq` feature".into(),
         ))
+    }
+
+    pub async fn start(
+        config: RocketMqConfig,
+    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
+        match config {}
     }
 
     impl Handle {
@@ -670,27 +870,39 @@ impl Publisher for StallingPublisher {
     }
 }
 
-/// Resolves on Ctrl-C or (on Unix) SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
+/// A future that resolves on Ctrl-C or (on Unix) SIGTERM. The handlers are installed by this
+/// call, not on the first poll, so a signal that arrives right after it is not lost.
+#[cfg(unix)]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    async move {
+        tokio::select! {
+            () = next_signal(int.as_mut()) => {}
+            () = next_signal(term.as_mut()) => {}
+        }
+    }
+}
+
+/// Resolves when `signal` is next received; never without a handler.
+#[cfg(unix)]
+async fn next_signal(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// A future that resolves on Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
     }
 }
 
@@ -728,6 +940,38 @@ mod tests {
         assert_eq!(batch, 1000);
         assert!(Cli::try_parse_from(["outbox", "dead", "retry"]).is_err());
         assert!(Cli::try_parse_from(["outbox", "dead", "retry", "3", "--all"]).is_err());
+    }
+
+    #[test]
+    fn connect_retry_delay_doubles_up_to_five_seconds() {
+        let within = |attempt: u32, low: u64, high: u64| {
+            for _ in 0..50 {
+                let ms = connect_retry_delay(attempt).as_millis() as u64;
+                assert!((low..=high).contains(&ms), "attempt {attempt}: {ms} ms");
+            }
+        };
+        within(1, 180, 220);
+        within(2, 360, 440);
+        within(3, 720, 880);
+        within(5, 2880, 3520);
+        within(6, 4500, 5000);
+        within(40, 4500, 5000);
+        within(u32::MAX, 4500, 5000);
+        let cli = Cli::try_parse_from(["outbox", "relay"]).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        assert_eq!(
+            args.connect_timeout, None,
+            "waits for the database by default"
+        );
+        let cli =
+            Cli::try_parse_from(["outbox", "relay", "--connect-timeout", "0s"]).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        assert_eq!(args.connect_timeout, Some(Duration::ZERO));
+        assert!(Cli::try_parse_from(["outbox", "relay", "--connect-timeout", "soon"]).is_err());
     }
 
     #[test]

@@ -119,8 +119,10 @@ impl RocketMqConfig {
     /// (optional; empty means the default) and validates the result.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset or empty, or a value
-    /// fails [`RocketMqConfig::validate`].
+    /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
+    /// spaces, or a value fails [`RocketMqConfig::validate`] (an address that is not
+    /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
+    /// in [`RocketMqPublisher::start`].
     pub fn from_env() -> Result<Self, OutboxError> {
         let var = |name: &str| {
             std::env::var(name)
@@ -174,11 +176,15 @@ impl RocketMqConfig {
 
     /// Checks that the configuration can work.
     ///
+    /// Only the form of the addresses is checked here; whether a name resolves is found out by
+    /// [`RocketMqPublisher::start`], which fails with [`OutboxError::Broker`] when none answers.
+    ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when there is no name server address or one is not
-    /// `host:port`, the group or topic is empty, too long or has characters RocketMQ refuses
-    /// (allowed: letters, digits, `%`, `|`, `_`, `-`), or the send timeout is zero or longer
-    /// than `u32::MAX` milliseconds.
+    /// `host:port` (host: a name or IPv4 address of letters, digits, `.`, `-`, `_`, or an IPv6
+    /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
+    /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
+    /// `_`, `-`), or the send timeout is zero or longer than `u32::MAX` milliseconds.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         let addrs = self.namesrv_addrs();
@@ -186,12 +192,13 @@ impl RocketMqConfig {
             return bad("RocketMQ namesrv_addr is empty".into());
         }
         for addr in addrs {
-            let port_ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            let ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+                is_host(host) && port.parse::<u16>().is_ok_and(|p| p > 0)
             });
-            if !port_ok {
+            if !ok {
                 return bad(format!(
-                    "RocketMQ name server address `{addr}` is not host:port"
+                    "RocketMQ name server address `{addr}` is not host:port \
+                     (e.g. 127.0.0.1:9876, namesrv.example:9876 or [::1]:9876)"
                 ));
             }
         }
@@ -234,6 +241,19 @@ impl RocketMqConfig {
 
     fn send_timeout_ms(&self) -> u32 {
         u32::try_from(self.send_timeout.as_millis()).unwrap_or(u32::MAX)
+    }
+}
+
+/// A host name or IPv4 address (letters, digits, `.`, `-`, `_`) or an IPv6 address in brackets.
+fn is_host(host: &str) -> bool {
+    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        }
     }
 }
 
@@ -851,6 +871,13 @@ mod tests {
         let ok = RocketMqConfig::new("127.0.0.1:9876;10.0.0.2:9876");
         assert!(ok.validate().is_ok());
         assert_eq!(ok.namesrv_addrs(), vec!["127.0.0.1:9876", "10.0.0.2:9876"]);
+        for addr in [
+            "namesrv.example:9876",
+            "nonexistent.invalid:9876",
+            "rocketmq-namesrv_0:9876; [::1]:9876",
+        ] {
+            assert!(RocketMqConfig::new(addr).validate().is_ok(), "{addr}");
+        }
         assert_eq!(ok.topic, "ORDER_EVENT_TOPIC");
         assert_eq!(ok.send_timeout, Duration::from_secs(3));
         for bad in [
@@ -858,6 +885,15 @@ mod tests {
             RocketMqConfig::new("host"),
             RocketMqConfig::new("host:0"),
             RocketMqConfig::new(":9876"),
+            RocketMqConfig::new(""),
+            RocketMqConfig::new("host:"),
+            RocketMqConfig::new("host:65536"),
+            RocketMqConfig::new("host:9876/x"),
+            RocketMqConfig::new("http://host:9876"),
+            RocketMqConfig::new("name server:9876"),
+            RocketMqConfig::new("::1:9876"),
+            RocketMqConfig::new("[not-v6]:9876"),
+            RocketMqConfig::new("127.0.0.1:9876;nohost"),
             RocketMqConfig::default().topic(""),
             RocketMqConfig::default().topic("a.b"),
             RocketMqConfig::default().topic("t".repeat(128)),
@@ -877,6 +913,14 @@ mod tests {
         std::env::remove_var(ENV_NAMESRV_ADDR);
         let err = RocketMqConfig::from_env().expect_err("address required");
         assert!(err.to_string().contains(ENV_NAMESRV_ADDR), "{err}");
+        for garbage in ["   ", "localhost", "localhost:", "http://namesrv:9876"] {
+            std::env::set_var(ENV_NAMESRV_ADDR, garbage);
+            let err = RocketMqConfig::from_env().expect_err(garbage);
+            assert!(
+                matches!(err, OutboxError::InvalidConfig(_)),
+                "{garbage}: {err}"
+            );
+        }
         std::env::set_var(ENV_NAMESRV_ADDR, "127.0.0.1:19876");
         std::env::set_var(ENV_PRODUCER_GROUP, "order_service");
         std::env::set_var(ENV_TOPIC, "");

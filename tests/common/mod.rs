@@ -58,7 +58,8 @@ pub struct TestContext {
     name: String,
 }
 
-fn admin_url(backend: Backend) -> String {
+/// The admin URL of `backend`'s server (see the module's documentation).
+pub fn admin_url(backend: Backend) -> String {
     match backend {
         Backend::Postgres => std::env::var("OUTBOX_TEST_POSTGRES_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into()),
@@ -69,7 +70,7 @@ fn admin_url(backend: Backend) -> String {
 }
 
 /// `url` with its database (path) replaced by `db`.
-fn with_database(url: &str, db: &str) -> String {
+pub fn with_database(url: &str, db: &str) -> String {
     let (base, query) = url
         .split_once('?')
         .map_or((url, None), |(b, q)| (b, Some(q)));
