@@ -673,6 +673,17 @@ async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
     // Settings that cannot work are refused before waiting for anything.
     let config = args.config();
     config.validate()?;
+    // The library lets a custom publisher's send outlast the lease while renewal keeps it; the
+    // relay's RocketMQ client gives up at a third of the lease anyway, so a send timeout that
+    // reaches the lease is a mistake here, whatever the renewal setting.
+    if config.send_timeout >= config.lease {
+        return Err(Failure::Outbox(OutboxError::InvalidConfig(format!(
+            "--send-timeout ({}) must be shorter than --lease ({}): a send still running when \
+             its lease ends is sent again by another instance",
+            humantime::format_duration(config.send_timeout),
+            humantime::format_duration(config.lease)
+        ))));
+    }
     let rocketmq = match args.rocketmq_namesrv.as_deref().map(str::trim) {
         None => None,
         // Relaying to the log would mark every event delivered: an address that is set but
