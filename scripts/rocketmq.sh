@@ -18,6 +18,8 @@
 #   ROCKETMQ_BROKER_NAME   [outbox-broker-a]
 #   ROCKETMQ_MAX_MESSAGE_SIZE [4194304] broker's maxMessageSize in bytes
 #   ROCKETMQ_START_TIMEOUT [60] seconds to wait for readiness
+#   ROCKETMQ_SETTLE_PORT_OFFSET [7] the settle pass before a restart (see settle_store) uses
+#                          every port above plus this
 # The clients then use ROCKETMQ_NAMESRV_ADDR=127.0.0.1:$ROCKETMQ_NAMESRV_PORT.
 set -euo pipefail
 
@@ -160,6 +162,13 @@ start_namesrv() {
 # pass runs a throw-away name server and the broker on ports offset by SETTLE_OFFSET, so no
 # client can reach it.
 SETTLE_OFFSET=${ROCKETMQ_SETTLE_PORT_OFFSET:-7}
+[[ $SETTLE_OFFSET =~ ^[1-9][0-9]*$ ]] || die "ROCKETMQ_SETTLE_PORT_OFFSET must be a positive number"
+SETTLE_DIR="$STATE_DIR/settle"
+
+settle_cleanup() { # stop whatever a settle pass left running (also after a failed or killed one)
+    stop_one "broker (settle pass)" "$SETTLE_DIR/broker.pid" TERM
+    stop_one "name server (settle pass)" "$SETTLE_DIR/namesrv.pid" TERM
+}
 
 settle_store() {
     local commitlog="$STATE_DIR/broker/store/commitlog"
@@ -167,9 +176,15 @@ settle_store() {
         return 0 # a fresh store has no tail
     fi
     local ns_port=$((NAMESRV_PORT + SETTLE_OFFSET)) port=$((BROKER_PORT + SETTLE_OFFSET))
-    local health=$((HEALTH_PORT + SETTLE_OFFSET)) dir="$STATE_DIR/settle"
+    local health=$((HEALTH_PORT + SETTLE_OFFSET)) dir="$SETTLE_DIR"
     local slog="$STATE_DIR/logs/broker-settle.log"
+    settle_cleanup # a pass of an earlier, killed run of this script
+    local p
+    for p in "$ns_port" "$port" "$((port - 2))" "$((HA_PORT + SETTLE_OFFSET))" "$health"; do
+        port_open "$p" && die "port $p (settle pass) is in use: another process holds it"
+    done
     mkdir -p "$dir/namesrv"
+    trap settle_cleanup EXIT # nothing of the pass outlives this script
     cat >"$dir/namesrv.toml" <<EOF
 # Written by scripts/rocketmq.sh (settle pass)
 rocketmqHome = "$dir"
@@ -178,7 +193,7 @@ configStorePath = "$dir/namesrv/namesrv.properties"
 EOF
     sed -e "s/^namesrvAddr = .*/namesrvAddr = \"127.0.0.1:$ns_port\"/" \
         -e "s/^listenPort = .*/listenPort = $port/" \
-        -e "s/^haListenPort = .*/haListenPort = $((port + 1))/" \
+        -e "s/^haListenPort = .*/haListenPort = $((HA_PORT + SETTLE_OFFSET))/" \
         "$STATE_DIR/broker.toml" >"$dir/broker.toml"
     local attempt clean=0
     for attempt in 1 2 3 4 5; do
@@ -199,23 +214,26 @@ EOF
             >>"$slog" 2>&1 </dev/null &
         echo $! >"$dir/broker.pid"
         if ! wait_for "settle broker (127.0.0.1:$port)" ready_on "$health"; then
-            stop_one "broker (settle pass)" "$dir/broker.pid" TERM
-            stop_one "name server (settle pass)" "$dir/namesrv.pid" TERM
+            settle_cleanup
             tail -n 30 "$slog" >&2 || true
             die "the settle pass of the broker did not get ready (log: $slog)"
         fi
         sleep 1 # the dispatch of a tail takes milliseconds
+        STOP_KILLED=0
         stop_one "broker (settle pass)" "$dir/broker.pid" TERM
+        local killed=$STOP_KILLED
         stop_one "name server (settle pass)" "$dir/namesrv.pid" TERM
         wait_port_closed "$port"
         wait_port_closed "$ns_port"
         cat "$slog" >>"$STATE_DIR/logs/broker.log"
-        if ! grep -q "have not finish to be dispatched" "$slog"; then
+        # Clean: stopped by itself (no SIGKILL) with nothing left to dispatch.
+        if ((killed == 0)) && ! grep -q "have not finish to be dispatched" "$slog"; then
             clean=1
             break
         fi
     done
     ((clean)) || die "the broker store still has an undispatched commit-log tail after 5 settle passes (log: $slog)"
+    trap - EXIT
 }
 
 start_broker() {
@@ -242,6 +260,7 @@ start_broker() {
     }
 }
 
+STOP_KILLED=0 # set to 1 by stop_one when a process needed SIGKILL
 stop_one() { # name pidfile signal
     local name=$1 f=$2 sig=${3:-TERM} pid
     if ! pid_alive "$f"; then
@@ -256,6 +275,7 @@ stop_one() { # name pidfile signal
         if ((SECONDS >= deadline)); then
             log "$name did not exit within 20s; SIGKILL"
             kill -KILL "$pid" 2>/dev/null || true
+            STOP_KILLED=1
             deadline=$((SECONDS + 5))
         fi
         sleep 0.1
@@ -282,6 +302,7 @@ cmd_start() {
 }
 
 cmd_stop() {
+    settle_cleanup
     stop_one broker "$STATE_DIR/broker.pid" TERM
     stop_one "name server" "$STATE_DIR/namesrv.pid" TERM
     wait_port_closed "$BROKER_PORT"

@@ -160,12 +160,19 @@ pub fn is_transient(err: &DbErr) -> bool {
 
 /// Whether `err` says the database could not be reached, so that the same operation may
 /// succeed once the server is back: an I/O error (connection refused or reset, host unreachable,
-/// a name that does not resolve), a pool that found no connection in time, or a server that
-/// refuses connections for the moment (SQLSTATE class `08`, Postgres `57P01`–`57P03` shutting
-/// down or starting up, `53300` and MySQL 1040 too many connections, MySQL 1053 shutting down).
+/// a name that does not resolve; not "permission denied" or an invalid input), a pool that
+/// found no connection in time, or a server that refuses connections for the moment:
+/// - Postgres SQLSTATE `08000`, `08001`, `08003`, `08006` (connection exception, cannot
+///   connect, no connection, connection failure), `57P01`–`57P03` (shutting down, crash
+///   recovery, starting up), `53300` (too many connections);
+/// - MySQL/MariaDB error numbers 1040 (too many connections), 1053 (shutting down), 1152 and
+///   1184 (aborted connection), 1158–1161 (network read/write errors), 1203 and 1226 (per-user
+///   connection limits), 3032 (server offline mode). MySQL is judged by number, not SQLSTATE:
+///   its class `08` also holds failures that never heal (1043 bad handshake, 1251 unsupported
+///   authentication protocol).
 ///
 /// Errors that waiting cannot fix are not connection errors: a malformed or unsupported URL,
-/// TLS or protocol failures, a refused login, a missing database or table.
+/// TLS or protocol failures (Postgres `08P01`), a refused login, a missing database or table.
 ///
 /// ```
 /// use sea_orm::{DbErr, RuntimeErr};
@@ -187,15 +194,24 @@ pub fn is_connection_error(err: &DbErr) -> bool {
         _ => return false,
     };
     match e.as_ref() {
-        SqlxErr::Io(_) | SqlxErr::PoolTimedOut => true,
+        SqlxErr::Io(io) => !matches!(
+            io.kind(),
+            std::io::ErrorKind::PermissionDenied
+                | std::io::ErrorKind::InvalidInput
+                | std::io::ErrorKind::Unsupported
+        ),
+        SqlxErr::PoolTimedOut => true,
         SqlxErr::Database(db_err) => {
-            let code = db_err.code().unwrap_or_default();
-            let mysql_number = db_err
-                .try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
-                .map(|m| m.number());
-            code.starts_with("08")
-                || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
-                || matches!(mysql_number, Some(1040 | 1053))
+            if let Some(m) = db_err.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>() {
+                return matches!(
+                    m.number(),
+                    1040 | 1053 | 1152 | 1158..=1161 | 1184 | 1203 | 1226 | 3032
+                );
+            }
+            matches!(
+                db_err.code().unwrap_or_default().as_ref(),
+                "08000" | "08001" | "08003" | "08006" | "57P01" | "57P02" | "57P03" | "53300"
+            )
         }
         _ => false,
     }
@@ -247,5 +263,10 @@ mod tests {
             ConnAcquireErr::ConnectionClosed
         )));
         assert!(!is_connection_error(&DbErr::Custom("x".into())));
+        let denied = IoError::from(ErrorKind::PermissionDenied);
+        assert!(
+            !is_connection_error(&conn(SqlxErr::Io(denied))),
+            "a socket we may not open stays closed"
+        );
     }
 }

@@ -53,6 +53,7 @@ fn outbox_with(url: &str, args: &[&str], envs: &[(&str, &str)], timeout: Duratio
         .env_remove("RUST_LOG")
         // These drills are about the logging relay, even where CI points at a broker.
         .env_remove("ROCKETMQ_NAMESRV_ADDR")
+        .env_remove("OUTBOX_CONNECT_TIMEOUT")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -791,16 +792,16 @@ async fn relay_gives_up_after_the_connect_timeout() {
     ] {
         let o = outbox_with(
             &url,
-            &["relay", "--connect-timeout", "2s"],
+            &["relay", "--connect-timeout", "5s"],
             &[],
-            Duration::from_secs(20),
+            Duration::from_secs(30),
         );
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{err}");
-        assert!(err.matches(RETRYING).count() >= 2, "{err}");
+        assert!(err.matches(RETRYING).count() >= 1, "{err}");
         assert!(
             err.contains("app:***@nonexistent.invalid")
-                && err.contains("within 2s")
+                && err.contains("within 5s")
                 && err.contains("attempt(s)): Connection Error: error communicating"),
             "{err}"
         );

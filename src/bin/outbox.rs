@@ -286,7 +286,7 @@ enum Failure {
         waited: Duration,
         /// Connection attempts made.
         attempts: u32,
-        /// The last attempt's error, if one finished with an error.
+        /// The error of the last attempt that finished before the deadline (`None` if none did).
         last: Option<String>,
     },
     /// An outbox operation failed.

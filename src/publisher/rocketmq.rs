@@ -623,8 +623,10 @@ async fn ensure_topic(host: &ClientHost, namesrv_addr: &str, topic: &str) -> Res
     result
 }
 
-/// One message as a consumer received it, reduced to what the outbox sets.
+/// One message as a consumer received it, reduced to what the outbox sets (fields may be
+/// added: construct it only through the consumer).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReceivedMessage {
     /// The broker's message id.
     pub msg_id: String,
