@@ -514,7 +514,9 @@ pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateS
 ///   RETURNING *` (the array form runs the locking subquery exactly once).
 /// - SQLite: the same statement without the lock clause (SQLite has one writer at a time).
 /// - MySQL/MariaDB (no `UPDATE ... RETURNING`, no `LIMIT` in an `IN` subquery): one short
-///   transaction: `SELECT ... FOR UPDATE SKIP LOCKED`, `UPDATE ... WHERE id IN (...)`, re-read.
+///   `READ COMMITTED` transaction: `SELECT ... FOR UPDATE SKIP LOCKED` (with the database's
+///   clock), `UPDATE ... WHERE id IN (...)`, commit; the locked rows are returned with the claim
+///   applied.
 ///
 /// The owner and status guards are those of [`claim`]; every event claimed is ours alone.
 ///
@@ -542,7 +544,28 @@ where
     Ok(claimed)
 }
 
-/// The MySQL/MariaDB batch claim: select with `SKIP LOCKED`, update by id, re-read, commit.
+/// A row locked by the MySQL/MariaDB batch claim, with the database's clock read in the same
+/// statement.
+struct LockedRow {
+    model: Model,
+    now: sea_orm::prelude::DateTimeUtc,
+}
+
+impl FromQueryResult for LockedRow {
+    fn from_query_result(res: &sea_orm::QueryResult, pre: &str) -> Result<Self, DbErr> {
+        Ok(LockedRow {
+            model: Model::from_query_result(res, pre)?,
+            now: res.try_get(pre, "claim_now")?,
+        })
+    }
+}
+
+/// The MySQL/MariaDB batch claim, one short `READ COMMITTED` transaction:
+/// `SELECT *, <now> AS claim_now ... FOR UPDATE SKIP LOCKED`, then `UPDATE ... SET status =
+/// 'SENDING', claim_owner = :owner, claimed_at = :claim_now, update_time = :claim_now WHERE id
+/// IN (...) AND status = 'WAIT'`, commit. The rows are locked from the select to the commit, so
+/// the claimed models are the selected ones with the claim applied: no re-read. The claim time
+/// is the database's clock (read by the locking select), never the application's.
 async fn claim_batch_locking<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
@@ -554,35 +577,47 @@ where
     let txn = db
         .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
         .await?;
-    let ids: Vec<i64> = candidates_query(backend, n)
-        .select_only()
-        .column(Column::Id)
+    let locked: Vec<LockedRow> = candidates_query(backend, n)
+        .expr_as(dialect::now(backend), "claim_now")
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
-        .into_tuple::<i64>()
+        .into_model::<LockedRow>()
         .all(&txn)
         .await?;
-    if ids.is_empty() {
+    let Some(now) = locked.first().map(|r| r.now) else {
         txn.commit().await?;
         return Ok(Vec::new());
-    }
-    let now = dialect::now(backend);
-    Entity::update_many()
+    };
+    let ids: Vec<i64> = locked.iter().map(|r| r.model.id).collect();
+    let updated = Entity::update_many()
         .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
         .col_expr(Column::ClaimOwner, Expr::val(owner))
-        .col_expr(Column::ClaimedAt, now.clone())
-        .col_expr(Column::UpdateTime, now)
+        .col_expr(Column::ClaimedAt, Expr::val(now))
+        .col_expr(Column::UpdateTime, Expr::val(now))
         .filter(Column::Id.is_in(ids.iter().copied()))
         .filter(Column::Status.eq(EventStatus::Wait.as_str()))
         .exec(&txn)
         .await?;
-    let claimed = Entity::find()
-        .filter(Column::Id.is_in(ids))
-        .filter(Column::ClaimOwner.eq(owner))
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .all(&txn)
-        .await?;
+    if updated.rows_affected != ids.len() as u64 {
+        // Cannot happen while the rows are locked; if it does, claim nothing rather than
+        // report rows this instance may not own.
+        txn.rollback().await?;
+        return Err(DbErr::Custom(format!(
+            "batch claim updated {} of {} locked rows; rolled back",
+            updated.rows_affected,
+            ids.len()
+        )));
+    }
     txn.commit().await?;
-    Ok(claimed)
+    Ok(locked
+        .into_iter()
+        .map(|r| Model {
+            status: EventStatus::Sending,
+            claim_owner: Some(owner.to_owned()),
+            claimed_at: Some(now),
+            update_time: now,
+            ..r.model
+        })
+        .collect())
 }
 
 /// Reads one event by id.
