@@ -110,6 +110,8 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
                 (EventStatus::Sending, Some(owner))
             );
             assert!(e.claimed_at.is_some());
+            // What the claim returns is what the database holds (MariaDB builds it in memory).
+            assert_eq!(e, &event(db, e.id).await);
         }
     }
     assert!(store::claim_batch(db, "c", 20)

@@ -565,7 +565,10 @@ impl FromQueryResult for LockedRow {
 /// 'SENDING', claim_owner = :owner, claimed_at = :claim_now, update_time = :claim_now WHERE id
 /// IN (...) AND status = 'WAIT'`, commit. The rows are locked from the select to the commit, so
 /// the claimed models are the selected ones with the claim applied: no re-read. The claim time
-/// is the database's clock (read by the locking select), never the application's.
+/// is the database's clock read by the locking select (a round trip before the `UPDATE`, so
+/// the lease is shorter by that much, never longer), never the application's. The returned
+/// `claimed_at`/`update_time` equal the stored values because the migration makes the columns
+/// `DATETIME(6)` (a hand-made table with less precision would round them).
 async fn claim_batch_locking<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
@@ -600,9 +603,11 @@ where
     if updated.rows_affected != ids.len() as u64 {
         // Cannot happen while the rows are locked; if it does, claim nothing rather than
         // report rows this instance may not own.
-        txn.rollback().await?;
+        if let Err(e) = txn.rollback().await {
+            tracing::warn!(error = %e, "rollback after a batch-claim mismatch failed");
+        }
         return Err(DbErr::Custom(format!(
-            "batch claim updated {} of {} locked rows; rolled back",
+            "batch claim for {owner} updated {} of {} locked rows; rolled back",
             updated.rows_affected,
             ids.len()
         )));
