@@ -25,6 +25,20 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
 }
 
+/// `delay` spread by up to ±10% at random (uniform), so that instances started together do not
+/// poll or retry in lockstep. Used for the relay's poll delay and wake-up retries, and by
+/// `outbox relay` between its connection attempts at start.
+///
+/// ```
+/// use std::time::Duration;
+/// let d = sea_orm_outbox::retry::jitter(Duration::from_millis(1000));
+/// assert!(d >= Duration::from_millis(900) && d <= Duration::from_millis(1100));
+/// ```
+pub fn jitter(delay: Duration) -> Duration {
+    let r = uuid::Uuid::new_v4().as_u128() as u64 % 2001; // 0..=2000
+    delay.mul_f64(0.9 + r as f64 / 10_000.0)
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {

@@ -62,7 +62,9 @@ impl Wake {
     /// Waits `delay`, or less when a notification arrives. Notifications already buffered are
     /// consumed together: a burst of commits wakes one round, not one each.
     pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
-        let delay = jitter(delay);
+        // Spread so that workers started together do not poll in lockstep (which would give
+        // several instances the latency of one).
+        let delay = crate::retry::jitter(delay);
         self.ensure_listening().await;
         let Some(listener) = self.listener.as_mut() else {
             tokio::time::sleep(delay).await;
@@ -86,20 +88,13 @@ impl Wake {
     }
 }
 
-/// `delay` spread by up to ±10% at random, so that workers started together do not poll in
-/// lockstep (which would give several instances the latency of one).
-fn jitter(delay: Duration) -> Duration {
-    let r = uuid::Uuid::new_v4().as_u128() as u64 % 2001; // 0..=2000
-    delay.mul_f64(0.9 + r as f64 / 10_000.0)
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn jitter_stays_within_ten_percent() {
         let d = std::time::Duration::from_millis(1000);
         for _ in 0..100 {
-            let j = super::jitter(d).as_millis();
+            let j = crate::retry::jitter(d).as_millis();
             assert!((900..=1100).contains(&j), "{j}");
         }
     }

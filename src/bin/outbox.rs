@@ -450,12 +450,12 @@ fn connect_retry_delay(attempt: u32) -> Duration {
     let doubling = 1u32
         .checked_shl(attempt.saturating_sub(1))
         .unwrap_or(u32::MAX);
-    let spread = 0.9 + (uuid::Uuid::new_v4().as_u128() % 2001) as f64 / 10_000.0;
-    CONNECT_RETRY_FIRST
-        .saturating_mul(doubling)
-        .min(CONNECT_RETRY_MAX)
-        .mul_f64(spread)
-        .min(CONNECT_RETRY_MAX)
+    sea_orm_outbox::retry::jitter(
+        CONNECT_RETRY_FIRST
+            .saturating_mul(doubling)
+            .min(CONNECT_RETRY_MAX),
+    )
+    .min(CONNECT_RETRY_MAX)
 }
 
 /// One attempt at `relay` start: open the pool and check that the outbox table is there.
