@@ -874,6 +874,44 @@ impl Lcg {
     }
 }
 
+/// `<prefix>_p50_ms` and `<prefix>_p99_ms` of [`idle_latency`] with Batch workers polling every
+/// `poll` (and waking on commit when `wake`), or both skipped with `skip`'s reason.
+#[allow(clippy::too_many_arguments)]
+async fn idle_figures(
+    figs: &mut Figures,
+    bench: &BenchDb,
+    setup: &DatabaseConnection,
+    args: &Args,
+    prefix: &str,
+    poll: Duration,
+    wake: bool,
+    workers: &str,
+    skip: Option<&str>,
+) -> Result<(), BoxError> {
+    let (p50, p99) = (format!("{prefix}_p50_ms"), format!("{prefix}_p99_ms"));
+    if let Some(why) = skip {
+        figs.skip(&p50, why);
+        figs.skip(&p99, why);
+        return Ok(());
+    }
+    let config = worker_config(
+        ClaimStrategy::Batch,
+        args.batch,
+        args.concurrency,
+        poll,
+        wake,
+    );
+    let l = idle_latency(bench, setup, args, config).await?;
+    let note = format!(
+        "{} events one at a time, {workers}; max {:.1} ms",
+        l.len(),
+        l.last().copied().unwrap_or(f64::NAN)
+    );
+    figs.add(&p50, f1(percentile(&l, 50.0)), note.clone());
+    figs.add(&p99, f1(percentile(&l, 99.0)), note);
+    Ok(())
+}
+
 async fn idle_latency(
     bench: &BenchDb,
     setup: &DatabaseConnection,
@@ -1334,12 +1372,10 @@ async fn run(bench: &BenchDb, args: &Args) -> Result<(), BoxError> {
     figs.add("duplicates", dups, "both strategies");
 
     // 3. RocketMQ.
-    // TODO(rocketmq): when ROCKETMQ_NAMESRV_ADDR is set, measure `rocketmq_raw_eps` (the client
-    // alone sending the same messages with the same concurrency) and `rocketmq_relay_eps` (the
-    // batch relay publishing through the RocketMQ publisher), and their ratio. Waiting for the
-    // RocketMQ publisher (another engineer is building it).
+    // Not measured yet: `rocketmq_raw_eps` (the client alone sending the same messages with the
+    // same concurrency) and `rocketmq_relay_eps` (the batch relay through RocketMqPublisher).
     let why = if std::env::var("ROCKETMQ_NAMESRV_ADDR").is_ok_and(|v| !v.is_empty()) {
-        "RocketMQ publisher not in this build yet"
+        "no RocketMQ phase in the bench yet"
     } else {
         "ROCKETMQ_NAMESRV_ADDR unset"
     };
@@ -1347,69 +1383,44 @@ async fn run(bench: &BenchDb, args: &Args) -> Result<(), BoxError> {
     figs.skip("rocketmq_relay_eps", why);
 
     // 4. Idle latency, polling only.
-    if args.skip_idle {
-        figs.skip("idle_latency_p50_ms", "--skip-idle");
-        figs.skip("idle_latency_p99_ms", "--skip-idle");
-    } else {
-        let idle_poll = Duration::from_millis(args.idle_poll_ms);
-        let config = worker_config(
-            ClaimStrategy::Batch,
-            args.batch,
-            args.concurrency,
-            idle_poll,
-            false,
-        );
-        let l = idle_latency(bench, &setup, args, config).await?;
-        let note = format!(
-            "{} events one at a time, {} Batch workers polling every {} ms (no wake-on-commit); max {:.1} ms",
-            l.len(),
-            args.workers,
-            args.idle_poll_ms,
-            l.last().copied().unwrap_or(f64::NAN)
-        );
-        figs.add(
-            "idle_latency_p50_ms",
-            f1(percentile(&l, 50.0)),
-            note.clone(),
-        );
-        figs.add("idle_latency_p99_ms", f1(percentile(&l, 99.0)), note);
-    }
+    let idle_poll = Duration::from_millis(args.idle_poll_ms);
+    let polling = format!(
+        "{} Batch workers polling every {} ms (no wake-on-commit)",
+        args.workers, args.idle_poll_ms
+    );
+    let skip_idle = args.skip_idle.then_some("--skip-idle");
+    idle_figures(
+        &mut figs,
+        bench,
+        &setup,
+        args,
+        "idle_latency",
+        idle_poll,
+        false,
+        &polling,
+        skip_idle,
+    )
+    .await?;
     // Wake-on-commit (Postgres LISTEN/NOTIFY), with the poll delay at its 5 s default so that
     // only the wake-up can explain a latency below it.
-    if args.skip_idle {
-        figs.skip("idle_latency_wake_p50_ms", "--skip-idle");
-        figs.skip("idle_latency_wake_p99_ms", "--skip-idle");
-    } else if backend != DbBackend::Postgres {
-        figs.skip(
-            "idle_latency_wake_p50_ms",
-            "wake-on-commit is Postgres only",
-        );
-        figs.skip(
-            "idle_latency_wake_p99_ms",
-            "wake-on-commit is Postgres only",
-        );
-    } else {
-        let config = worker_config(
-            ClaimStrategy::Batch,
-            args.batch,
-            args.concurrency,
-            sea_orm_outbox::config::DEFAULT_POLL_DELAY,
-            true,
-        );
-        let l = idle_latency(bench, &setup, args, config).await?;
-        let note = format!(
-            "{} events one at a time, {} Batch workers with wake-on-commit, poll delay 5 s; max {:.1} ms",
-            l.len(),
-            args.workers,
-            l.last().copied().unwrap_or(f64::NAN)
-        );
-        figs.add(
-            "idle_latency_wake_p50_ms",
-            f1(percentile(&l, 50.0)),
-            note.clone(),
-        );
-        figs.add("idle_latency_wake_p99_ms", f1(percentile(&l, 99.0)), note);
-    }
+    let waking = format!(
+        "{} Batch workers with wake-on-commit, poll delay 5 s",
+        args.workers
+    );
+    let skip_wake =
+        skip_idle.or((backend != DbBackend::Postgres).then_some("wake-on-commit is Postgres only"));
+    idle_figures(
+        &mut figs,
+        bench,
+        &setup,
+        args,
+        "idle_latency_wake",
+        sea_orm_outbox::config::DEFAULT_POLL_DELAY,
+        true,
+        &waking,
+        skip_wake,
+    )
+    .await?;
 
     // Write throughput with and without the notify.
     if args.skip_write {
