@@ -22,7 +22,7 @@ use sea_orm::{
 use serde::Serialize;
 
 use crate::error::{is_transient, OutboxError};
-use crate::store::dialect;
+use crate::store::{self, dialect};
 
 /// A snapshot of the outbox table, from [`stats`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -244,24 +244,45 @@ pub async fn retry_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let res = retry_dead_update(db.get_database_backend())
-        .filter(Column::Id.eq(id))
-        .exec(db)
-        .await?;
-    Ok(outcome(res.rows_affected))
+    let update = retry_dead_update(db.get_database_backend()).filter(Column::Id.eq(id));
+    Ok(outcome(store::exec_by_ids(db, &update).await?))
 }
 
-/// [`retry_dead`] for every dead letter at once; returns how many were retried.
+/// [`retry_dead`] for every dead letter; returns how many were retried.
 ///
-/// SQL: as [`retry_dead`] without the `id` condition.
+/// SQL: in batches of [`store::RECLAIM_BATCH`] until a batch comes back short, `SELECT id FROM
+/// t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :batch`, then the update of
+/// [`retry_dead`] with `id IN (:ids)` through the primary key ([`store::exec_by_ids`]), so it
+/// never waits on rows of open business transactions (MySQL/MariaDB lock every row a range
+/// `UPDATE` reads).
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxError> {
-    Ok(retry_dead_update(db.get_database_backend())
-        .exec(db)
-        .await?
-        .rows_affected)
+    let backend = db.get_database_backend();
+    let batch = store::RECLAIM_BATCH;
+    let mut total = 0;
+    loop {
+        let ids: Vec<i64> = Entity::find()
+            .select_only()
+            .column(Column::Id)
+            .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+            .order_by_asc(Column::Id)
+            .limit(batch)
+            .into_tuple()
+            .all(db)
+            .await?;
+        if ids.is_empty() {
+            break;
+        }
+        let n = ids.len() as u64;
+        let update = retry_dead_update(backend).filter(Column::Id.is_in(ids));
+        total += store::exec_by_ids(db, &update).await?;
+        if n < batch {
+            break;
+        }
+    }
+    Ok(total)
 }
 
 /// Deletes dead letter `id` for good. Only a `FAIL` row is deleted; an event in any other
@@ -275,12 +296,10 @@ pub async fn discard_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let res = Entity::delete_many()
+    let delete = Entity::delete_many()
         .filter(Column::Id.eq(id))
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
-        .exec(db)
-        .await?;
-    Ok(outcome(res.rows_affected))
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()));
+    Ok(outcome(store::exec_by_ids(db, &delete).await?))
 }
 
 /// Attempts [`purge_delivered`] makes at one batch that meets a transient conflict (deadlock,
@@ -309,12 +328,10 @@ where
     let deleted = if ids.is_empty() {
         0
     } else {
-        Entity::delete_many()
+        let delete = Entity::delete_many()
             .filter(Column::Id.is_in(ids))
-            .filter(Column::Status.eq(EventStatus::Success.as_str()))
-            .exec(&txn)
-            .await?
-            .rows_affected
+            .filter(Column::Status.eq(EventStatus::Success.as_str()));
+        store::exec_by_ids(&txn, &delete).await?
     };
     txn.commit().await?;
     Ok((selected, deleted))
@@ -336,7 +353,8 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// not block the relay:
 /// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
 /// ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN (:ids) AND status =
-/// 'SUCCESS'`, commit; repeated until a batch comes back short. (Two statements because MariaDB
+/// 'SUCCESS'` through the primary key ([`store::exec_by_ids`]: on MySQL/MariaDB a scan would
+/// wait on rows of open business transactions), commit; repeated until a batch comes back short. (Two statements because MariaDB
 /// allows no `LIMIT` inside `IN (subquery)`.)
 ///
 /// # Errors

@@ -677,8 +677,13 @@ impl Worker {
     /// # Errors
     /// A database error.
     pub async fn reclaim_once(&self) -> Result<u64, OutboxError> {
-        let r = store::reclaim_stuck(&self.db, self.config.lease, self.config.retry.max_retries)
-            .await?;
+        let r = store::reclaim_stuck(
+            &self.db,
+            self.config.lease,
+            self.config.retry.max_retries,
+            store::RECLAIM_BATCH,
+        )
+        .await?;
         if r.total() > 0 {
             m::reclaimed(r.total());
             tracing::warn!(owner = %self.owner, reclaimed = r.total(), requeued = r.requeued, dead_lettered = r.dead_lettered,

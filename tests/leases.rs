@@ -27,6 +27,7 @@ backend_tests!(
     metrics_count_every_outcome,
     without_renewal_queued_events_are_not_sent_past_their_lease,
     a_panicking_publisher_fails_one_send_not_the_worker,
+    reclaim_works_in_bounded_batches,
 );
 
 /// Wake-on-commit is Postgres-only (MariaDB and SQLite poll).
@@ -143,7 +144,7 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
         .exec(db)
         .await
         .expect("age");
-    let r = store::reclaim_stuck(db, Duration::from_secs(30), 3)
+    let r = store::reclaim_stuck(db, Duration::from_secs(30), 3, store::RECLAIM_BATCH)
         .await
         .expect("reclaim");
     assert_eq!((r.requeued, r.dead_lettered), (19, 0));
@@ -229,7 +230,9 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             Duration::from_secs(20),
             Duration::from_millis(50),
             || async {
-                store::reclaim_stuck(db, lease, 3).await.expect("reclaim");
+                store::reclaim_stuck(db, lease, 3, store::RECLAIM_BATCH)
+                    .await
+                    .expect("reclaim");
                 event(db, poison).await.status != EventStatus::Sending
             },
         )
@@ -662,4 +665,40 @@ async fn a_panicking_publisher_fails_one_send_not_the_worker(ctx: &TestContext) 
         .as_deref()
         .is_some_and(|r| r.contains("publisher panicked: publisher bug")));
     assert_eq!(event(db, ok).await.status, EventStatus::Success);
+}
+
+/// More expired leases than one reclaim batch: all are reclaimed, in several statements, and
+/// those whose retries are used up become dead letters. A fresh lease is left alone.
+async fn reclaim_works_in_bounded_batches(ctx: &TestContext) {
+    let db = &ctx.db;
+    let ids = insert_many(ctx, 7, "EXPIRED").await;
+    let claimed = store::claim_batch(db, "died", 8).await.expect("claim");
+    assert_eq!(claimed.len(), 7);
+    let backend = db.get_database_backend();
+    // Six leases expired, two of them with their retries used up; the seventh is fresh.
+    Events::update_many()
+        .col_expr(
+            Column::ClaimedAt,
+            dialect::now_minus(backend, Duration::from_secs(60)),
+        )
+        .filter(Column::Id.is_in(ids[..6].to_vec()))
+        .exec(db)
+        .await
+        .expect("age");
+    Events::update_many()
+        .col_expr(Column::RetryCount, sea_orm::sea_query::Expr::val(3))
+        .filter(Column::Id.is_in(ids[..2].to_vec()))
+        .exec(db)
+        .await
+        .expect("used up");
+    let r = store::reclaim_stuck(db, Duration::from_secs(30), 3, 4)
+        .await
+        .expect("reclaim");
+    assert_eq!((r.requeued, r.dead_lettered), (4, 2));
+    assert_eq!(count(db, EventStatus::Wait).await, 4);
+    assert_eq!(count(db, EventStatus::Fail).await, 2);
+    assert_eq!(event(db, ids[6]).await.status, EventStatus::Sending);
+    assert!(store::reclaim_stuck(db, Duration::from_secs(30), 3, 0)
+        .await
+        .is_err());
 }

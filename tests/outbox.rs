@@ -365,7 +365,7 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
         Claim::Won
     );
     age(db, id, Column::ClaimedAt, Duration::from_secs(60)).await;
-    let reclaimed = store::reclaim_stuck(db, Duration::from_secs(30), 3)
+    let reclaimed = store::reclaim_stuck(db, Duration::from_secs(30), 3, store::RECLAIM_BATCH)
         .await
         .expect("reclaim");
     assert_eq!((reclaimed.requeued, reclaimed.dead_lettered), (1, 0));
@@ -551,11 +551,35 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
         .join("\n");
     let reclaim = explain(
         ctx,
-        store::reclaim_statement(backend, Duration::from_secs(600), 3, EventStatus::Wait)
+        store::expired_leases_query(backend, Duration::from_secs(600), store::RECLAIM_BATCH)
             .build(backend),
     )
     .await
     .join("\n");
+    // The reclaim's update names its rows by id and reads them through the primary key alone.
+    let by_id = explain(
+        ctx,
+        dialect::by_primary_key(
+            backend,
+            store::reclaim_statement(
+                backend,
+                &[1, 2, 3, 4],
+                Duration::from_secs(600),
+                3,
+                EventStatus::Wait,
+            )
+            .build(backend),
+        )
+        .expect("by primary key"),
+    )
+    .await
+    .join("\n");
+    let primary = match backend {
+        DbBackend::Postgres => "t_event_record_pkey",
+        DbBackend::MySql => "type=range key=PRIMARY",
+        _ => "INTEGER PRIMARY KEY",
+    };
+    assert!(by_id.contains(primary), "reclaim update by id:\n{by_id}");
     // The scan reads idx_status_next_retry in order. For the reclaim both composite indexes
     // start with `status`, and with few SENDING rows Postgres and MariaDB rate them alike (a
     // range over status = 'SENDING' either way); what matters is an index range, not a scan of
@@ -584,7 +608,7 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
         }
     }
     eprintln!(
-        "{:?} scan plan:\n{scan}\nreclaim plan:\n{reclaim}",
+        "{:?} scan plan:\n{scan}\nreclaim plan:\n{reclaim}\nreclaim update by id:\n{by_id}",
         ctx.backend
     );
     // The scan still finds exactly the 5 due events among 20,000 delivered ones.

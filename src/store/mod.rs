@@ -20,7 +20,8 @@ use sea_orm::sea_query::{
 };
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, FromQueryResult, IsolationLevel,
-    QueryFilter, QueryOrder, QuerySelect, Select, TransactionSession, TransactionTrait, UpdateMany,
+    QueryFilter, QueryOrder, QuerySelect, QueryTrait, Select, TransactionSession, TransactionTrait,
+    UpdateMany,
 };
 
 use crate::error::is_transient;
@@ -64,6 +65,25 @@ fn truncate_reason(reason: &str) -> &str {
         end -= 1;
     }
     &reason[..end]
+}
+
+/// Runs `query`, an `UPDATE` or `DELETE` whose `WHERE` names its rows by id (`id IN (...)`),
+/// reading the table through the primary key only ([`dialect::by_primary_key`]: on MySQL and
+/// MariaDB it would otherwise wait on rows of open transactions that it does not change), and
+/// returns `rows_affected`. Transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
+///
+/// # Errors
+/// Any database error.
+pub async fn exec_by_ids<C, Q>(db: &C, query: &Q) -> Result<u64, DbErr>
+where
+    C: ConnectionTrait,
+    Q: QueryTrait,
+{
+    let backend = db.get_database_backend();
+    let stmt = dialect::by_primary_key(backend, query.build(backend))?;
+    Ok(retry_transient(|| db.execute_raw(stmt.clone()))
+        .await?
+        .rows_affected())
 }
 
 /// Outcome of [`claim`].
@@ -212,13 +232,8 @@ pub async fn claim<C: ConnectionTrait>(
     owner: &str,
 ) -> Result<Claim, DbErr> {
     let backend = db.get_database_backend();
-    let res =
-        retry_transient(|| claim_statement(backend, id, seen_retry_count, owner).exec(db)).await?;
-    Ok(if res.rows_affected == 1 {
-        Claim::Won
-    } else {
-        Claim::Lost
-    })
+    let rows = exec_by_ids(db, &claim_statement(backend, id, seen_retry_count, owner)).await?;
+    Ok(if rows == 1 { Claim::Won } else { Claim::Lost })
 }
 
 /// An update of event `id` guarded by `status = 'SENDING' AND claim_owner = :owner`.
@@ -243,8 +258,7 @@ pub async fn mark_success<C: ConnectionTrait>(
     let stmt = owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
         .col_expr(Column::UpdateTime, now);
-    let res = retry_transient(|| stmt.clone().exec(db)).await?;
-    Ok(Transition::from_rows(res.rows_affected))
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
@@ -270,8 +284,7 @@ pub async fn release_for_retry<C: ConnectionTrait>(
         .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
         .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
         .col_expr(Column::UpdateTime, dialect::now(backend));
-    let res = retry_transient(|| stmt.clone().exec(db)).await?;
-    Ok(Transition::from_rows(res.rows_affected))
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
 /// `UPDATE t_event_record SET status = 'FAIL', retry_count = :retry_count, last_error = :reason,
@@ -293,8 +306,7 @@ pub async fn mark_fail<C: ConnectionTrait>(
         .col_expr(Column::RetryCount, Expr::val(retry_count))
         .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
         .col_expr(Column::UpdateTime, now);
-    let res = retry_transient(|| stmt.clone().exec(db)).await?;
-    Ok(Transition::from_rows(res.rows_affected))
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
 /// What a reclaim pass did.
@@ -316,16 +328,36 @@ impl Reclaimed {
 /// The reason stored in `last_error` when a lease expires.
 pub const LEASE_EXPIRED: &str = "lease expired: the sender died or hung mid-send";
 
+/// Expired leases handled per statement by [`reclaim_stuck`] (and rows per batch of the other
+/// batched maintenance statements): a backlog of a million expired leases after an outage is
+/// many short statements, never one giant one.
+pub const RECLAIM_BATCH: u64 = 1000;
+
+/// `SELECT id FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease ORDER
+/// BY claimed_at LIMIT :batch`: the oldest expired leases, read through `idx_status_claimed_at`
+/// without locking anything.
+pub fn expired_leases_query(backend: DbBackend, lease: Duration, batch: u64) -> Select<Entity> {
+    Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+        .order_by_asc(Column::ClaimedAt)
+        .limit(batch)
+}
+
 /// `UPDATE t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at = NULL,
-/// retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now WHERE
-/// status = 'SENDING' AND claimed_at < now - :lease AND retry_count < :max_retries` (to `WAIT`)
-/// or `>= :max_retries` (to `FAIL`). Served by a `status`-led composite index. Judged by
-/// `claimed_at` alone, never by `next_retry_time`.
+/// retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now WHERE id
+/// IN (:ids) AND status = 'SENDING' AND claimed_at < now - :lease AND retry_count <
+/// :max_retries` (to `WAIT`) or `>= :max_retries` (to `FAIL`). Judged by `claimed_at` alone,
+/// never by `next_retry_time`; the guards are checked again on each row, so a lease renewed
+/// since [`expired_leases_query`] read it is left alone.
 ///
 /// A reclaim counts as a failed attempt, so a message that kills its sender every time ends in
 /// `FAIL` after the retry limit instead of circling forever (the seed's design would loop).
 pub fn reclaim_statement(
     backend: DbBackend,
+    ids: &[i64],
     lease: Duration,
     max_retries: u32,
     to: EventStatus,
@@ -338,6 +370,7 @@ pub fn reclaim_statement(
         .col_expr(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
         .col_expr(Column::LastError, Expr::val(LEASE_EXPIRED))
         .col_expr(Column::UpdateTime, dialect::now(backend))
+        .filter(Column::Id.is_in(ids.iter().copied()))
         .filter(Column::Status.eq(EventStatus::Sending.as_str()))
         .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)));
     if to == EventStatus::Fail {
@@ -350,32 +383,48 @@ pub fn reclaim_statement(
 /// Handles every lease older than `lease` (an instance died or hung mid-send): back to `WAIT`
 /// with `retry_count + 1`, or `FAIL` once `retry_count` has reached `max_retries`.
 ///
+/// Works in batches of at most `batch` leases until a batch comes back short: each batch reads
+/// the ids ([`expired_leases_query`], no locks) and then updates exactly those rows through the
+/// primary key ([`reclaim_statement`], [`exec_by_ids`]). A range `UPDATE` over the status
+/// index would, on MySQL/MariaDB, also lock (and wait on) rows of open business transactions
+/// that it never changes.
+///
 /// # Errors
-/// Any database error.
+/// [`DbErr::Custom`] when `batch` is 0; any database error (batches done before it stay done).
 pub async fn reclaim_stuck<C: ConnectionTrait>(
     db: &C,
     lease: Duration,
     max_retries: u32,
+    batch: u64,
 ) -> Result<Reclaimed, DbErr> {
+    if batch == 0 {
+        return Err(DbErr::Custom(
+            "reclaim batch size must be at least 1".into(),
+        ));
+    }
     let backend = db.get_database_backend();
-    let dead_lettered = retry_transient(|| {
-        reclaim_statement(backend, lease, max_retries, EventStatus::Fail).exec(db)
-    })
-    .await?
-    .rows_affected;
-    let requeued = retry_transient(|| {
-        reclaim_statement(backend, lease, max_retries, EventStatus::Wait).exec(db)
-    })
-    .await?
-    .rows_affected;
-    Ok(Reclaimed {
-        requeued,
-        dead_lettered,
-    })
+    let mut done = Reclaimed::default();
+    loop {
+        let ids: Vec<i64> = expired_leases_query(backend, lease, batch)
+            .into_tuple()
+            .all(db)
+            .await?;
+        if ids.is_empty() {
+            break;
+        }
+        let to_fail = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Fail);
+        done.dead_lettered += exec_by_ids(db, &to_fail).await?;
+        let to_wait = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Wait);
+        done.requeued += exec_by_ids(db, &to_wait).await?;
+        if (ids.len() as u64) < batch {
+            break;
+        }
+    }
+    Ok(done)
 }
 
 /// Runs `set(UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner,
-/// now)` (transient conflicts retried) and returns how many rows were still ours.
+/// now)` through the primary key ([`exec_by_ids`]) and returns how many rows were still ours.
 async fn update_owned<C, F>(db: &C, ids: &[i64], owner: &str, set: F) -> Result<u64, DbErr>
 where
     C: ConnectionTrait,
@@ -388,10 +437,7 @@ where
         .filter(Column::Id.is_in(ids.iter().copied()))
         .filter(Column::Status.eq(EventStatus::Sending.as_str()))
         .filter(Column::ClaimOwner.eq(owner));
-    let stmt = set(guarded, dialect::now(db.get_database_backend()));
-    Ok(retry_transient(|| stmt.clone().exec(db))
-        .await?
-        .rows_affected)
+    exec_by_ids(db, &set(guarded, dialect::now(db.get_database_backend()))).await
 }
 
 /// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND
@@ -597,10 +643,14 @@ where
         .col_expr(Column::ClaimedAt, Expr::val(now))
         .col_expr(Column::UpdateTime, Expr::val(now))
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
-        .exec(&txn)
-        .await?;
-    if updated.rows_affected != ids.len() as u64 {
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()));
+    // Through PRIMARY, like every statement that names its rows by id (see
+    // `dialect::by_primary_key`); not retried here, a failure ends the whole transaction.
+    let updated = txn
+        .execute_raw(dialect::by_primary_key(backend, updated.build(backend))?)
+        .await?
+        .rows_affected();
+    if updated != ids.len() as u64 {
         // Cannot happen while the rows are locked; if it does, claim nothing rather than
         // report rows this instance may not own.
         if let Err(e) = txn.rollback().await {
@@ -608,7 +658,7 @@ where
         }
         return Err(DbErr::Custom(format!(
             "batch claim for {owner} updated {} of {} locked rows; rolled back",
-            updated.rows_affected,
+            updated,
             ids.len()
         )));
     }
