@@ -51,7 +51,8 @@ use sea_orm::{
     TransactionTrait,
 };
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::{Migrator, MigratorTrait, NewEvent, OutboxExt, RetryPolicy, RocketMqConsumer};
+use sea_orm_outbox::publisher::RocketMqConsumer;
+use sea_orm_outbox::{Migrator, MigratorTrait, NewEvent, OutboxExt, RetryPolicy};
 
 /// The harness's business table: one order per transaction, written with its event.
 mod order {

@@ -14,6 +14,8 @@
 //! `OUTBOX_TOPIC` optional) the events go to RocketMQ instead of an in-memory publisher, and a
 //! consumer in a fresh group reads them back: the summary line then ends with
 //! `received=N received_duplicates=D` (this run's events only).
+use sea_orm_outbox::publisher::RocketMqConsumer;
+use sea_orm_outbox::test_support::wait_until;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +29,9 @@ use sea_orm::{
 };
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
-    transactional_publish, wait_until, CancellationToken, EventStatus, InMemoryPublisher, Migrator,
+    transactional_publish, CancellationToken, EventStatus, InMemoryPublisher, Migrator,
     MigratorTrait, NewEvent, OutboxMessage, PublishError, Publisher, RetryPolicy, RocketMqConfig,
-    RocketMqConsumer, RocketMqPublisher, Worker, WorkerConfig,
+    RocketMqPublisher, Worker, WorkerConfig,
 };
 
 /// Sends through RocketMQ when configured, and records every message that was accepted.
@@ -242,10 +244,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Read this run's events back from the broker (keys carry the order number).
     let mut received_line = String::new();
     if let Some((rocketmq, consumer)) = rocketmq {
-        let mine = |m: &sea_orm_outbox::ReceivedMessage| {
+        let mine = |m: &sea_orm_outbox::publisher::ReceivedMessage| {
             m.keys.as_deref().is_some_and(|k| k.starts_with(&prefix))
         };
-        let wanted = |got: &[sea_orm_outbox::ReceivedMessage]| {
+        let wanted = |got: &[sea_orm_outbox::publisher::ReceivedMessage]| {
             let ids: HashSet<i64> = got
                 .iter()
                 .filter(|m| mine(m))

@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, Statement};
-use sea_orm_outbox::{
-    consume_once, Consumed, Migrator, MigratorTrait, OutboxError, RocketMqConsumer,
-};
+use sea_orm_outbox::publisher::RocketMqConsumer;
+use sea_orm_outbox::{consume_once, Consumed, Migrator, MigratorTrait, OutboxError};
 
 #[derive(Parser, Debug)]
 #[command(about = "Add points once per ORDER_CREATED event, whatever the redeliveries")]

@@ -243,11 +243,11 @@ impl WorkerConfig {
         }
         if let Some(id) = &self.instance_id {
             if id.trim().is_empty()
-                || id.chars().count() > entity::event_record::CLAIM_OWNER_MAX_LEN
+                || id.chars().count() > sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN
             {
                 return bad(format!(
                     "instance_id must be 1 to {} characters",
-                    entity::event_record::CLAIM_OWNER_MAX_LEN
+                    sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN
                 ));
             }
         }

@@ -8,8 +8,8 @@
 //! The message id to deduplicate on is the outbox event id, the `eventId` message property
 //! ([`crate::OutboxMessage::event_id`]), never the broker's own message id: a re-send by another
 //! relay instance is a new broker message with a new broker id but the same `eventId`.
-use entity::consumed_message::{CONSUMER_GROUP_MAX_LEN, MSG_ID_MAX_LEN};
 use sea_orm::{TransactionSession, TransactionTrait};
+use sea_orm_outbox_entity::consumed_message::{CONSUMER_GROUP_MAX_LEN, MSG_ID_MAX_LEN};
 
 use crate::error::OutboxError;
 use crate::store::consumed;

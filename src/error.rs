@@ -140,6 +140,18 @@ impl PublishError {
 /// a deadlock or serialization failure (SQLSTATE `40001`, Postgres `40P01`), a MySQL lock wait
 /// timeout (1205), or SQLite's busy/locked (codes 5, 6 and their extended forms).
 pub fn is_transient(err: &DbErr) -> bool {
+    #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+    {
+        let _ = err;
+        false
+    }
+    #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    sqlx_is_transient(err)
+}
+
+/// [`is_transient`] for sqlx's errors.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+fn sqlx_is_transient(err: &DbErr) -> bool {
     use sea_orm::RuntimeErr;
     let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err
     else {
@@ -184,6 +196,20 @@ pub fn is_transient(err: &DbErr) -> bool {
 /// assert!(!is_connection_error(&no_driver));
 /// ```
 pub fn is_connection_error(err: &DbErr) -> bool {
+    #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+    {
+        matches!(
+            err,
+            DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)
+        )
+    }
+    #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    sqlx_is_connection_error(err)
+}
+
+/// [`is_connection_error`] for sqlx's errors.
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+fn sqlx_is_connection_error(err: &DbErr) -> bool {
     use sea_orm::sqlx::Error as SqlxErr;
     use sea_orm::{ConnAcquireErr, RuntimeErr};
     let e = match err {
@@ -202,6 +228,7 @@ pub fn is_connection_error(err: &DbErr) -> bool {
         ),
         SqlxErr::PoolTimedOut => true,
         SqlxErr::Database(db_err) => {
+            #[cfg(feature = "mysql")]
             if let Some(m) = db_err.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>() {
                 return matches!(
                     m.number(),
@@ -217,7 +244,7 @@ pub fn is_connection_error(err: &DbErr) -> bool {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
 mod tests {
     use std::io::{Error as IoError, ErrorKind};
 

@@ -29,24 +29,43 @@ pub mod publisher;
 pub mod redact;
 pub mod relay;
 pub mod retry;
+// The statements and the dialect are the crate's insides: crate-private, reachable by the
+// crate's own tests and examples through the `test-support` feature (not an API).
+#[cfg(not(feature = "test-support"))]
+#[allow(dead_code, unreachable_pub)]
+mod store;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
 pub mod store;
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod test_support;
 mod wake;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub use config::{ClaimStrategy, WorkerConfig};
 pub use consumer::{consume_once, Consumed};
-pub use entity::consumed_message;
-pub use entity::event_record;
-pub use entity::EventStatus;
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use ext::{transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
-pub use migration::{self, Migrator, MigratorTrait};
 pub use ops::{DeadLetterOutcome, OutboxStats};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 #[cfg(feature = "rocketmq")]
-pub use publisher::{ReceivedMessage, RocketMqConfig, RocketMqConsumer, RocketMqPublisher};
+pub use publisher::{RocketMqConfig, RocketMqPublisher};
 pub use redact::{redact_secrets, redact_url};
-pub use relay::{wait_until, Worker, WorkerSummary};
+pub use relay::{Worker, WorkerSummary};
 pub use retry::{RetryDecision, RetryPolicy};
+pub use sea_orm_migration::MigratorTrait;
+pub use sea_orm_outbox_entity::consumed_message;
+pub use sea_orm_outbox_entity::event_record;
+pub use sea_orm_outbox_entity::EventStatus;
+/// The outbox's migrations (crate `sea-orm-outbox-migration`): [`migration::migrations`] for
+/// your own `Migrator`, or the standalone [`Migrator`].
+pub use sea_orm_outbox_migration as migration;
+pub use sea_orm_outbox_migration::Migrator;
 pub use tokio_util::sync::CancellationToken;

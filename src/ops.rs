@@ -12,13 +12,13 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use entity::event_record::{Column, Entity, Model};
-use entity::EventStatus;
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionSession, TransactionTrait,
 };
+use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm_outbox_entity::EventStatus;
 use serde::Serialize;
 
 use crate::error::{is_transient, OutboxError};

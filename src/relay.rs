@@ -9,9 +9,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use entity::event_record::Model;
 use futures::{FutureExt, StreamExt};
 use sea_orm::DatabaseConnection;
+use sea_orm_outbox_entity::event_record::Model;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -212,13 +212,16 @@ impl Worker {
     /// A worker over `db` sending through `publisher`.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`].
+    /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`], or when
+    /// `db` is a backend whose feature this crate was built without (`postgres`, `mysql`,
+    /// `sqlite`): the relay would run without that backend's wake-up and error handling.
     pub fn new(
         db: DatabaseConnection,
         publisher: Arc<dyn Publisher>,
         config: WorkerConfig,
     ) -> Result<Self, OutboxError> {
         config.validate()?;
+        crate::store::dialect::check_backend_feature(db.get_database_backend())?;
         let owner = config
             .instance_id
             .clone()
@@ -699,24 +702,5 @@ impl Worker {
             ..Default::default()
         });
         Ok(r.total())
-    }
-}
-
-/// Polls `check` every `every` until it returns true or `deadline` passes; returns whether it
-/// did. Handy in tests and demos that wait for the outbox to drain.
-pub async fn wait_until<F, Fut>(deadline: Duration, every: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let end = tokio::time::Instant::now() + deadline;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(every).await;
     }
 }

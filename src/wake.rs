@@ -2,12 +2,22 @@
 //! [`crate::store::dialect::WAKE_CHANNEL`], notified by every committed
 //! [`crate::OutboxExt::with_event`]. Polling stays as the safety net: a notification lost while
 //! the listener reconnects only delays an event until the next poll.
+// Without the `postgres` feature the listener half is compiled out.
+#![cfg_attr(not(feature = "postgres"), allow(dead_code))]
 use std::time::Duration;
 
+#[cfg(feature = "postgres")]
 use sea_orm::sqlx::postgres::PgListener;
-use sea_orm::{DatabaseConnection, DbBackend};
+use sea_orm::DatabaseConnection;
+#[cfg(feature = "postgres")]
+use sea_orm::DbBackend;
 
+#[cfg(feature = "postgres")]
 use crate::store::dialect::WAKE_CHANNEL;
+
+/// Without the `postgres` feature there is nothing to listen with: the worker polls.
+#[cfg(not(feature = "postgres"))]
+type PgListener = std::convert::Infallible;
 
 /// Why the wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +44,22 @@ impl Wake {
     /// database is down), it polls and tries again before each later wait. The listener holds
     /// one connection of `db`'s pool.
     pub(crate) async fn new(db: &DatabaseConnection, enabled: bool) -> Self {
+        #[cfg(feature = "postgres")]
         let db = (enabled && db.get_database_backend() == DbBackend::Postgres).then(|| db.clone());
+        #[cfg(not(feature = "postgres"))]
+        let db = {
+            let _ = (db, enabled);
+            None
+        };
         let mut wake = Wake { db, listener: None };
         wake.ensure_listening().await;
         wake
     }
 
+    #[cfg(not(feature = "postgres"))]
+    async fn ensure_listening(&mut self) {}
+
+    #[cfg(feature = "postgres")]
     async fn ensure_listening(&mut self) {
         let Some(db) = &self.db else { return };
         if self.listener.is_some() {
@@ -70,6 +90,16 @@ impl Wake {
             tokio::time::sleep(delay).await;
             return Woken::Timer;
         };
+        Self::wait_listening(listener, delay).await
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn wait_listening(listener: &mut PgListener, _: Duration) -> Woken {
+        match *listener {}
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn wait_listening(listener: &mut PgListener, delay: Duration) -> Woken {
         tokio::select! {
             _ = tokio::time::sleep(delay) => Woken::Timer,
             got = listener.recv() => match got {

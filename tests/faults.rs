@@ -3,6 +3,7 @@
 mod common;
 
 use common::event;
+use sea_orm_outbox::test_support::wait_until;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -12,8 +13,8 @@ use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Transactio
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim};
 use sea_orm_outbox::{
-    wait_until, CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
-    RetryPolicy, Worker, WorkerConfig,
+    CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt, RetryPolicy, Worker,
+    WorkerConfig,
 };
 
 // Postgres and MariaDB only: SQLite runs inside the relay process, so its "database clock" is

@@ -3,6 +3,7 @@
 mod common;
 
 use common::{count, event};
+use sea_orm_outbox::test_support::wait_until;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,8 +15,8 @@ use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Transition};
 use sea_orm_outbox::{
-    wait_until, CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent,
-    OutboxExt, OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
+    CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
+    OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
 };
 
 backend_tests!(

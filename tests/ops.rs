@@ -3,6 +3,7 @@
 //! and SQLite (see `tests/common`).
 mod common;
 
+use sea_orm_outbox::test_support::wait_until;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,9 +18,8 @@ use sea_orm_outbox::consumed_message::Entity as Consumed;
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
-    consume_once, ops, wait_until, CancellationToken, Consumed as Outcome, EventStatus,
-    InMemoryPublisher, Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher,
-    Worker, WorkerConfig,
+    consume_once, ops, CancellationToken, Consumed as Outcome, EventStatus, InMemoryPublisher,
+    Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, Worker, WorkerConfig,
 };
 
 backend_tests!(

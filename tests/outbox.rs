@@ -2,6 +2,7 @@
 mod common;
 
 use common::{count, event};
+use sea_orm_outbox::test_support::wait_until;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,9 +15,8 @@ use sea_orm::{
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim, Transition};
 use sea_orm_outbox::{
-    transactional_publish, wait_until, CancellationToken, EventError, EventStatus,
-    InMemoryPublisher, Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher,
-    Worker, WorkerConfig,
+    transactional_publish, CancellationToken, EventError, EventStatus, InMemoryPublisher, Migrator,
+    MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, Worker, WorkerConfig,
 };
 
 backend_tests!(

@@ -7,6 +7,7 @@
 mod common;
 mod rmq_support;
 
+use sea_orm_outbox::test_support::wait_until;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,11 +21,11 @@ use sea_orm::{
     Statement, TransactionTrait,
 };
 use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
-    transactional_publish, wait_until, CancellationToken, EventStatus, NewEvent, OutboxError,
-    OutboxExt, Publisher, RetryPolicy, RocketMqConfig, RocketMqConsumer, RocketMqPublisher, Worker,
-    DEFAULT_MAX_PAYLOAD_BYTES,
+    transactional_publish, CancellationToken, EventStatus, NewEvent, OutboxError, OutboxExt,
+    Publisher, RetryPolicy, RocketMqConfig, RocketMqPublisher, Worker, DEFAULT_MAX_PAYLOAD_BYTES,
 };
 
 pub async fn run_on<F>(backend: Backend, name: &str, f: F)

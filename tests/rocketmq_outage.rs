@@ -12,6 +12,7 @@
 mod common;
 mod rmq_support;
 
+use sea_orm_outbox::test_support::wait_until;
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;
@@ -22,8 +23,8 @@ use rmq_support::{count, in_ci, publisher, receive_all, script, unique, worker_c
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
-    wait_until, CancellationToken, EventStatus, NewEvent, OutboxExt, OutboxMessage, Publisher,
-    RetryPolicy, Worker,
+    CancellationToken, EventStatus, NewEvent, OutboxExt, OutboxMessage, Publisher, RetryPolicy,
+    Worker,
 };
 
 const NAMESRV_PORT: u16 = 19876;

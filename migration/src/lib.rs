@@ -1,26 +1,105 @@
-//! Migrations of sea-orm-outbox: the outbox table `t_event_record`, then the idempotent
-//! consumer's `t_consumed_message`.
+//! Migrations of [sea-orm-outbox](https://docs.rs/sea-orm-outbox): the outbox table
+//! `t_event_record` (the producer side) and the idempotent consumer's `t_consumed_message`.
 //!
-//! Run them with `sea-orm-cli migrate up -d migration -u URL`, `cargo run -p migration -- up -u
-//! URL`, or from code with `Migrator::up(&db, None)`.
+//! Two ways to apply them, both with `sea-orm-cli migrate`:
+//!
+//! 1. **Composed** (recommended): list the outbox's migrations in your own `Migrator`, so one
+//!    history (`seaql_migrations`) holds your tables and the outbox's. Put them at the place in
+//!    your list where you adopt the outbox (normally after your newest migration at that time),
+//!    and add your later migrations after them: `migrate down -n 1` rolls back the last entry
+//!    of the list that is applied.
+//!
+//!    ```
+//!    use sea_orm_migration::prelude::*;
+//!
+//!    # mod m20250101_000001_create_order {
+//!    #     use sea_orm_migration::prelude::*;
+//!    #     #[derive(DeriveMigrationName)]
+//!    #     pub struct Migration;
+//!    #     #[async_trait::async_trait]
+//!    #     impl MigrationTrait for Migration {
+//!    #         async fn up(&self, _: &SchemaManager) -> Result<(), DbErr> { Ok(()) }
+//!    #     }
+//!    # }
+//!    pub struct Migrator;
+//!
+//!    #[async_trait::async_trait]
+//!    impl MigratorTrait for Migrator {
+//!        fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+//!            let mut all: Vec<Box<dyn MigrationTrait>> =
+//!                vec![Box::new(m20250101_000001_create_order::Migration)];
+//!            all.extend(sea_orm_outbox_migration::migrations());
+//!            // your later migrations go here
+//!            all
+//!        }
+//!    }
+//!    ```
+//!
+//!    A service that only consumes events takes [`consumer_migrations`]; one that only
+//!    produces them takes [`producer_migrations`].
+//!
+//! 2. **Standalone**: run this crate's [`Migrator`] beside your own. It records itself in the
+//!    tracking table [`MIGRATION_TABLE`] (`seaql_migrations_outbox`), never in your
+//!    `seaql_migrations`, so neither migrator sees the other's rows (sea-orm-migration refuses
+//!    to run when its table holds a version it does not know). From this crate's directory:
+//!    `sea-orm-cli migrate up -d migration -u URL`, or from code
+//!    `Migrator::up(&db, None).await`.
+//!
+//! The migration names are stable (`m20261130_000001_create_t_event_record`,
+//! `m20261130_000002_create_t_consumed_message`); a later version adds new migrations and
+//! never changes these.
 #![deny(missing_docs)]
 
-pub use sea_orm_migration::prelude::*;
-/// Whether a migration is applied (see `Migrator::get_migration_with_status`).
-pub use sea_orm_migration::MigrationStatus;
+use sea_orm_migration::sea_orm::DynIden;
+use sea_orm_migration::sea_query::{Alias, IntoIden};
+use sea_orm_migration::{MigrationTrait, MigratorTrait};
 
-mod m20261130_000001_create_t_event_record;
-mod m20261130_000002_create_t_consumed_message;
+/// The migration `m20261130_000001_create_t_event_record`: the outbox table
+/// `t_event_record` with `idx_status_next_retry` and `idx_status_claimed_at`.
+pub mod m20261130_000001_create_t_event_record;
+/// The migration `m20261130_000002_create_t_consumed_message`: the idempotent consumer's
+/// table `t_consumed_message`.
+pub mod m20261130_000002_create_t_consumed_message;
 
-/// The migrator holding every sea-orm-outbox migration, in order.
+/// Creates the outbox table `t_event_record` (the producer side).
+pub use m20261130_000001_create_t_event_record::Migration as CreateEventRecord;
+/// Creates the idempotent consumer's `t_consumed_message` (the consumer side).
+pub use m20261130_000002_create_t_consumed_message::Migration as CreateConsumedMessage;
+
+/// The tracking table of the standalone [`Migrator`].
+pub const MIGRATION_TABLE: &str = "seaql_migrations_outbox";
+
+/// Every outbox migration, in the order to apply them: [`CreateEventRecord`], then
+/// [`CreateConsumedMessage`]. For your own `Migrator::migrations()`.
+pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+    let mut all = producer_migrations();
+    all.extend(consumer_migrations());
+    all
+}
+
+/// The migrations a service that writes and relays events needs: [`CreateEventRecord`].
+pub fn producer_migrations() -> Vec<Box<dyn MigrationTrait>> {
+    vec![Box::new(CreateEventRecord)]
+}
+
+/// The migrations a service that only consumes events needs (the idempotent consumer's
+/// table): [`CreateConsumedMessage`].
+pub fn consumer_migrations() -> Vec<Box<dyn MigrationTrait>> {
+    vec![Box::new(CreateConsumedMessage)]
+}
+
+/// The standalone migrator: every outbox migration ([`migrations`]), tracked in
+/// [`MIGRATION_TABLE`] so that it can run beside the application's own migrator on one
+/// database.
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![
-            Box::new(m20261130_000001_create_t_event_record::Migration),
-            Box::new(m20261130_000002_create_t_consumed_message::Migration),
-        ]
+        migrations()
+    }
+
+    fn migration_table_name() -> DynIden {
+        Alias::new(MIGRATION_TABLE).into_iden()
     }
 }

@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+use sea_orm_migration::MigrationStatus;
 use sea_orm_outbox::error::is_connection_error;
-use sea_orm_outbox::migration::MigrationStatus;
 use sea_orm_outbox::ops::{self, DeadLetterOutcome};
 use sea_orm_outbox::redact::{redact_secrets, redact_url};
 use sea_orm_outbox::{

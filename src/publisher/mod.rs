@@ -41,8 +41,8 @@ impl OutboxMessage {
     }
 }
 
-impl From<&entity::event_record::Model> for OutboxMessage {
-    fn from(m: &entity::event_record::Model) -> Self {
+impl From<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
+    fn from(m: &sea_orm_outbox_entity::event_record::Model) -> Self {
         OutboxMessage {
             event_id: m.id,
             biz_no: m.biz_no.clone(),

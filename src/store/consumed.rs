@@ -1,8 +1,8 @@
 //! Statements on `t_consumed_message`, the idempotent consumer's record of processed messages
 //! (used by [`crate::consumer::consume_once`]).
-use entity::consumed_message::{Column, Entity};
 use sea_orm::sea_query::{Expr, Query};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
+use sea_orm_outbox_entity::consumed_message::{Column, Entity};
 
 use super::dialect;
 

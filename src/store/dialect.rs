@@ -20,7 +20,6 @@
 //!
 //! Durations are rendered into the SQL as integer microseconds (Postgres, MySQL) or decimal
 //! seconds (SQLite) formatted by this module from a [`Duration`], so no user text reaches SQL.
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, InsertStatement, IntoIden, OnConflict};
@@ -160,14 +159,32 @@ pub fn by_primary_key(backend: DbBackend, mut stmt: Statement) -> Result<Stateme
     Ok(stmt)
 }
 
-static NOTIFY_ON_INSERT: AtomicBool = AtomicBool::new(true);
-
-/// Whether event inserts on Postgres queue the wake-up `NOTIFY` (default true). Turn it off in a
-/// service whose many concurrent writers matter more than relay latency: Postgres serializes
-/// the commits of notifying transactions on one cluster-wide lock (the benchmark measured 28-45%
-/// fewer commits/s with 8 writers; see BENCHMARKS.md). Relays then find events by polling.
-pub fn set_notify_on_insert(on: bool) {
-    NOTIFY_ON_INSERT.store(on, Ordering::Relaxed);
+/// Whether this build of the crate has the feature for `backend` (`postgres`, `mysql`,
+/// `sqlite`). sea-orm's drivers can be turned on by the application alone, but then the
+/// outbox would lack that backend's wake-up and error classification, so the worker refuses.
+///
+/// # Errors
+/// [`crate::OutboxError::InvalidConfig`] naming the feature to turn on, or saying that the
+/// backend is not supported.
+pub fn check_backend_feature(backend: DbBackend) -> Result<(), crate::OutboxError> {
+    let (feature, enabled) = match backend {
+        DbBackend::Postgres => ("postgres", cfg!(feature = "postgres")),
+        DbBackend::MySql => ("mysql", cfg!(feature = "mysql")),
+        DbBackend::Sqlite => ("sqlite", cfg!(feature = "sqlite")),
+        _ => {
+            return Err(crate::OutboxError::InvalidConfig(format!(
+                "{backend:?} is not a backend sea-orm-outbox supports (Postgres, MySQL/MariaDB, SQLite)"
+            )))
+        }
+    };
+    if enabled {
+        Ok(())
+    } else {
+        Err(crate::OutboxError::InvalidConfig(format!(
+            "the database is {backend:?}, but sea-orm-outbox was built without its `{feature}` \
+             feature: add `features = [\"{feature}\"]` to the sea-orm-outbox dependency"
+        )))
+    }
 }
 
 /// The Postgres `LISTEN`/`NOTIFY` channel on which event inserts wake relays.
@@ -179,10 +196,11 @@ pub const WAKE_CHANNEL: &str = "sea_orm_outbox";
 /// The notification is delivered at commit and dropped on rollback; identical notifications of
 /// one transaction are delivered once. Other backends get `insert` unchanged (they poll).
 ///
-/// Turned off process-wide by [`set_notify_on_insert`]`(false)`.
-pub fn with_wakeup(backend: DbBackend, insert: Statement) -> Statement {
+/// `notify` false (the event's [`crate::NewEvent::notify_relays`]) leaves `insert` unchanged
+/// on every backend.
+pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: bool) -> Statement {
     match backend {
-        DbBackend::Postgres if NOTIFY_ON_INSERT.load(Ordering::Relaxed) => Statement {
+        DbBackend::Postgres if notify => Statement {
             sql: format!(
                 "WITH ins AS ({}), woke AS (SELECT pg_notify('{WAKE_CHANNEL}', '')) \
                  SELECT ins.id FROM ins, woke",

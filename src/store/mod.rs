@@ -12,8 +12,6 @@ pub mod dialect;
 
 use std::time::Duration;
 
-use entity::event_record::{self, Column, Entity, Model};
-use entity::EventStatus;
 use sea_orm::sea_query::{
     Expr, ExprTrait, InsertStatement, LockBehavior, LockType, Order, Query, QueryStatementBuilder,
     UpdateStatement,
@@ -23,6 +21,8 @@ use sea_orm::{
     QueryFilter, QueryOrder, QuerySelect, QueryTrait, Select, TransactionSession, TransactionTrait,
     UpdateMany,
 };
+use sea_orm_outbox_entity::event_record::{self, Column, Entity, Model};
+use sea_orm_outbox_entity::EventStatus;
 
 use crate::error::is_transient;
 use crate::event::NewEvent;
@@ -150,7 +150,7 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
 }
 
 /// Inserts `event` as a `WAIT` row due now and returns its id. On Postgres the same statement
-/// also queues a `NOTIFY` on [`dialect::WAKE_CHANNEL`], delivered when the transaction commits
+/// also queues a `NOTIFY` on [`dialect::WAKE_CHANNEL`] (unless the event says [`NewEvent::notify_relays`]`(false)`), delivered when the transaction commits
 /// (never on rollback), which wakes listening relays at once. Does not validate: callers go
 /// through [`crate::OutboxExt::with_event`].
 ///
@@ -161,7 +161,11 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
     let stmt = insert_statement(backend, event);
     if dialect::insert_returns_id(backend) {
         let row = db
-            .query_one_raw(dialect::with_wakeup(backend, backend.build(&stmt)))
+            .query_one_raw(dialect::with_wakeup(
+                backend,
+                backend.build(&stmt),
+                event.notifies_relays(),
+            ))
             .await?
             .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
         row.try_get_by_index::<i64>(0)

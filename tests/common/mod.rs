@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use migration::MigratorTrait;
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Schema};
+use sea_orm_outbox::MigratorTrait;
 use sea_orm_outbox::{Migrator, OutboxMessage, PublishError, Publisher};
 
 /// The backends the suite runs on.

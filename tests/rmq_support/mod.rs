@@ -10,9 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm_outbox::{
-    ReceivedMessage, RetryPolicy, RocketMqConfig, RocketMqConsumer, RocketMqPublisher, WorkerConfig,
-};
+use sea_orm_outbox::publisher::{ReceivedMessage, RocketMqConsumer};
+use sea_orm_outbox::{RetryPolicy, RocketMqConfig, RocketMqPublisher, WorkerConfig};
 
 pub const DEFAULT_NAMESRV_ADDR: &str = "127.0.0.1:9876";
 
