@@ -692,11 +692,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     let backend = db.get_database_backend();
 
     // Retry policy scaled to the run.
-    let mut policy = RetryPolicy {
-        max_retries: 3,
-        backoff_base: args.retry_backoff,
-        max_backoff: args.retry_max_backoff,
-    };
+    let mut policy = RetryPolicy::new(3, args.retry_backoff, args.retry_max_backoff);
     policy.max_retries = args.max_retries.unwrap_or_else(|| {
         let outage = args.broker_down.map_or(Duration::ZERO, |(a, b)| b - a);
         retries_for(&policy, outage + Duration::from_secs(60)).max(10)

@@ -169,10 +169,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for w in 0..args.workers {
         let config = WorkerConfig::default()
             .poll_delay(Duration::from_millis(args.poll_delay_ms))
-            .retry(RetryPolicy {
-                backoff_base: Duration::from_millis(200),
-                ..RetryPolicy::default()
-            })
+            .retry(RetryPolicy::new(
+                RetryPolicy::default().max_retries,
+                Duration::from_millis(200),
+                RetryPolicy::default().max_backoff,
+            ))
             .instance_id(sea_orm_outbox::instance_id("order", Some(8080 + w as u16)));
         let worker = Worker::new(
             connect(&url, 2).await?,

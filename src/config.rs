@@ -26,6 +26,7 @@ pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
 
 /// How a round claims its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ClaimStrategy {
     /// The seed's: read up to `batch_size` candidates without locks, then one conditional
     /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
@@ -51,6 +52,7 @@ pub enum ClaimStrategy {
 /// # Ok::<(), sea_orm_outbox::OutboxError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct WorkerConfig {
     /// Wait after each round (default 5 s).
     pub poll_delay: Duration,

@@ -16,6 +16,7 @@ use crate::store::consumed;
 
 /// What [`consume_once`] did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
 pub enum Consumed<T> {
     /// First delivery: the handler ran and its writes committed together with the record of
     /// the message id. Holds the handler's value.

@@ -96,6 +96,7 @@ fn is_missing_table(err: &DbErr) -> bool {
 
 /// Whether a failed publish may succeed if tried again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum PublishErrorKind {
     /// Try again after back-off (broker down, timeout, throttled).
     Retryable,

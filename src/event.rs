@@ -9,10 +9,18 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
 /// Limits checked before an event is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EventLimits {
     /// Largest payload in bytes (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 4 MiB). Set it to the
     /// broker's message size limit so an event that can never be sent is refused at write time.
     pub max_payload_bytes: usize,
+}
+
+impl EventLimits {
+    /// Limits with the largest payload `max_payload_bytes` bytes.
+    pub const fn new(max_payload_bytes: usize) -> Self {
+        EventLimits { max_payload_bytes }
+    }
 }
 
 impl Default for EventLimits {

@@ -26,6 +26,7 @@ use crate::store::{self, dialect};
 
 /// A snapshot of the outbox table, from [`stats`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct OutboxStats {
     /// `WAIT` rows: waiting for their first send or for a retry.
     pub wait: u64,
@@ -86,6 +87,7 @@ pub async fn stats<C: ConnectionTrait>(
 
 /// The unfinished part of the outbox, cheap enough to read every few seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Backlog {
     /// `WAIT` rows.
     pub wait: u64,
@@ -211,6 +213,7 @@ pub async fn dead_letters<C: ConnectionTrait>(
 
 /// Outcome of an operation on one dead letter ([`retry_dead`], [`discard_dead`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
 pub enum DeadLetterOutcome {
     /// The `FAIL` row was retried or discarded.
     Applied,

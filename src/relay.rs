@@ -27,6 +27,7 @@ use crate::wake::Wake;
 /// What a worker did: per round from [`Worker::run_once`], in total from [`Worker::run`] and
 /// [`Worker::summary`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerSummary {
     /// Rounds run.
     pub rounds: u64,

@@ -5,6 +5,7 @@ use crate::error::OutboxError;
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
 pub enum RetryDecision {
     /// Back to `WAIT`, due after this back-off.
     Retry(Duration),
@@ -16,6 +17,7 @@ pub enum RetryDecision {
 /// n² × `backoff_base` (seed: 5 s, 20 s, 45 s), capped at `max_backoff`; the failure that makes
 /// n greater than `max_retries` (the 4th with the default 3) turns it into a dead letter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Retries allowed after the first attempt (default 3).
     pub max_retries: u32,
@@ -50,6 +52,22 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// A policy allowing `max_retries` retries after the first attempt, waiting n² ×
+    /// `backoff_base` after the n-th failure, at most `max_backoff`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let p = sea_orm_outbox::RetryPolicy::new(3, Duration::from_secs(5), Duration::from_secs(3600));
+    /// assert_eq!(p, sea_orm_outbox::RetryPolicy::default());
+    /// ```
+    pub const fn new(max_retries: u32, backoff_base: Duration, max_backoff: Duration) -> Self {
+        RetryPolicy {
+            max_retries,
+            backoff_base,
+            max_backoff,
+        }
+    }
+
     /// The back-off after the `n`-th failed attempt: n² × base, at most `max_backoff`.
     pub fn backoff(&self, n: u32) -> Duration {
         self.backoff_base

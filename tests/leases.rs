@@ -231,7 +231,7 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             Duration::from_secs(20),
             Duration::from_millis(50),
             || async {
-                store::reclaim_stuck(db, lease, 3, store::RECLAIM_BATCH)
+                let _ = store::reclaim_stuck(db, lease, 3, store::RECLAIM_BATCH)
                     .await
                     .expect("reclaim");
                 event(db, poison).await.status != EventStatus::Sending
@@ -518,11 +518,7 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
             .expect("insert");
     }
     let publisher = Arc::new(Mixed(InMemoryPublisher::new()));
-    let slow_retry = RetryPolicy {
-        max_retries: 3,
-        backoff_base: Duration::from_secs(60),
-        max_backoff: Duration::from_secs(3600),
-    };
+    let slow_retry = RetryPolicy::new(3, Duration::from_secs(60), Duration::from_secs(3600));
     let a = Worker::new(
         ctx.pool(3).await,
         publisher.clone(),

@@ -1270,9 +1270,10 @@ async fn consume_once_rejects_bad_ids_and_missing_table(ctx: &TestContext) {
         assert!(matches!(err, OutboxError::InvalidArgument(_)), "{err}");
     }
     let max = "x".repeat(64);
-    consume_once(db, &max, &max, async |_| Ok::<_, OutboxError>(()))
+    let first = consume_once(db, &max, &max, async |_| Ok::<_, OutboxError>(()))
         .await
         .expect("64 characters fit");
+    assert!(matches!(first, Outcome::Processed(())), "{first:?}");
     assert_eq!(consumed(db).await, 1);
     Migrator::down(db, Some(1)).await.expect("down");
     let err = consume_once(db, "g", "1", async |_| Ok::<_, OutboxError>(()))

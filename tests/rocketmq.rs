@@ -65,11 +65,7 @@ rocketmq_tests!(
 );
 
 fn retry() -> RetryPolicy {
-    RetryPolicy {
-        max_retries: 10,
-        backoff_base: Duration::from_millis(200),
-        max_backoff: Duration::from_secs(2),
-    }
+    RetryPolicy::new(10, Duration::from_millis(200), Duration::from_secs(2))
 }
 
 /// Runs `n` workers over `ctx` with `publisher` until `cancel` fires.
@@ -470,11 +466,7 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
         // A long back-off: one failed attempt is all this test looks at.
         worker_config(
             "rmq-dns",
-            RetryPolicy {
-                max_retries: 3,
-                backoff_base: Duration::from_secs(600),
-                max_backoff: Duration::from_secs(600),
-            },
+            RetryPolicy::new(3, Duration::from_secs(600), Duration::from_secs(600)),
         ),
     )
     .expect("worker");

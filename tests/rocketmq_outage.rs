@@ -117,11 +117,7 @@ async fn broker_outage_backs_off_then_delivers_everything() {
 /// A retry budget far longer than the outage plus the client's 30 s circuit breaker: 60
 /// retries, back-off n² × 100 ms capped at 2 s (about two minutes in all).
 fn outage_retry() -> RetryPolicy {
-    RetryPolicy {
-        max_retries: 60,
-        backoff_base: Duration::from_millis(100),
-        max_backoff: Duration::from_secs(2),
-    }
+    RetryPolicy::new(60, Duration::from_millis(100), Duration::from_secs(2))
 }
 
 async fn insert(ctx: &TestContext, prefix: &str, n: usize) -> HashSet<i64> {

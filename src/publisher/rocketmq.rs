@@ -84,6 +84,7 @@ const NAMESRV_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// # Ok::<(), sea_orm_outbox::OutboxError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RocketMqConfig {
     /// Name server address(es): `host:port`, several separated by `;`.
     pub namesrv_addr: String,

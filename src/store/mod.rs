@@ -88,6 +88,7 @@ where
 
 /// Outcome of [`claim`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
 pub enum Claim {
     /// `rows_affected == 1`: the lease is ours.
     Won,
@@ -99,6 +100,7 @@ pub enum Claim {
 /// Outcome of an owner-guarded transition ([`mark_success`], [`release_for_retry`],
 /// [`mark_fail`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
 pub enum Transition {
     /// The row was still `SENDING` under our lease and now has its new state.
     Applied,
@@ -315,6 +317,7 @@ pub async fn mark_fail<C: ConnectionTrait>(
 
 /// What a reclaim pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use]
 pub struct Reclaimed {
     /// Expired leases put back to `WAIT` (retry_count + 1).
     pub requeued: u64,
