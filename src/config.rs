@@ -32,7 +32,7 @@ pub enum ClaimStrategy {
     /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
     PerRow,
     /// The default. Claim up to `batch_size` due rows in one round trip without waiting on rows
-    /// other instances hold (`FOR UPDATE SKIP LOCKED`); see [`crate::store::claim_batch`].
+    /// other instances hold (`FOR UPDATE SKIP LOCKED`); see `claim_batch`.
     /// Chosen as the default because it was faster than `PerRow` in every case the benchmark
     /// measured (BENCHMARKS.md: 25x on Postgres, 13x on MariaDB with 3 workers), and it loses
     /// no claims where `PerRow` loses about one per event.

@@ -2,7 +2,7 @@
 //!
 //! The library side of the `outbox` command-line tool; services can call the same functions
 //! (from an admin endpoint, a scheduled job). Every time compared is the database's clock
-//! ([`crate::store::dialect`]), like the relay's. Every function returns
+//! (`dialect`), like the relay's. Every function returns
 //! [`OutboxError::TableMissing`] when the migration has not been run.
 //!
 //! Dead letters are `FAIL` rows: events whose retries ran out or whose error was permanent.
@@ -253,9 +253,9 @@ pub async fn retry_dead<C: ConnectionTrait>(
 
 /// [`retry_dead`] for every dead letter; returns how many were retried.
 ///
-/// SQL: in batches of [`store::RECLAIM_BATCH`] until a batch comes back short, `SELECT id FROM
+/// SQL: in batches of `RECLAIM_BATCH` until a batch comes back short, `SELECT id FROM
 /// t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :batch`, then the update of
-/// [`retry_dead`] with `id IN (:ids)` through the primary key ([`store::exec_by_ids`]), so it
+/// [`retry_dead`] with `id IN (:ids)` through the primary key (`exec_by_ids`), so it
 /// never waits on rows of open business transactions (MySQL/MariaDB lock every row a range
 /// `UPDATE` reads).
 ///
@@ -356,7 +356,7 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// not block the relay:
 /// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
 /// ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN (:ids) AND status =
-/// 'SUCCESS'` through the primary key ([`store::exec_by_ids`]: on MySQL/MariaDB a scan would
+/// 'SUCCESS'` through the primary key (`exec_by_ids`: on MySQL/MariaDB a scan would
 /// wait on rows of open business transactions), commit; repeated until a batch comes back short. (Two statements because MariaDB
 /// allows no `LIMIT` inside `IN (subquery)`.)
 ///

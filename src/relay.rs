@@ -1,7 +1,7 @@
 //! The relay: a worker that claims due events, publishes them and records the outcome.
 //!
 //! Many instances run a worker over the same table at once. No lock is held across broker I/O:
-//! events are claimed by conditional `UPDATE`s ([`store::claim`] or [`store::claim_batch`]);
+//! events are claimed by conditional `UPDATE`s (`claim` or `claim_batch`);
 //! the instance whose update took a row holds its lease, the others skip it. Every later
 //! transition is guarded by the owner, so an instance whose lease was reclaimed cannot
 //! overwrite the new owner's outcome. Delivery is at-least-once.
@@ -676,7 +676,7 @@ impl Worker {
 
     /// One reclaim pass: every `SENDING` row whose lease (`claimed_at`, database clock) is older
     /// than `lease` goes back to `WAIT` with `retry_count + 1`, or to `FAIL` once its retries are
-    /// used up ([`store::reclaim_stuck`]). Logs the count at WARN when there was any.
+    /// used up (`reclaim_stuck`). Logs the count at WARN when there was any.
     ///
     /// # Errors
     /// A database error.

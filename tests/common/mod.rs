@@ -284,11 +284,11 @@ pub fn test_config(owner: &str) -> sea_orm_outbox::WorkerConfig {
         .reclaim_interval(Duration::from_millis(200))
         .lease(Duration::from_secs(10))
         .send_timeout(Duration::from_secs(2))
-        .retry(sea_orm_outbox::RetryPolicy {
-            max_retries: 3,
-            backoff_base: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(60),
-        })
+        .retry(sea_orm_outbox::RetryPolicy::new(
+            3,
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        ))
         .instance_id(owner)
 }
 
@@ -309,4 +309,69 @@ pub async fn event(db: &impl ConnectionTrait, id: i64) -> sea_orm_outbox::event_
         .await
         .expect("read")
         .expect("event exists")
+}
+
+impl TestContext {
+    /// Like [`TestContext::new`], but the database is left empty: no outbox migration (not even
+    /// its tracking table) and no `orders`/`hooked_orders`, for suites that run migrators
+    /// themselves (tests/migrations.rs).
+    pub async fn new_empty(backend: Backend, label: &str) -> Self {
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let name = format!(
+            "ot_{}_{}",
+            label.chars().take(40).collect::<String>(),
+            suffix
+        )
+        .to_lowercase();
+        let (url, admin) = match backend {
+            Backend::Sqlite => {
+                let path = std::env::temp_dir().join(format!("{name}.db"));
+                (format!("sqlite://{}?mode=rwc", path.display()), None)
+            }
+            _ => {
+                let admin = admin_url(backend);
+                let conn = connect(&admin, 1).await;
+                let quoted = match backend {
+                    Backend::MySql => format!("`{name}`"),
+                    _ => format!("\"{name}\""),
+                };
+                conn.execute_unprepared(&format!("CREATE DATABASE {quoted}"))
+                    .await
+                    .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+                conn.close().await.ok();
+                (with_database(&admin, &name), Some(admin))
+            }
+        };
+        let db = connect(&url, 5).await;
+        if backend == Backend::Sqlite {
+            db.execute_unprepared("PRAGMA journal_mode=WAL")
+                .await
+                .expect("WAL");
+        }
+        TestContext {
+            backend,
+            db,
+            url,
+            admin_url: admin,
+            name,
+        }
+    }
+}
+
+/// Like [`run_on`], with an empty database ([`TestContext::new_empty`]).
+pub async fn run_on_empty<F>(backend: Backend, name: &str, f: F)
+where
+    F: for<'a> AsyncFn(&'a TestContext),
+{
+    if !backend.enabled() {
+        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let ctx = TestContext::new_empty(backend, name).await;
+    f(&ctx).await;
+    ctx.cleanup().await;
 }

@@ -1,0 +1,242 @@
+//! The per-event notify option (`NewEvent::notify_relays`), Postgres only: MariaDB and SQLite
+//! have no `LISTEN`/`NOTIFY` and always poll. Like every suite, a missing Postgres fails the
+//! tests (see `tests/common`).
+//!
+//! The listener tests are deterministic without sleeps: Postgres delivers the notifications of
+//! committed transactions in commit order, so when a `NOTIFY sea_orm_outbox, 'sentinel'`
+//! committed after the transaction under test is the FIRST notification received, that
+//! transaction queued none.
+mod common;
+
+use sea_orm_outbox::test_support::wait_until;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{count, TestContext};
+use sea_orm::sqlx::postgres::{PgListener, PgNotification};
+use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, TransactionTrait};
+use sea_orm_outbox::event_record::Entity as Events;
+use sea_orm_outbox::{
+    CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt, Worker,
+};
+
+/// The channel event inserts notify.
+const CHANNEL: &str = "sea_orm_outbox";
+/// A bound on every wait: far above any delivery time, never reached when the test passes.
+const WAIT: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_default_event_notifies_at_commit() {
+    common::run_on(
+        common::Backend::Postgres,
+        "notify_default",
+        default_event_notifies_at_commit,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_events_of_one_transaction_notify_once() {
+    common::run_on(
+        common::Backend::Postgres,
+        "notify_once",
+        events_of_one_transaction_notify_once,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_event_with_notify_off_queues_nothing() {
+    common::run_on(
+        common::Backend::Postgres,
+        "notify_off",
+        event_with_notify_off_queues_nothing,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rolled_back_event_queues_nothing() {
+    common::run_on(
+        common::Backend::Postgres,
+        "notify_rollback",
+        rolled_back_event_queues_nothing,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_relay_polls_for_events_with_notify_off() {
+    common::run_on(
+        common::Backend::Postgres,
+        "notify_off_relay",
+        relay_polls_for_events_with_notify_off,
+    )
+    .await
+}
+
+/// A raw listener on [`CHANNEL`] (its own connection, not the test's pool).
+async fn listener(ctx: &TestContext) -> PgListener {
+    assert_eq!(sea_orm_outbox::store::dialect::WAKE_CHANNEL, CHANNEL);
+    let mut l = PgListener::connect(&ctx.url).await.expect("listener");
+    l.listen(CHANNEL).await.expect("LISTEN");
+    l
+}
+
+/// The next notification, within [`WAIT`].
+async fn next(l: &mut PgListener) -> PgNotification {
+    tokio::time::timeout(WAIT, l.recv())
+        .await
+        .expect("a notification within the bound")
+        .expect("listener connection")
+}
+
+/// Commits `NOTIFY sea_orm_outbox, '<payload>'` on a pooled connection (autocommit).
+async fn sentinel(ctx: &TestContext, payload: &str) {
+    ctx.db
+        .execute_unprepared(&format!("NOTIFY {CHANNEL}, '{payload}'"))
+        .await
+        .expect("NOTIFY");
+}
+
+async fn assert_next(l: &mut PgListener, payload: &str, why: &str) {
+    let n = next(l).await;
+    assert_eq!((n.channel(), n.payload()), (CHANNEL, payload), "{why}");
+}
+
+async fn default_event_notifies_at_commit(ctx: &TestContext) {
+    let mut l = listener(ctx).await;
+    let txn = ctx.db.begin().await.expect("begin");
+    let event = NewEvent::raw("ORD-1", "ORDER_CREATED", "{}");
+    assert!(event.notifies_relays(), "notify is on by default");
+    txn.with_event(event).await.expect("insert");
+    // Nothing is delivered while the transaction is open: a notification committed now comes
+    // first.
+    sentinel(ctx, "before-commit").await;
+    assert_next(
+        &mut l,
+        "before-commit",
+        "the insert's notification waits for the commit",
+    )
+    .await;
+    txn.commit().await.expect("commit");
+    assert_next(&mut l, "", "the commit delivers the insert's notification").await;
+
+    // An event written outside a transaction (its own autocommit) notifies as well.
+    ctx.db
+        .with_event(NewEvent::raw("ORD-2", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    assert_next(&mut l, "", "an autocommitted insert notifies").await;
+    assert_eq!(Events::find().count(&ctx.db).await.expect("count"), 2);
+}
+
+async fn events_of_one_transaction_notify_once(ctx: &TestContext) {
+    let mut l = listener(ctx).await;
+    let txn = ctx.db.begin().await.expect("begin");
+    for i in 0..3 {
+        txn.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
+            .await
+            .expect("insert");
+    }
+    // One notifying event among silent ones is enough to wake the relays.
+    txn.with_event(NewEvent::raw("ORD-Q", "ORDER_CREATED", "{}").notify_relays(false))
+        .await
+        .expect("insert");
+    txn.commit().await.expect("commit");
+    sentinel(ctx, "sentinel").await;
+    // Identical notifications of one transaction are delivered once.
+    assert_next(&mut l, "", "the transaction's one notification").await;
+    assert_next(&mut l, "sentinel", "and no second one").await;
+}
+
+async fn event_with_notify_off_queues_nothing(ctx: &TestContext) {
+    let mut l = listener(ctx).await;
+    let txn = ctx.db.begin().await.expect("begin");
+    let event = NewEvent::raw("ORD-1", "ORDER_CREATED", "{}").notify_relays(false);
+    assert!(!event.notifies_relays());
+    txn.with_event(event).await.expect("insert");
+    txn.commit().await.expect("commit");
+    // The same off autocommitted.
+    ctx.db
+        .with_event(NewEvent::raw("ORD-2", "ORDER_CREATED", "{}").notify_relays(false))
+        .await
+        .expect("insert");
+    sentinel(ctx, "sentinel").await;
+    assert_next(
+        &mut l,
+        "sentinel",
+        "the committed events with notify off queued no notification",
+    )
+    .await;
+    assert_eq!(count(&ctx.db, EventStatus::Wait).await, 2, "both written");
+}
+
+async fn rolled_back_event_queues_nothing(ctx: &TestContext) {
+    let mut l = listener(ctx).await;
+    let txn = ctx.db.begin().await.expect("begin");
+    txn.with_event(NewEvent::raw("ORD-RB", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    txn.rollback().await.expect("rollback");
+    sentinel(ctx, "sentinel").await;
+    assert_next(
+        &mut l,
+        "sentinel",
+        "the rolled-back insert's notification was dropped",
+    )
+    .await;
+    assert_eq!(Events::find().count(&ctx.db).await.expect("count"), 0);
+}
+
+async fn relay_polls_for_events_with_notify_off(ctx: &TestContext) {
+    // A poll delay of a second: an event with notify off waits for the next poll.
+    let cfg = common::test_config("notify-off")
+        .poll_delay(Duration::from_secs(1))
+        .drain(false);
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let worker = Arc::new(Worker::new(ctx.pool(4).await, publisher.clone(), cfg).expect("worker"));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (worker, cancel) = (worker.clone(), cancel.clone());
+        async move { worker.run(cancel).await }
+    });
+    assert!(
+        wait_until(WAIT, Duration::from_millis(5), || async {
+            worker.summary().rounds >= 1
+        })
+        .await,
+        "the worker ran a first round"
+    );
+
+    let quiet = ctx
+        .db
+        .with_event(NewEvent::raw("ORD-QUIET", "ORDER_CREATED", "{}").notify_relays(false))
+        .await
+        .expect("insert");
+    let polled = wait_until(WAIT, Duration::from_millis(10), || async {
+        publisher.len() == 1
+    })
+    .await;
+    assert!(polled, "the event with notify off is published by a poll");
+
+    let loud = ctx
+        .db
+        .with_event(NewEvent::raw("ORD-LOUD", "ORDER_CREATED", "{}"))
+        .await
+        .expect("insert");
+    let woken = wait_until(WAIT, Duration::from_millis(2), || async {
+        publisher.len() == 2
+    })
+    .await;
+    assert!(woken, "the default event is published");
+
+    cancel.cancel();
+    let s = task.await.expect("worker task");
+    assert_eq!((s.published, s.errors), (2, 0), "{s:?}");
+    let mut ids = publisher.distinct_ids().into_iter().collect::<Vec<_>>();
+    ids.sort_unstable();
+    assert_eq!(ids, [quiet, loud]);
+    assert_eq!(count(&ctx.db, EventStatus::Success).await, 2);
+}
