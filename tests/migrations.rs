@@ -8,7 +8,7 @@
 mod common;
 
 use common::TestContext;
-use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use sea_orm::{ConnectionTrait, Statement};
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::MigrationStatus;
 use sea_orm_outbox::migration::{self as outbox_migration, MIGRATION_TABLE};
