@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionSession, TransactionTrait,
+    QuerySelect, QueryTrait, TransactionSession, TransactionTrait,
 };
 use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
 use sea_orm_outbox_entity::EventStatus;
@@ -253,8 +253,8 @@ pub async fn retry_dead<C: ConnectionTrait>(
 
 /// [`retry_dead`] for every dead letter; returns how many were retried.
 ///
-/// SQL: in batches of `RECLAIM_BATCH` until a batch comes back short, `SELECT id FROM
-/// t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :batch`, then the update of
+/// SQL: in batches of 1,000 by ascending id until a batch comes back short, `SELECT id FROM
+/// t_event_record WHERE status = 'FAIL' AND id > :last ORDER BY id LIMIT :batch`, then the update of
 /// [`retry_dead`] with `id IN (:ids)` through the primary key (`exec_by_ids`), so it
 /// never waits on rows of open business transactions (MySQL/MariaDB lock every row a range
 /// `UPDATE` reads).
@@ -265,19 +265,22 @@ pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxErr
     let backend = db.get_database_backend();
     let batch = store::RECLAIM_BATCH;
     let mut total = 0;
+    // Paged by id: a retried event that fails again while this runs is not retried twice, and
+    // the loop ends even while relays keep dead-lettering.
+    let mut after = i64::MIN;
     loop {
         let ids: Vec<i64> = Entity::find()
             .select_only()
             .column(Column::Id)
             .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+            .filter(Column::Id.gt(after))
             .order_by_asc(Column::Id)
             .limit(batch)
             .into_tuple()
             .all(db)
             .await?;
-        if ids.is_empty() {
-            break;
-        }
+        let Some(&last) = ids.last() else { break };
+        after = last;
         let n = ids.len() as u64;
         let update = retry_dead_update(backend).filter(Column::Id.is_in(ids));
         total += store::exec_by_ids(db, &update).await?;
@@ -334,7 +337,10 @@ where
         let delete = Entity::delete_many()
             .filter(Column::Id.is_in(ids))
             .filter(Column::Status.eq(EventStatus::Success.as_str()));
-        store::exec_by_ids(&txn, &delete).await?
+        // Not retried inside the transaction (a MySQL deadlock ends it): the whole batch is.
+        txn.execute_raw(dialect::by_primary_key(backend, delete.build(backend))?)
+            .await?
+            .rows_affected()
     };
     txn.commit().await?;
     Ok((selected, deleted))

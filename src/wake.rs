@@ -1,6 +1,6 @@
 //! What a worker waits on between rounds: the poll delay, and on Postgres also a `LISTEN` on
 //! [`crate::store::dialect::WAKE_CHANNEL`], notified by every committed
-//! [`crate::OutboxExt::with_event`]. Polling stays as the safety net: a notification lost while
+//! [`crate::OutboxExt::with_event`] whose event keeps [`crate::NewEvent::notify_relays`] on. Polling stays as the safety net: a notification lost while
 //! the listener reconnects only delays an event until the next poll.
 // Without the `postgres` feature the listener half is compiled out.
 #![cfg_attr(not(feature = "postgres"), allow(dead_code))]

@@ -37,6 +37,7 @@ backend_tests!(
     failing_handler_leaves_no_record,
     concurrent_duplicates_run_the_handler_once,
     consume_once_rejects_bad_ids_and_missing_table,
+    retry_all_dead_retries_each_dead_letter_once_while_relays_fail_them_again,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1281,4 +1282,49 @@ async fn consume_once_rejects_bad_ids_and_missing_table(ctx: &TestContext) {
         .expect_err("no table");
     assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
     assert!(err.to_string().contains("run the migration"), "{err}");
+}
+
+/// `retry_all_dead` over more dead letters than one batch, while two relays whose publisher
+/// refuses everything (permanently) turn the retried events straight back into dead letters:
+/// each dead letter is retried exactly once by the call (it pages by id), and the call ends.
+async fn retry_all_dead_retries_each_dead_letter_once_while_relays_fail_them_again(
+    ctx: &TestContext,
+) {
+    use common::ScriptedPublisher;
+    use sea_orm::TransactionTrait;
+    const N: usize = 2_500;
+    let db = &ctx.db;
+    let txn = db.begin().await.expect("begin");
+    for i in 0..N {
+        txn.with_event(NewEvent::raw(format!("DEAD-{i}"), "T", "{}"))
+            .await
+            .expect("insert");
+    }
+    txn.commit().await.expect("commit");
+    Events::update_many()
+        .col_expr(
+            Column::Status,
+            sea_orm::sea_query::Expr::val(EventStatus::Fail.as_str()),
+        )
+        .exec(db)
+        .await
+        .expect("dead-letter all");
+    let cancel = CancellationToken::new();
+    let mut relays = Vec::new();
+    for owner in ["a", "b"] {
+        let worker = Worker::new(
+            ctx.pool(4).await,
+            ScriptedPublisher::failing_all(true),
+            fast_config(owner).batch_size(100),
+        )
+        .expect("worker");
+        let cancel = cancel.clone();
+        relays.push(tokio::spawn(async move { worker.run(cancel).await }));
+    }
+    let retried = ops::retry_all_dead(db).await.expect("retry all");
+    cancel.cancel();
+    for relay in relays {
+        let _ = relay.await.expect("relay");
+    }
+    assert_eq!(retried, N as u64, "each dead letter retried exactly once");
 }

@@ -81,11 +81,11 @@ async fn indexes(ctx: &TestContext) -> Vec<(String, String)> {
 async fn migration_creates_table_and_indexes(ctx: &TestContext) {
     let expected = vec![
         (
-            "idx_status_claimed_at".to_owned(),
+            "idx_t_event_record_status_claimed_at".to_owned(),
             "status,claimed_at".to_owned(),
         ),
         (
-            "idx_status_next_retry".to_owned(),
+            "idx_t_event_record_status_next_retry".to_owned(),
             "status,next_retry_time".to_owned(),
         ),
     ];
@@ -579,9 +579,12 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     // (with few SENDING rows they pick a status index), but never a full scan.
     let (wanted, bad): (&[&str], &[&str]) = match backend {
         DbBackend::MySql => (&["type=range key=PRIMARY"], &["type=ALL", "type=index"]),
-        DbBackend::Postgres => (&["t_event_record_pkey", "idx_status_"], &["Seq Scan"]),
+        DbBackend::Postgres => (
+            &["t_event_record_pkey", "idx_t_event_record_status_"],
+            &["Seq Scan"],
+        ),
         _ => (
-            &["INTEGER PRIMARY KEY", "idx_status_"],
+            &["INTEGER PRIMARY KEY", "idx_t_event_record_status_"],
             &["SCAN t_event_record"],
         ),
     };
@@ -589,16 +592,19 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
         wanted.iter().any(|w| by_id.contains(w)) && !bad.iter().any(|b| by_id.contains(b)),
         "reclaim update by id:\n{by_id}"
     );
-    // The scan reads idx_status_next_retry in order. For the reclaim both composite indexes
+    // The scan reads idx_t_event_record_status_next_retry in order. For the reclaim both composite indexes
     // start with `status`, and with few SENDING rows Postgres and MariaDB rate them alike (a
     // range over status = 'SENDING' either way); what matters is an index range, not a scan of
     // the delivered rows.
     for (what, plan, indexes) in [
-        ("scan", &scan, &["idx_status_next_retry"][..]),
+        ("scan", &scan, &["idx_t_event_record_status_next_retry"][..]),
         (
             "reclaim",
             &reclaim,
-            &["idx_status_claimed_at", "idx_status_next_retry"][..],
+            &[
+                "idx_t_event_record_status_claimed_at",
+                "idx_t_event_record_status_next_retry",
+            ][..],
         ),
     ] {
         assert!(

@@ -177,13 +177,7 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
     ids.extend(insert(ctx, "B", N).await);
 
     // Sends fail fast (connection refused or circuit open), far below the send timeout.
-    let probe = OutboxMessage {
-        event_id: -1,
-        biz_no: "PROBE".into(),
-        event_type: "PROBE".into(),
-        payload: "{}".into(),
-        retry_count: 0,
-    };
+    let probe = OutboxMessage::new(-1, "PROBE", "PROBE", "{}");
     let mut slowest = Duration::ZERO;
     for _ in 0..5 {
         let t = Instant::now();

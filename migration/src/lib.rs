@@ -7,7 +7,10 @@
 //!    history (`seaql_migrations`) holds your tables and the outbox's. Put them at the place in
 //!    your list where you adopt the outbox (normally after your newest migration at that time),
 //!    and add your later migrations after them: `migrate down -n 1` rolls back the last entry
-//!    of the list that is applied.
+//!    of the list that is applied. Name each migration (rather than splicing in
+//!    [`migrations`]): `sea-orm-cli migrate generate` then keeps appending to the `vec!`, and a
+//!    later outbox release that adds a migration (named in its release notes) goes at the end
+//!    of your list like any new one, so list order stays the order of application.
 //!
 //!    ```
 //!    use sea_orm_migration::prelude::*;
@@ -26,11 +29,12 @@
 //!    #[async_trait::async_trait]
 //!    impl MigratorTrait for Migrator {
 //!        fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-//!            let mut all: Vec<Box<dyn MigrationTrait>> =
-//!                vec![Box::new(m20250101_000001_create_order::Migration)];
-//!            all.extend(sea_orm_outbox_migration::migrations());
-//!            // your later migrations go here
-//!            all
+//!            vec![
+//!                Box::new(m20250101_000001_create_order::Migration),
+//!                Box::new(sea_orm_outbox_migration::CreateEventRecord),
+//!                Box::new(sea_orm_outbox_migration::CreateConsumedMessage),
+//!                // your later migrations go here
+//!            ]
 //!        }
 //!    }
 //!    ```
@@ -55,7 +59,7 @@ use sea_orm_migration::sea_query::{Alias, IntoIden};
 use sea_orm_migration::{MigrationTrait, MigratorTrait};
 
 /// The migration `m20261130_000001_create_t_event_record`: the outbox table
-/// `t_event_record` with `idx_status_next_retry` and `idx_status_claimed_at`.
+/// `t_event_record` with `idx_t_event_record_status_next_retry` and `idx_t_event_record_status_claimed_at`.
 pub mod m20261130_000001_create_t_event_record;
 /// The migration `m20261130_000002_create_t_consumed_message`: the idempotent consumer's
 /// table `t_consumed_message`.
@@ -70,7 +74,8 @@ pub use m20261130_000002_create_t_consumed_message::Migration as CreateConsumedM
 pub const MIGRATION_TABLE: &str = "seaql_migrations_outbox";
 
 /// Every outbox migration, in the order to apply them: [`CreateEventRecord`], then
-/// [`CreateConsumedMessage`]. For your own `Migrator::migrations()`.
+/// [`CreateConsumedMessage`]. The standalone [`Migrator`] runs these; in your own
+/// `Migrator::migrations()` prefer naming each one (see the crate documentation).
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
     let mut all = producer_migrations();
     all.extend(consumer_migrations());

@@ -1,4 +1,5 @@
-//! Creates `t_event_record` with its two composite indexes.
+//! Creates `t_event_record` with its two composite indexes
+//! (`idx_t_event_record_status_next_retry`, `idx_t_event_record_status_claimed_at`).
 //!
 //! Timestamps keep microseconds and UTC on every backend: Postgres `timestamptz`, MySQL/MariaDB
 //! `DATETIME(6)` (the schema builder would give `DATETIME` with whole seconds there), SQLite text
@@ -101,11 +102,12 @@ impl MigrationTrait for Migration {
             )
             .await?;
         // Equality column first, range column second: the scan and the reclaim each read one
-        // index range, already in order.
+        // index range, already in order. Named after the table: Postgres index names are unique
+        // per schema, and the application's own tables may well have an `idx_status_...`.
         manager
             .create_index(
                 Index::create()
-                    .name("idx_status_next_retry")
+                    .name("idx_t_event_record_status_next_retry")
                     .table(TEventRecord::Table)
                     .col(TEventRecord::Status)
                     .col(TEventRecord::NextRetryTime)
@@ -115,7 +117,7 @@ impl MigrationTrait for Migration {
         manager
             .create_index(
                 Index::create()
-                    .name("idx_status_claimed_at")
+                    .name("idx_t_event_record_status_claimed_at")
                     .table(TEventRecord::Table)
                     .col(TEventRecord::Status)
                     .col(TEventRecord::ClaimedAt)

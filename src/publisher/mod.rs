@@ -14,8 +14,10 @@ pub use rocketmq::{ReceivedMessage, RocketMqConfig, RocketMqConsumer, RocketMqPu
 
 use crate::error::PublishError;
 
-/// One outbox event on its way to the broker.
+/// One outbox event on its way to the broker. Non-exhaustive: later versions may carry more
+/// (headers, a topic); build one with [`OutboxMessage::new`] or from a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutboxMessage {
     /// `t_event_record.id`; the `eventId` property and the key an idempotent consumer
     /// deduplicates on (a re-send by another instance keeps it).
@@ -31,6 +33,23 @@ pub struct OutboxMessage {
 }
 
 impl OutboxMessage {
+    /// A message for event `event_id` on its first attempt (`retry_count` 0), for example to
+    /// probe a publisher.
+    pub fn new(
+        event_id: i64,
+        biz_no: impl Into<String>,
+        event_type: impl Into<String>,
+        payload: impl Into<String>,
+    ) -> Self {
+        OutboxMessage {
+            event_id,
+            biz_no: biz_no.into(),
+            event_type: event_type.into(),
+            payload: payload.into(),
+            retry_count: 0,
+        }
+    }
+
     /// The user properties every message carries: `eventId`, `eventType`, `bizNo`.
     pub fn properties(&self) -> [(&'static str, String); 3] {
         [

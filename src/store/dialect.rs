@@ -136,10 +136,14 @@ where
 /// # Errors
 /// [`DbErr::Custom`] when `stmt` is not of the form this expects (a programming error).
 pub fn by_primary_key(backend: DbBackend, mut stmt: Statement) -> Result<Statement, DbErr> {
-    if backend != DbBackend::MySql || std::env::var_os("NOFIX").is_some() {
+    if backend != DbBackend::MySql {
         return Ok(stmt);
     }
-    let rewritten = if let Some(rest) = stmt.sql.strip_prefix("DELETE FROM ") {
+    // The multi-table DELETE form takes no ORDER BY or LIMIT (MySQL's grammar): refuse those
+    // here rather than fail at run time on MySQL alone.
+    let rewritten = if stmt.sql.contains(" ORDER BY ") || stmt.sql.contains(" LIMIT ") {
+        None
+    } else if let Some(rest) = stmt.sql.strip_prefix("DELETE FROM ") {
         rest.split_once(' ').map(|(table, tail)| {
             format!("DELETE {table} FROM {table} FORCE INDEX (PRIMARY) {tail}")
         })
@@ -152,7 +156,7 @@ pub fn by_primary_key(backend: DbBackend, mut stmt: Statement) -> Result<Stateme
     };
     stmt.sql = rewritten.ok_or_else(|| {
         DbErr::Custom(format!(
-            "by_primary_key: not a single-table UPDATE or DELETE: {}",
+            "by_primary_key: not a single-table UPDATE or DELETE without ORDER BY/LIMIT: {}",
             stmt.sql
         ))
     })?;
@@ -261,6 +265,9 @@ mod tests {
         );
         let select = Statement::from_string(DbBackend::MySql, "SELECT 1");
         assert!(by_primary_key(DbBackend::MySql, select).is_err());
+        let limited =
+            Statement::from_string(DbBackend::MySql, "DELETE FROM `t` WHERE `id` > ? LIMIT 10");
+        assert!(by_primary_key(DbBackend::MySql, limited).is_err());
         let pg = Statement::from_string(DbBackend::Postgres, r#"UPDATE "t" SET "a" = $1"#);
         assert_eq!(
             by_primary_key(DbBackend::Postgres, pg).expect("pg").sql,

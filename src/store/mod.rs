@@ -179,7 +179,7 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
 }
 
 /// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
-/// next_retry_time LIMIT batch`: served by `idx_status_next_retry`. Takes no lock.
+/// next_retry_time LIMIT batch`: served by `idx_t_event_record_status_next_retry`. Takes no lock.
 pub fn candidates_query(backend: DbBackend, batch: u64) -> Select<Entity> {
     Entity::find()
         .filter(Column::Status.eq(EventStatus::Wait.as_str()))
@@ -341,7 +341,7 @@ pub const LEASE_EXPIRED: &str = "lease expired: the sender died or hung mid-send
 pub const RECLAIM_BATCH: u64 = 1000;
 
 /// `SELECT id FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease ORDER
-/// BY claimed_at LIMIT :batch`: the oldest expired leases, read through `idx_status_claimed_at`
+/// BY claimed_at LIMIT :batch`: the oldest expired leases, read through `idx_t_event_record_status_claimed_at`
 /// without locking anything.
 pub fn expired_leases_query(backend: DbBackend, lease: Duration, batch: u64) -> Select<Entity> {
     Entity::find()
@@ -420,10 +420,14 @@ pub async fn reclaim_stuck<C: ConnectionTrait>(
             break;
         }
         let to_fail = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Fail);
-        done.dead_lettered += exec_by_ids(db, &to_fail).await?;
+        let failed = exec_by_ids(db, &to_fail).await?;
         let to_wait = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Wait);
-        done.requeued += exec_by_ids(db, &to_wait).await?;
-        if (ids.len() as u64) < batch {
+        let requeued = exec_by_ids(db, &to_wait).await?;
+        done.dead_lettered += failed;
+        done.requeued += requeued;
+        // A short batch is the last; a full one that changed nothing (every row renewed or
+        // handled by another instance meanwhile) ends the pass too, so it can never spin.
+        if (ids.len() as u64) < batch || failed + requeued == 0 {
             break;
         }
     }

@@ -2,9 +2,11 @@
 //! (`seaql_migrations`).
 //!
 //! This is the crate `sea-orm-cli migrate init` generates (lib `migration`), adopting the outbox
-//! the composed way: `sea_orm_outbox_migration::migrations()` is appended where the app adopted
-//! it, after its newest migration at that time. Later migrations of the app go after it, so that
-//! `migrate down -n 1` keeps rolling back the newest entry.
+//! the composed way: the outbox's migrations are listed where the app adopted it, after its
+//! newest migration at that time. Later migrations of the app go after them (`sea-orm-cli
+//! migrate generate` appends to this `vec!`), so that `migrate down -n 1` keeps rolling back
+//! the newest entry. A later outbox release that adds a migration names it in its release
+//! notes; it is added at the end of the list like any new migration.
 //!
 //! ```text
 //! sea-orm-cli migrate up -d examples/existing_app/migration -u URL
@@ -20,11 +22,12 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        let mut migrations: Vec<Box<dyn MigrationTrait>> =
-            vec![Box::new(m20250101_000001_create_t_order::Migration)];
-        // Adopting the outbox: `t_event_record` and `t_consumed_message`.
-        migrations.extend(sea_orm_outbox_migration::migrations());
-        // The app's later migrations go here.
-        migrations
+        vec![
+            Box::new(m20250101_000001_create_t_order::Migration),
+            // Adopting the outbox: `t_event_record` and `t_consumed_message`.
+            Box::new(sea_orm_outbox_migration::CreateEventRecord),
+            Box::new(sea_orm_outbox_migration::CreateConsumedMessage),
+            // The app's later migrations go here.
+        ]
     }
 }
