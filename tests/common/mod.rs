@@ -97,39 +97,9 @@ pub async fn connect(url: &str, max: u32) -> DatabaseConnection {
 impl TestContext {
     /// Creates and migrates a database named after `label`.
     pub async fn new(backend: Backend, label: &str) -> Self {
-        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
-        let name = format!(
-            "ot_{}_{}",
-            label.chars().take(40).collect::<String>(),
-            suffix
-        )
-        .to_lowercase();
-        let (url, admin) = match backend {
-            Backend::Sqlite => {
-                let path = std::env::temp_dir().join(format!("{name}.db"));
-                (format!("sqlite://{}?mode=rwc", path.display()), None)
-            }
-            _ => {
-                let admin = admin_url(backend);
-                let conn = connect(&admin, 1).await;
-                let quoted = match backend {
-                    Backend::MySql => format!("`{name}`"),
-                    _ => format!("\"{name}\""),
-                };
-                conn.execute_unprepared(&format!("CREATE DATABASE {quoted}"))
-                    .await
-                    .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
-                conn.close().await.ok();
-                (with_database(&admin, &name), Some(admin))
-            }
-        };
-        let db = connect(&url, 5).await;
-        if backend == Backend::Sqlite {
-            db.execute_unprepared("PRAGMA journal_mode=WAL")
-                .await
-                .expect("WAL");
-        }
-        Migrator::up(&db, None).await.expect("migration up");
+        let ctx = Self::new_empty(backend, label).await;
+        let db = &ctx.db;
+        Migrator::up(db, None).await.expect("migration up");
         let schema = Schema::new(db.get_database_backend());
         db.execute(
             schema
@@ -145,13 +115,7 @@ impl TestContext {
         )
         .await
         .expect("create hooked_orders");
-        TestContext {
-            backend,
-            db,
-            url,
-            admin_url: admin,
-            name,
-        }
+        ctx
     }
 
     /// Another pool on the same database (a separate "instance").
@@ -263,6 +227,14 @@ pub async fn run_on<F>(backend: Backend, name: &str, f: F)
 where
     F: for<'a> AsyncFn(&'a TestContext),
 {
+    run_with(backend, name, true, f).await
+}
+
+/// [`run_on`] and [`run_on_empty`]: `migrated` picks [`TestContext::new`] or `new_empty`.
+async fn run_with<F>(backend: Backend, name: &str, migrated: bool, f: F)
+where
+    F: for<'a> AsyncFn(&'a TestContext),
+{
     if !backend.enabled() {
         eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
         return;
@@ -271,7 +243,11 @@ where
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    let ctx = TestContext::new(backend, name).await;
+    let ctx = if migrated {
+        TestContext::new(backend, name).await
+    } else {
+        TestContext::new_empty(backend, name).await
+    };
     f(&ctx).await;
     ctx.cleanup().await;
 }
@@ -363,15 +339,5 @@ pub async fn run_on_empty<F>(backend: Backend, name: &str, f: F)
 where
     F: for<'a> AsyncFn(&'a TestContext),
 {
-    if !backend.enabled() {
-        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
-        return;
-    }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let ctx = TestContext::new_empty(backend, name).await;
-    f(&ctx).await;
-    ctx.cleanup().await;
+    run_with(backend, name, false, f).await
 }
