@@ -84,14 +84,16 @@ impl From<DbErr> for OutboxError {
     }
 }
 
-/// Whether `err` says an outbox table is missing (Postgres 42P01, MySQL 1146, SQLite "no such
-/// table").
+/// Whether `err` says an outbox table is missing: a missing table by the database's code
+/// (Postgres 42P01, MySQL 1146, SQLite "no such table") that names `t_event_record` or
+/// `t_consumed_message` (a missing table of the application's is a plain database error).
 fn is_missing_table(err: &DbErr) -> bool {
+    use crate::db_error::{db_error_kind, DbErrorKind};
+    if db_error_kind(err) != DbErrorKind::MissingTable {
+        return false;
+    }
     let text = err.to_string();
-    (text.contains("t_event_record") || text.contains("t_consumed_message"))
-        && (text.contains("does not exist")
-            || text.contains("doesn't exist")
-            || text.contains("no such table"))
+    text.contains("t_event_record") || text.contains("t_consumed_message")
 }
 
 /// Whether a failed publish may succeed if tried again.
@@ -138,37 +140,11 @@ impl PublishError {
 }
 
 /// Whether `err` is a transient conflict that the same statement may simply run again after:
-/// a deadlock or serialization failure (SQLSTATE `40001`, Postgres `40P01`), a MySQL lock wait
-/// timeout (1205), or SQLite's busy/locked (codes 5, 6 and their extended forms).
+/// a deadlock, a lock timeout or a serialization failure, judged by the database's code
+/// ([`crate::db_error::db_error_kind`]: Postgres `40P01`, `55P03`, `40001`; MySQL 1213, 1205;
+/// SQLite busy/locked, codes 5 and 6 with their extended forms).
 pub fn is_transient(err: &DbErr) -> bool {
-    #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
-    {
-        let _ = err;
-        false
-    }
-    #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-    sqlx_is_transient(err)
-}
-
-/// [`is_transient`] for sqlx's errors.
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-fn sqlx_is_transient(err: &DbErr) -> bool {
-    use sea_orm::RuntimeErr;
-    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err
-    else {
-        return false;
-    };
-    let Some(db_err) = e.as_database_error() else {
-        return false;
-    };
-    let code = db_err.code().map(|c| c.into_owned()).unwrap_or_default();
-    if matches!(code.as_str(), "40001" | "40P01") {
-        return true;
-    }
-    let text = db_err.message();
-    // MySQL reports lock wait timeout as SQLSTATE HY000; SQLite codes are numbers.
-    text.contains("Lock wait timeout")
-        || code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
+    crate::db_error::db_error_kind(err).is_transient()
 }
 
 /// Whether `err` says the database could not be reached, so that the same operation may
@@ -197,52 +173,7 @@ fn sqlx_is_transient(err: &DbErr) -> bool {
 /// assert!(!is_connection_error(&no_driver));
 /// ```
 pub fn is_connection_error(err: &DbErr) -> bool {
-    #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
-    {
-        matches!(
-            err,
-            DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)
-        )
-    }
-    #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-    sqlx_is_connection_error(err)
-}
-
-/// [`is_connection_error`] for sqlx's errors.
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-fn sqlx_is_connection_error(err: &DbErr) -> bool {
-    use sea_orm::sqlx::Error as SqlxErr;
-    use sea_orm::{ConnAcquireErr, RuntimeErr};
-    let e = match err {
-        DbErr::ConnectionAcquire(ConnAcquireErr::Timeout) => return true,
-        DbErr::Conn(RuntimeErr::SqlxError(e))
-        | DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
-        _ => return false,
-    };
-    match e.as_ref() {
-        SqlxErr::Io(io) => !matches!(
-            io.kind(),
-            std::io::ErrorKind::PermissionDenied
-                | std::io::ErrorKind::InvalidInput
-                | std::io::ErrorKind::Unsupported
-        ),
-        SqlxErr::PoolTimedOut => true,
-        SqlxErr::Database(db_err) => {
-            #[cfg(feature = "mysql")]
-            if let Some(m) = db_err.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>() {
-                return matches!(
-                    m.number(),
-                    1040 | 1053 | 1152 | 1158..=1161 | 1184 | 1203 | 1226 | 3032
-                );
-            }
-            matches!(
-                db_err.code().unwrap_or_default().as_ref(),
-                "08000" | "08001" | "08003" | "08006" | "57P01" | "57P02" | "57P03" | "53300"
-            )
-        }
-        _ => false,
-    }
+    crate::db_error::db_error_kind(err) == crate::db_error::DbErrorKind::ConnectionLost
 }
 
 #[cfg(all(test, any(feature = "postgres", feature = "mysql", feature = "sqlite")))]

@@ -19,6 +19,7 @@
 
 pub mod config;
 pub mod consumer;
+pub mod db_error;
 pub mod error;
 pub mod event;
 pub mod ext;
@@ -49,6 +50,7 @@ pub struct ReadmeDoctests;
 
 pub use config::{ClaimStrategy, WorkerConfig};
 pub use consumer::{consume_once, Consumed};
+pub use db_error::{db_error_kind, DbErrorKind};
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use ext::{transactional_publish, transactional_publish_limited, OutboxExt};
