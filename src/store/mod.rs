@@ -260,11 +260,15 @@ pub async fn mark_success<C: ConnectionTrait>(
     id: i64,
     owner: &str,
 ) -> Result<Transition, DbErr> {
-    let now = dialect::now(db.get_database_backend());
-    let stmt = owned(id, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
-        .col_expr(Column::UpdateTime, now);
+    let stmt = mark_success_statement(db.get_database_backend(), id, owner);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+}
+
+/// The statement of [`mark_success`].
+pub fn mark_success_statement(backend: DbBackend, id: i64, owner: &str) -> UpdateMany<Entity> {
+    owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
@@ -282,15 +286,27 @@ pub async fn release_for_retry<C: ConnectionTrait>(
     reason: &str,
 ) -> Result<Transition, DbErr> {
     let backend = db.get_database_backend();
-    let stmt = owned(id, owner)
+    let stmt = release_for_retry_statement(backend, id, owner, retry_count, backoff, reason);
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+}
+
+/// The statement of [`release_for_retry`].
+pub fn release_for_retry_statement(
+    backend: DbBackend,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    backoff: Duration,
+    reason: &str,
+) -> UpdateMany<Entity> {
+    owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
         .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
         .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
         .col_expr(Column::RetryCount, Expr::val(retry_count))
         .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
         .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
-        .col_expr(Column::UpdateTime, dialect::now(backend));
-    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
 /// `UPDATE t_event_record SET status = 'FAIL', retry_count = :retry_count, last_error = :reason,
@@ -306,13 +322,23 @@ pub async fn mark_fail<C: ConnectionTrait>(
     retry_count: i32,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let now = dialect::now(db.get_database_backend());
-    let stmt = owned(id, owner)
+    let stmt = mark_fail_statement(db.get_database_backend(), id, owner, retry_count, reason);
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+}
+
+/// The statement of [`mark_fail`].
+pub fn mark_fail_statement(
+    backend: DbBackend,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    reason: &str,
+) -> UpdateMany<Entity> {
+    owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
         .col_expr(Column::RetryCount, Expr::val(retry_count))
         .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
-        .col_expr(Column::UpdateTime, now);
-    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
 /// What a reclaim pass did.
@@ -434,21 +460,26 @@ pub async fn reclaim_stuck<C: ConnectionTrait>(
     Ok(done)
 }
 
-/// Runs `set(UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner,
-/// now)` through the primary key ([`exec_by_ids`]) and returns how many rows were still ours.
-async fn update_owned<C, F>(db: &C, ids: &[i64], owner: &str, set: F) -> Result<u64, DbErr>
-where
-    C: ConnectionTrait,
-    F: FnOnce(UpdateMany<Entity>, Expr) -> UpdateMany<Entity>,
-{
+/// `UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`, the guard
+/// of the statements below.
+fn owned_many(ids: &[i64], owner: &str) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Column::ClaimOwner.eq(owner))
+}
+
+/// Runs an [`owned_many`] statement through the primary key ([`exec_by_ids`]) and returns how
+/// many rows were still ours; nothing at all for no ids.
+async fn update_owned<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    stmt: UpdateMany<Entity>,
+) -> Result<u64, DbErr> {
     if ids.is_empty() {
         return Ok(0);
     }
-    let guarded = Entity::update_many()
-        .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Column::ClaimOwner.eq(owner));
-    exec_by_ids(db, &set(guarded, dialect::now(db.get_database_backend()))).await
+    exec_by_ids(db, &stmt).await
 }
 
 /// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND
@@ -462,11 +493,19 @@ pub async fn mark_success_many<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    update_owned(db, ids, owner, |u, now| {
-        u.col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
-            .col_expr(Column::UpdateTime, now)
-    })
-    .await
+    let stmt = mark_success_many_statement(db.get_database_backend(), ids, owner);
+    update_owned(db, ids, stmt).await
+}
+
+/// The statement of [`mark_success_many`].
+pub fn mark_success_many_statement(
+    backend: DbBackend,
+    ids: &[i64],
+    owner: &str,
+) -> UpdateMany<Entity> {
+    owned_many(ids, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
@@ -481,13 +520,21 @@ pub async fn release_unsent<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    update_owned(db, ids, owner, |u, now| {
-        u.col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
-            .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-            .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-            .col_expr(Column::UpdateTime, now)
-    })
-    .await
+    let stmt = release_unsent_statement(db.get_database_backend(), ids, owner);
+    update_owned(db, ids, stmt).await
+}
+
+/// The statement of [`release_unsent`].
+pub fn release_unsent_statement(
+    backend: DbBackend,
+    ids: &[i64],
+    owner: &str,
+) -> UpdateMany<Entity> {
+    owned_many(ids, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
 /// `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status = 'SENDING' AND
@@ -501,7 +548,13 @@ pub async fn renew_leases<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    update_owned(db, ids, owner, |u, now| u.col_expr(Column::ClaimedAt, now)).await
+    let stmt = renew_leases_statement(db.get_database_backend(), ids, owner);
+    update_owned(db, ids, stmt).await
+}
+
+/// The statement of [`renew_leases`].
+pub fn renew_leases_statement(backend: DbBackend, ids: &[i64], owner: &str) -> UpdateMany<Entity> {
+    owned_many(ids, owner).col_expr(Column::ClaimedAt, dialect::now(backend))
 }
 
 /// The ids among `ids` still `SENDING` under `owner`'s lease.
@@ -601,6 +654,33 @@ where
     Ok(claimed)
 }
 
+/// `SELECT *, <now> AS claim_now FROM t_event_record WHERE status = 'WAIT' AND next_retry_time
+/// <= now ORDER BY next_retry_time LIMIT :n FOR UPDATE SKIP LOCKED`: the first statement of the
+/// MySQL/MariaDB batch claim.
+pub fn locking_candidates_query(backend: DbBackend, n: u64) -> Select<Entity> {
+    candidates_query(backend, n)
+        .expr_as(dialect::now(backend), "claim_now")
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = :now,
+/// update_time = :now WHERE id IN (:ids) AND status = 'WAIT'`: the second statement of the
+/// MySQL/MariaDB batch claim, over the rows the first one locked (`now` is the database clock
+/// it read).
+pub fn claim_locked_statement(
+    ids: &[i64],
+    owner: &str,
+    now: sea_orm::prelude::DateTimeUtc,
+) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::val(owner))
+        .col_expr(Column::ClaimedAt, Expr::val(now))
+        .col_expr(Column::UpdateTime, Expr::val(now))
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+}
+
 /// A row locked by the MySQL/MariaDB batch claim, with the database's clock read in the same
 /// statement.
 struct LockedRow {
@@ -637,9 +717,7 @@ where
     let txn = db
         .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
         .await?;
-    let locked: Vec<LockedRow> = candidates_query(backend, n)
-        .expr_as(dialect::now(backend), "claim_now")
-        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+    let locked: Vec<LockedRow> = locking_candidates_query(backend, n)
         .into_model::<LockedRow>()
         .all(&txn)
         .await?;
@@ -648,13 +726,7 @@ where
         return Ok(Vec::new());
     };
     let ids: Vec<i64> = locked.iter().map(|r| r.model.id).collect();
-    let updated = Entity::update_many()
-        .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
-        .col_expr(Column::ClaimOwner, Expr::val(owner))
-        .col_expr(Column::ClaimedAt, Expr::val(now))
-        .col_expr(Column::UpdateTime, Expr::val(now))
-        .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Wait.as_str()));
+    let updated = claim_locked_statement(&ids, owner, now);
     // Through PRIMARY, like every statement that names its rows by id (see
     // `dialect::by_primary_key`); not retried here, a failure ends the whole transaction.
     let updated = txn

@@ -1,0 +1,141 @@
+//! Every statement of the outbox's store, rendered for Postgres, MySQL and SQLite side by side
+//! as it is sent (statements that name rows by id after `dialect::by_primary_key`), kept as
+//! insta snapshots in `tests/snapshots/`: a change to the SQL of any backend shows in review.
+//! Under CI=true a snapshot that differs fails the test; `cargo insta review` (or
+//! `INSTA_UPDATE=always cargo test --test statements`) accepts a deliberate change.
+use std::time::Duration;
+
+use sea_orm::{DbBackend, QueryTrait, Statement};
+use sea_orm_outbox::store::{self, consumed, dialect};
+use sea_orm_outbox::{EventStatus, NewEvent};
+
+const BACKENDS: [DbBackend; 3] = [DbBackend::Postgres, DbBackend::MySql, DbBackend::Sqlite];
+
+/// `stmt` for each backend: its SQL, then its values.
+fn render(stmt: impl Fn(DbBackend) -> Statement) -> String {
+    let mut out = String::new();
+    for backend in BACKENDS {
+        let s = stmt(backend);
+        let values = s
+            .values
+            .as_ref()
+            .map(|v| {
+                v.0.iter()
+                    .map(|v| format!("{v:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "-- {backend:?}\n{}\n-- values: [{values}]\n\n",
+            s.sql
+        ));
+    }
+    out
+}
+
+/// `query` as sent by `store::exec_by_ids`: read through the primary key on MySQL.
+fn by_id(backend: DbBackend, query: &impl QueryTrait) -> Statement {
+    dialect::by_primary_key(backend, query.build(backend)).expect("a by-id statement")
+}
+
+#[test]
+fn insert_event() {
+    let event = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#);
+    insta::assert_snapshot!(render(|b| dialect::with_wakeup(
+        b,
+        b.build(&store::insert_statement(b, &event)),
+        event.notifies_relays()
+    )));
+    let quiet = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_relays(false);
+    insta::assert_snapshot!(
+        "insert_event_without_notify",
+        render(|b| dialect::with_wakeup(
+            b,
+            b.build(&store::insert_statement(b, &quiet)),
+            quiet.notifies_relays()
+        ))
+    );
+}
+
+#[test]
+fn candidates() {
+    insta::assert_snapshot!(render(|b| store::candidates_query(b, 20).build(b)));
+}
+
+#[test]
+fn claim_per_row() {
+    insta::assert_snapshot!(render(|b| by_id(b, &store::claim_statement(b, 7, 0, "me"))));
+}
+
+#[test]
+fn claim_batch() {
+    // Postgres and SQLite: one `UPDATE ... RETURNING`; MySQL/MariaDB: the locking select, then
+    // the update of the locked ids in the same READ COMMITTED transaction.
+    insta::assert_snapshot!(render(
+        |b| b.build(&store::claim_batch_statement(b, "me", 20))
+    ));
+    let now = chrono::DateTime::from_timestamp(1_764_547_200, 0).expect("time");
+    insta::assert_snapshot!(
+        "claim_batch_mysql",
+        format!(
+            "{}\n{}",
+            render(|b| store::locking_candidates_query(b, 20).build(b)),
+            render(|b| by_id(b, &store::claim_locked_statement(&[7, 8], "me", now)))
+        )
+    );
+}
+
+#[test]
+fn outcomes() {
+    insta::assert_snapshot!(
+        "mark_success",
+        render(|b| by_id(b, &store::mark_success_statement(b, 7, "me")))
+    );
+    insta::assert_snapshot!(
+        "release_for_retry",
+        render(|b| by_id(
+            b,
+            &store::release_for_retry_statement(b, 7, "me", 2, Duration::from_secs(20), "boom")
+        ))
+    );
+    insta::assert_snapshot!(
+        "mark_fail",
+        render(|b| by_id(b, &store::mark_fail_statement(b, 7, "me", 4, "boom")))
+    );
+    insta::assert_snapshot!(
+        "mark_success_many",
+        render(|b| by_id(b, &store::mark_success_many_statement(b, &[7, 8], "me")))
+    );
+    insta::assert_snapshot!(
+        "release_unsent",
+        render(|b| by_id(b, &store::release_unsent_statement(b, &[7, 8], "me")))
+    );
+    insta::assert_snapshot!(
+        "renew_leases",
+        render(|b| by_id(b, &store::renew_leases_statement(b, &[7, 8], "me")))
+    );
+}
+
+#[test]
+fn reclaim() {
+    let lease = Duration::from_secs(600);
+    insta::assert_snapshot!(
+        "expired_leases",
+        render(|b| store::expired_leases_query(b, lease, store::RECLAIM_BATCH).build(b))
+    );
+    for (name, to) in [
+        ("reclaim_to_wait", EventStatus::Wait),
+        ("reclaim_to_fail", EventStatus::Fail),
+    ] {
+        insta::assert_snapshot!(
+            name,
+            render(|b| by_id(b, &store::reclaim_statement(b, &[7, 8], lease, 3, to)))
+        );
+    }
+}
+
+#[test]
+fn consumed_record() {
+    insta::assert_snapshot!(render(|b| consumed::record_statement(b, "points", "42")));
+}
