@@ -74,6 +74,19 @@ pub enum OutboxError {
     Broker(String),
 }
 
+impl OutboxError {
+    /// The kind of the database error inside ([`crate::db_error_kind`], judged by its code):
+    /// `Some` for [`OutboxError::TableMissing`] and [`OutboxError::Db`], `None` for errors that
+    /// are not the database's. The relay and the `outbox` tool decide on it (run again, wait for
+    /// the server, tell a person to migrate).
+    pub fn db_kind(&self) -> Option<crate::DbErrorKind> {
+        match self {
+            OutboxError::TableMissing(e) | OutboxError::Db(e) => Some(crate::db_error_kind(e)),
+            _ => None,
+        }
+    }
+}
+
 impl From<DbErr> for OutboxError {
     fn from(err: DbErr) -> Self {
         if is_missing_table(&err) {

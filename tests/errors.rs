@@ -203,7 +203,10 @@ async fn missing_table(ctx: &TestContext) {
     assert_eq!(db_error_kind(&err), DbErrorKind::MissingTable, "{err}");
     // An application's missing table is a plain database error, not "run the outbox's
     // migration"; the outbox's own missing table is `TableMissing`.
-    assert!(matches!(OutboxError::from(err), OutboxError::Db(_)));
+    let app = OutboxError::from(err);
+    assert_eq!(app.db_kind(), Some(DbErrorKind::MissingTable));
+    assert!(matches!(app, OutboxError::Db(_)));
+    assert_eq!(OutboxError::InvalidConfig("x".into()).db_kind(), None);
     ctx.db
         .execute_unprepared("DROP TABLE t_consumed_message")
         .await
