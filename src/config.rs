@@ -234,7 +234,7 @@ impl WorkerConfig {
                 return bad(format!("{name} must be greater than zero"));
             }
         }
-        if !self.lease_renewal && self.send_timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
+        if !self.lease_renewal && !fits_lease(self.send_timeout, self.lease) {
             return bad(format!(
                 "send_timeout ({} ms) must be at most a third of the lease ({} ms) when lease \
                  renewal is off: a send still running when the lease ends is sent again by \
@@ -255,6 +255,55 @@ impl WorkerConfig {
         }
         self.retry.validate()
     }
+
+    /// The longest a publisher's own send timeout may be under this worker: the worker's
+    /// `send_timeout`, and at most a third of the lease ([`MAX_SEND_TIMEOUT_SHARE_OF_LEASE`]).
+    ///
+    /// This is the one send-timeout rule; the worker ([`WorkerConfig::validate`]), the RocketMQ
+    /// publisher (`RocketMqConfig::validate_for`) and the `outbox` tool all apply it:
+    /// - over the worker's `send_timeout`, the worker gives up first and records a send that
+    ///   then succeeds as a failure (the event is sent again);
+    /// - over a third of the lease, a send still running when the lease ends is sent again by
+    ///   another instance (lease renewal does not save it: a send past the worker's send timeout
+    ///   is taken for hung and no longer renewed).
+    pub fn publisher_send_timeout_limit(&self) -> Duration {
+        self.send_timeout
+            .min(self.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE)
+    }
+
+    /// Checks a publisher's send timeout (`what` names it in the error) against
+    /// [`WorkerConfig::publisher_send_timeout_limit`].
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] naming the limit that `timeout` exceeds.
+    pub fn check_publisher_send_timeout(
+        &self,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<(), OutboxError> {
+        if !fits_lease(timeout, self.lease) {
+            return Err(OutboxError::InvalidConfig(format!(
+                "{what} ({} ms) must be at most a third of the worker's lease ({} ms): a send \
+                 still running when the lease ends is sent again by another instance",
+                timeout.as_millis(),
+                self.lease.as_millis()
+            )));
+        }
+        if timeout > self.send_timeout {
+            return Err(OutboxError::InvalidConfig(format!(
+                "{what} ({} ms) must not exceed the worker's send_timeout ({} ms): the worker \
+                 would give up first and send the event again",
+                timeout.as_millis(),
+                self.send_timeout.as_millis()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The lease side of the send-timeout rule: `timeout` is at most a third of `lease`.
+fn fits_lease(timeout: Duration, lease: Duration) -> bool {
+    timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE <= lease
 }
 
 #[cfg(test)]
