@@ -1,0 +1,240 @@
+//! Benchmark of the relay against the database's own limit (issue 5).
+//!
+//! ```text
+//! cargo run --release --example bench -- --events 50000 --workers 3
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run --release --example bench
+//! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run --release --example bench
+//! cargo run --example bench -- --small        # CI: a few thousand events, seconds
+//! ```
+//! `DATABASE_URL` is an ADMIN connection: every run creates a database of its own
+//! (`outbox_bench_<random>`, dropped at the end unless `--keep`), or a fresh SQLite file in the
+//! temp directory when the URL is unset or `sqlite:...`. Each phase starts from an empty
+//! `t_event_record` filled by bulk SQL.
+//!
+//! Prints one `figure: NAME VALUE` line per figure as it is measured, then a table:
+//! - `db_limit_eps`: WAIT→SENDING→SUCCESS as bare batched SQL on one connection (claim `--batch`
+//!   rows in one statement / short transaction, mark them in one `UPDATE`): the ceiling.
+//! - `per_row_eps`, `batch_eps`: W workers (own pools), a no-op counting publisher, N events
+//!   already `WAIT`; `relay_over_limit`, `batch_over_per_row`; `duplicates_*`,
+//!   `claim_lost_per_event_*`; CPU seconds of this process and of the database server per phase.
+//! - `idle_latency_p50_ms`, `idle_latency_p99_ms`: commit → publish for events written one at a
+//!   time to an idle relay polling every `--idle-poll-ms`.
+//! - `with_event_overhead_ms`: median(business insert + `with_event`) − median(business insert).
+//! - `idle_poll_rows_examined`: the candidate scan over `--poll-rows` `SUCCESS` rows
+//!   (Postgres: `EXPLAIN (ANALYZE, BUFFERS)`, MariaDB/MySQL: `Handler_read%` deltas).
+//! - `peak_rss_mib`: this process' VmHWM (workers, publisher and bench bookkeeping together).
+//!
+//! Modules: `setup` (the outbox table's bulk fill), one module per group of figures (`limit`,
+//! `relay`, `idle`, `writes`, `scan`), `cpu` (accounting from /proc) and `figures` (the report).
+mod cpu;
+mod figures;
+mod idle;
+mod limit;
+mod relay;
+mod scan;
+mod setup;
+mod writes;
+
+#[path = "../common/logging.rs"]
+mod logging;
+#[path = "../common/order.rs"]
+mod order;
+#[path = "../common/pool.rs"]
+mod pool;
+#[path = "../common/scratch.rs"]
+mod scratch;
+
+use std::time::Duration;
+
+use clap::Parser;
+use sea_orm_outbox::{ClaimStrategy, Migrator, MigratorTrait};
+
+use figures::{f1, Figures};
+use scratch::{BoxError, ScratchDb};
+
+/// How long the bench waits for a database connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Benchmark the outbox relay against the database's own limit")]
+struct Args {
+    /// Admin database URL (a database of the run's own is created); default: SQLite temp file.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Events in each throughput phase.
+    #[arg(long, default_value_t = 50_000)]
+    events: u64,
+    /// Relay instances, each with its own pool and instance id.
+    #[arg(long, default_value_t = 3)]
+    workers: usize,
+    /// Batch size of the batch strategy and of the bare-SQL ceiling.
+    #[arg(long, default_value_t = 100)]
+    batch: u64,
+    /// Batch size of the per-row strategy (the seed's 20).
+    #[arg(long, default_value_t = 20)]
+    per_row_batch: u64,
+    /// Sends in flight per round in batch mode (also the largest mark statement).
+    #[arg(long, default_value_t = 100)]
+    concurrency: usize,
+    /// Sends in flight per round in per-row mode (the seed sends one after the other).
+    #[arg(long, default_value_t = 1)]
+    per_row_concurrency: usize,
+    /// Poll delay of the throughput phases, ms (drain is on: it applies only when a round
+    /// found less than a full batch).
+    #[arg(long, default_value_t = 10)]
+    poll_delay_ms: u64,
+    /// Connections per worker pool.
+    #[arg(long, default_value_t = 3)]
+    pool: u32,
+    /// Events written one at a time for the idle latency.
+    #[arg(long, default_value_t = 200)]
+    idle_events: usize,
+    /// Poll delay of the idle-latency phase (polling only), ms.
+    #[arg(long, default_value_t = 100)]
+    idle_poll_ms: u64,
+    /// Concurrent writers of the write-throughput phase.
+    #[arg(long, default_value_t = 8)]
+    writers: usize,
+    /// Events written (one transaction each) in the write-throughput phase.
+    #[arg(long, default_value_t = 4_000)]
+    write_events: u64,
+    /// Skip the write-throughput phase.
+    #[arg(long)]
+    skip_write: bool,
+    /// Samples of each kind for the with_event overhead.
+    #[arg(long, default_value_t = 500)]
+    overhead_samples: usize,
+    /// SUCCESS rows under the idle candidate scan.
+    #[arg(long, default_value_t = 1_000_000)]
+    poll_rows: u64,
+    /// CI mode: 3,000 events, 20 idle events, 50 overhead samples, 20,000 poll rows.
+    #[arg(long)]
+    small: bool,
+    /// Skip the bare-SQL ceiling.
+    #[arg(long)]
+    skip_db_limit: bool,
+    /// Skip the per-row relay phase.
+    #[arg(long)]
+    skip_per_row: bool,
+    /// Skip the batch relay phase.
+    #[arg(long)]
+    skip_batch: bool,
+    /// Skip the idle-latency phase.
+    #[arg(long)]
+    skip_idle: bool,
+    /// Skip the with_event overhead.
+    #[arg(long)]
+    skip_overhead: bool,
+    /// Skip the idle-poll scan over many SUCCESS rows.
+    #[arg(long)]
+    skip_poll_rows: bool,
+    /// Keep the run's database instead of dropping it.
+    #[arg(long)]
+    keep: bool,
+    /// Give up a phase after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout_s: u64,
+}
+
+impl Args {
+    /// `--small`: caps the sizes for a run of seconds.
+    fn apply_small(&mut self) {
+        if self.small {
+            self.events = self.events.min(3_000);
+            self.idle_events = self.idle_events.min(20);
+            self.idle_poll_ms = self.idle_poll_ms.min(20);
+            self.overhead_samples = self.overhead_samples.min(50);
+            self.write_events = self.write_events.min(400);
+            self.poll_rows = self.poll_rows.min(20_000);
+            self.timeout_s = self.timeout_s.min(120);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    logging::init();
+    let mut args = Args::parse();
+    args.apply_small();
+
+    let name = format!(
+        "outbox_bench_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let bench = ScratchDb::create(args.database_url.as_deref(), name, CONNECT_TIMEOUT).await?;
+    let result = run(&bench, &args).await;
+    if args.keep {
+        eprintln!("kept database {} ({})", bench.name, bench.url);
+    } else if let Err(e) = bench.drop_db().await {
+        eprintln!("could not drop {}: {e}", bench.name);
+    }
+    result
+}
+
+/// Every phase in turn on the run's database, then the table; an error when a fault-free run
+/// published anything twice.
+async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
+    let setup = bench.pool(2).await?;
+    Migrator::up(&setup, None).await?;
+    let mut figs = Figures::default();
+    println!(
+        "bench: backend={:?} database={} events={} workers={} pool={} batch={} \
+         concurrency={} per_row_batch={} per_row_concurrency={} poll_delay_ms={} drain=on small={}",
+        bench.backend,
+        bench.name,
+        args.events,
+        args.workers,
+        args.pool,
+        args.batch,
+        args.concurrency,
+        args.per_row_batch,
+        args.per_row_concurrency,
+        args.poll_delay_ms,
+        args.small
+    );
+
+    // 1. The ceiling.
+    let limit = limit::figures(&mut figs, bench, &setup, args).await?;
+    // 2. Per-row (the seed's claiming) and batch.
+    let per_row = relay::figures(&mut figs, bench, &setup, args, ClaimStrategy::PerRow).await?;
+    let batch = relay::figures(&mut figs, bench, &setup, args, ClaimStrategy::Batch).await?;
+    let dups = relay::comparison_figures(&mut figs, limit, per_row.as_ref(), batch.as_ref());
+
+    // 3. RocketMQ.
+    // Not measured yet: `rocketmq_raw_eps` (the client alone sending the same messages with the
+    // same concurrency) and `rocketmq_relay_eps` (the batch relay through RocketMqPublisher).
+    let why = if std::env::var("ROCKETMQ_NAMESRV_ADDR").is_ok_and(|v| !v.is_empty()) {
+        "no RocketMQ phase in the bench yet"
+    } else {
+        "ROCKETMQ_NAMESRV_ADDR unset"
+    };
+    figs.skip("rocketmq_raw_eps", why);
+    figs.skip("rocketmq_relay_eps", why);
+
+    // 4. Idle latency, polling only and woken on commit; write throughput with and without
+    // the notify.
+    idle::figures(&mut figs, bench, &setup, args).await?;
+    writes::write_figures(&mut figs, bench, &setup, args).await?;
+    // 5. with_event overhead.
+    writes::overhead_figures(&mut figs, bench, &setup, args).await?;
+    // 6. The idle poll over many delivered rows.
+    scan::figures(&mut figs, &setup, args).await?;
+
+    // 7. Memory.
+    match cpu::peak_rss_mib() {
+        Some(m) => figs.add(
+            "peak_rss_mib",
+            f1(m),
+            "VmHWM of the whole bench process (W workers, publisher, bookkeeping)",
+        ),
+        None => figs.skip("peak_rss_mib", "no /proc/self/status"),
+    }
+
+    println!();
+    print!("{}", figs.table());
+    setup.close().await?;
+    if dups > 0 {
+        return Err(format!("{dups} duplicate publications in a fault-free run").into());
+    }
+    Ok(())
+}

@@ -1,0 +1,292 @@
+//! The relay: W workers (own pools) with a no-op counting publisher drain N `WAIT` events, per
+//! claim strategy (`per_row_eps`, `batch_eps` and their duplicates and lost claims), and the
+//! comparisons (`relay_over_limit`, `batch_over_per_row`, `duplicates`).
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sea_orm::sea_query::PostgresQueryBuilder;
+use sea_orm::{DatabaseConnection, DbBackend};
+use sea_orm_outbox::{
+    store, CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, Worker,
+    WorkerConfig, WorkerSummary,
+};
+
+use crate::cpu::{CpuMark, CpuUse};
+use crate::figures::{f1, f3, Figures};
+use crate::scan::{pg_explain, ScanResult};
+use crate::scratch::{BoxError, ScratchDb};
+use crate::setup::{fill, reset, status_counts};
+use crate::Args;
+
+/// The no-op publisher: counts, remembers the first publish instant of every id.
+#[derive(Default)]
+pub struct CountingPublisher {
+    total: AtomicU64,
+    first: Mutex<HashMap<i64, Instant>>,
+}
+
+impl CountingPublisher {
+    /// The first publish instant per id.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Instant>> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Ids published at least once.
+    fn distinct(&self) -> u64 {
+        self.lock().len() as u64
+    }
+    /// Publications beyond the first per id.
+    fn duplicates(&self) -> u64 {
+        self.total.load(Ordering::SeqCst) - self.distinct()
+    }
+    /// When `id` was first published.
+    pub fn published_at(&self, id: i64) -> Option<Instant> {
+        self.lock().get(&id).copied()
+    }
+}
+
+#[async_trait]
+impl Publisher for CountingPublisher {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        let now = Instant::now();
+        self.total.fetch_add(1, Ordering::SeqCst);
+        self.lock().entry(m.event_id).or_insert(now);
+        Ok(())
+    }
+}
+
+/// What one relay phase measured.
+pub struct RelayResult {
+    eps: f64,
+    secs: f64,
+    total: WorkerSummary,
+    duplicates: u64,
+    cpu: CpuUse,
+    /// Postgres, batch strategy: the claim statement EXPLAINed over the full backlog.
+    claim_plan: Option<ScanResult>,
+}
+
+/// The workers' settings of a phase (drain on).
+pub fn worker_config(
+    strategy: ClaimStrategy,
+    batch: u64,
+    concurrency: usize,
+    poll: Duration,
+    wake: bool,
+) -> WorkerConfig {
+    WorkerConfig::default()
+        .wake_on_commit(wake)
+        .claim_strategy(strategy)
+        .batch_size(batch)
+        .send_concurrency(concurrency)
+        .drain(true)
+        .poll_delay(poll)
+}
+
+/// The workers of a phase and their running tasks.
+pub type Running = (
+    Vec<Arc<Worker>>,
+    Vec<tokio::task::JoinHandle<WorkerSummary>>,
+);
+
+/// Starts `--workers` workers with `config` (each with a pool of `--pool` connections and the
+/// instance id `bench-<label>-<n>`) publishing to `publisher` until `cancel`.
+pub async fn start_workers(
+    bench: &ScratchDb,
+    args: &Args,
+    config: &WorkerConfig,
+    publisher: &Arc<CountingPublisher>,
+    cancel: &CancellationToken,
+    label: &str,
+) -> Result<Running, BoxError> {
+    let mut workers = Vec::new();
+    for w in 0..args.workers {
+        // The LISTEN connection of wake-on-commit comes on top of the pool's working ones.
+        let extra = u32::from(config.wake_on_commit && bench.backend == DbBackend::Postgres);
+        let db = bench.pool(args.pool + extra).await?;
+        let worker = Arc::new(Worker::new(
+            db,
+            publisher.clone() as Arc<dyn Publisher>,
+            config.clone().instance_id(format!("bench-{label}-{w}")),
+        )?);
+        workers.push(worker);
+    }
+    let handles = workers
+        .iter()
+        .map(|w| {
+            let (w, cancel) = (w.clone(), cancel.clone());
+            tokio::spawn(async move { w.run(cancel).await })
+        })
+        .collect();
+    Ok((workers, handles))
+}
+
+/// Drains `--events` WAIT rows with the workers of `config`; checks that every one ended
+/// SUCCESS.
+async fn relay(
+    bench: &ScratchDb,
+    setup: &DatabaseConnection,
+    args: &Args,
+    config: WorkerConfig,
+    label: &str,
+) -> Result<RelayResult, BoxError> {
+    reset(setup).await?;
+    fill(setup, args.events, "WAIT").await?;
+    let claim_plan = if bench.backend == DbBackend::Postgres
+        && config.claim_strategy == ClaimStrategy::Batch
+    {
+        let claim = store::claim_batch_statement(bench.backend, "bench-probe", config.batch_size);
+        Some(pg_explain(setup, &claim.to_string(PostgresQueryBuilder)).await?)
+    } else {
+        None
+    };
+    let publisher = Arc::new(CountingPublisher::default());
+    let cancel = CancellationToken::new();
+    let cpu = CpuMark::now(bench.backend);
+    let start = Instant::now();
+    let (workers, handles) =
+        start_workers(bench, args, &config, &publisher, &cancel, label).await?;
+    let deadline = start + Duration::from_secs(args.timeout_s);
+    let published = || workers.iter().map(|w| w.summary().published).sum::<u64>();
+    while published() < args.events && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu.since(bench.backend);
+    cancel.cancel();
+    let mut total = WorkerSummary::default();
+    for h in handles {
+        let s = h.await?;
+        total.rounds += s.rounds;
+        total.candidates += s.candidates;
+        total.claimed += s.claimed;
+        total.claim_lost += s.claim_lost;
+        total.published += s.published;
+        total.late_acks += s.late_acks;
+        total.released += s.released;
+        total.errors += s.errors;
+    }
+    for w in workers {
+        w.db().clone().close().await.ok();
+    }
+    let counts = status_counts(setup).await?;
+    let success = counts.get("SUCCESS").copied().unwrap_or(0);
+    if success != args.events as i64 || total.published != args.events {
+        return Err(format!(
+            "{label}: {} of {} events SUCCESS after {secs:.1} s (statuses {counts:?}, summary {total:?})",
+            success, args.events
+        )
+        .into());
+    }
+    Ok(RelayResult {
+        eps: args.events as f64 / secs,
+        secs,
+        total,
+        duplicates: publisher.duplicates(),
+        cpu,
+        claim_plan,
+    })
+}
+
+/// `<key>_eps`, `duplicates_<key>` and `claim_lost_per_event_<key>` of `strategy` (key
+/// `per_row` or `batch`; Postgres batch also `batch_claim_ms`), or `<key>_eps` skipped with
+/// `--skip-per-row` / `--skip-batch`.
+pub async fn figures(
+    figs: &mut Figures,
+    bench: &ScratchDb,
+    setup: &DatabaseConnection,
+    args: &Args,
+    strategy: ClaimStrategy,
+) -> Result<Option<RelayResult>, BoxError> {
+    let (key, label, skip, flag, batch, concurrency, kind) = match strategy {
+        ClaimStrategy::PerRow => (
+            "per_row",
+            "per-row",
+            args.skip_per_row,
+            "--skip-per-row",
+            args.per_row_batch,
+            args.per_row_concurrency,
+            "PerRow batch",
+        ),
+        _ => (
+            "batch",
+            "batch",
+            args.skip_batch,
+            "--skip-batch",
+            args.batch,
+            args.concurrency,
+            "Batch",
+        ),
+    };
+    if skip {
+        figs.skip(&format!("{key}_eps"), flag);
+        return Ok(None);
+    }
+    let poll = Duration::from_millis(args.poll_delay_ms);
+    let config = worker_config(strategy, batch, concurrency, poll, false);
+    let r = relay(bench, setup, args, config, label).await?;
+    figs.add(
+        &format!("{key}_eps"),
+        f1(r.eps),
+        format!(
+            "{} workers, {kind} {batch}, concurrency {concurrency}, drain, poll {} ms: {:.2} s, {} rounds; {}",
+            args.workers, args.poll_delay_ms, r.secs, r.total.rounds, r.cpu
+        ),
+    );
+    if let Some(p) = &r.claim_plan {
+        figs.add(
+            "batch_claim_ms",
+            f3(p.median_ms),
+            format!(
+                "library claim statement over the full backlog (rolled back), median of 20: {}, {} buffers",
+                p.plan,
+                p.buffers.unwrap_or(0)
+            ),
+        );
+    }
+    figs.add(
+        &format!("duplicates_{key}"),
+        r.duplicates,
+        "publications beyond the first per event id",
+    );
+    figs.add(
+        &format!("claim_lost_per_event_{key}"),
+        f3(r.total.claim_lost as f64 / args.events as f64),
+        format!(
+            "{} claims lost, {} won, {} errors",
+            r.total.claim_lost, r.total.claimed, r.total.errors
+        ),
+    );
+    Ok(Some(r))
+}
+
+/// `relay_over_limit`, `batch_over_per_row` and `duplicates` (both strategies); returns the
+/// duplicates.
+pub fn comparison_figures(
+    figs: &mut Figures,
+    limit: Option<f64>,
+    per_row: Option<&RelayResult>,
+    batch: Option<&RelayResult>,
+) -> u64 {
+    match (batch, limit) {
+        (Some(b), Some(l)) => figs.add(
+            "relay_over_limit",
+            f3(b.eps / l),
+            "batch_eps / db_limit_eps",
+        ),
+        _ => figs.skip("relay_over_limit", "needs batch and db_limit"),
+    }
+    match (batch, per_row) {
+        (Some(b), Some(p)) => figs.add(
+            "batch_over_per_row",
+            f1(b.eps / p.eps),
+            "batch_eps / per_row_eps",
+        ),
+        _ => figs.skip("batch_over_per_row", "needs batch and per_row"),
+    }
+    let dups = per_row.map_or(0, |r| r.duplicates) + batch.map_or(0, |r| r.duplicates);
+    figs.add("duplicates", dups, "both strategies");
+    dups
+}

@@ -1,0 +1,102 @@
+//! The outbox table between phases: emptied, filled by bulk SQL, counted by status.
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm_outbox::store;
+
+use crate::scratch::BoxError;
+
+/// Empties the outbox table.
+pub async fn reset(db: &DatabaseConnection) -> Result<(), BoxError> {
+    let sql = match db.get_database_backend() {
+        DbBackend::Postgres => "TRUNCATE t_event_record RESTART IDENTITY",
+        DbBackend::MySql => "TRUNCATE TABLE t_event_record",
+        _ => "DELETE FROM t_event_record",
+    };
+    db.execute_unprepared(sql).await?;
+    Ok(())
+}
+
+/// Inserts `n` events with `status` by bulk SQL, due an hour ago (Postgres and MariaDB: one
+/// microsecond apart, in id order), then refreshes the planner statistics.
+pub async fn fill(db: &DatabaseConnection, n: u64, status: &str) -> Result<(), BoxError> {
+    let backend = db.get_database_backend();
+    let cols = "biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time";
+    match backend {
+        DbBackend::Postgres => {
+            db.execute_unprepared(&format!(
+                "INSERT INTO t_event_record ({cols}) SELECT 'BENCH-' || g, 'ORDER_CREATED', \
+                 '{{\"orderId\":' || g || ',\"amountCents\":1234}}', '{status}', 0, \
+                 CURRENT_TIMESTAMP - INTERVAL '1 hour' + g * INTERVAL '1 microsecond', \
+                 CURRENT_TIMESTAMP, CURRENT_TIMESTAMP FROM generate_series(1, {n}) g"
+            ))
+            .await?;
+            db.execute_unprepared("VACUUM ANALYZE t_event_record")
+                .await?;
+            return Ok(());
+        }
+        DbBackend::MySql => {
+            // MariaDB's sequence engine; MySQL lacks it and takes the generic path below.
+            let seq = db
+                .execute_unprepared(&format!(
+                    "INSERT INTO t_event_record ({cols}) SELECT CONCAT('BENCH-', seq), \
+                     'ORDER_CREATED', CONCAT('{{\"orderId\":', seq, ',\"amountCents\":1234}}'), \
+                     '{status}', 0, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL seq MICROSECOND, \
+                     UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq_1_to_{n}"
+                ))
+                .await;
+            if seq.is_ok() {
+                db.execute_unprepared("ANALYZE TABLE t_event_record")
+                    .await?;
+                return Ok(());
+            }
+        }
+        _ => {}
+    }
+    let due = store::dialect::now_sql(backend, Some(('-', Duration::from_secs(3600))));
+    let now = store::dialect::now_sql(backend, None);
+    let mut i = 1;
+    while i <= n {
+        let end = (i + 999).min(n);
+        let mut sql = format!("INSERT INTO t_event_record ({cols}) VALUES ");
+        for g in i..=end {
+            if g > i {
+                sql.push(',');
+            }
+            let _ = write!(
+                sql,
+                "('BENCH-{g}', 'ORDER_CREATED', '{{\"orderId\":{g},\"amountCents\":1234}}', \
+                 '{status}', 0, {due}, {now}, {now})"
+            );
+        }
+        db.execute_unprepared(&sql).await?;
+        i = end + 1;
+    }
+    db.execute_unprepared(if backend == DbBackend::MySql {
+        "ANALYZE TABLE t_event_record"
+    } else {
+        "ANALYZE"
+    })
+    .await?;
+    Ok(())
+}
+
+/// Rows of the outbox table per status.
+pub async fn status_counts(db: &DatabaseConnection) -> Result<HashMap<String, i64>, BoxError> {
+    let rows = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT status, COUNT(*) FROM t_event_record GROUP BY status",
+        ))
+        .await?;
+    let mut out = HashMap::new();
+    for r in rows {
+        out.insert(
+            r.try_get_by_index::<String>(0)?,
+            r.try_get_by_index::<i64>(1)?,
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,13 @@
+//! The examples' log output.
+//!
+//! An example includes it with `#[path = "common/logging.rs"] mod logging;` (`../common/logging.rs`
+//! from an example of its own folder).
+
+/// Logs to stderr at the level `RUST_LOG` asks for, `warn` when it is unset or malformed.
+pub fn init() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+}
