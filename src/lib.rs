@@ -24,6 +24,7 @@ pub mod error;
 pub mod event;
 pub mod ext;
 pub mod instance;
+pub mod maintenance;
 pub mod metrics;
 pub mod ops;
 pub mod publisher;

@@ -9,6 +9,7 @@
 //! | `outbox_dead_letters_total` | counter | events marked `FAIL` |
 //! | `outbox_reclaimed_total` | counter | expired leases reclaimed |
 //! | `outbox_late_acks_total` | counter | outcomes dropped because the lease was lost |
+//! | `outbox_errors_total{op}` | counter | database errors met by the relay, per step (`claim`, `record`, `renew`, `reclaim`, `gauges`) |
 //! | `outbox_send_duration_seconds` | histogram | one publish call, seconds |
 //! | `outbox_sending_dwell_seconds` | histogram | claim to outcome, seconds |
 //! | `outbox_backlog{status}` | gauge | rows per status (`WAIT`, `SENDING`, `FAIL`) |
@@ -26,6 +27,8 @@ pub const DEAD_LETTERS: &str = "outbox_dead_letters_total";
 pub const RECLAIMED: &str = "outbox_reclaimed_total";
 /// Counter: late acknowledgements.
 pub const LATE_ACKS: &str = "outbox_late_acks_total";
+/// Counter: database errors met by the relay, labelled `op` (the step).
+pub const ERRORS: &str = "outbox_errors_total";
 /// Histogram: publish duration in seconds.
 pub const SEND_DURATION: &str = "outbox_send_duration_seconds";
 /// Histogram: claim-to-outcome time in seconds.
@@ -52,6 +55,9 @@ pub(crate) fn reclaimed(n: u64) {
 }
 pub(crate) fn late_acks(n: u64) {
     metrics::counter!(LATE_ACKS).increment(n);
+}
+pub(crate) fn error(op: &'static str) {
+    metrics::counter!(ERRORS, "op" => op).increment(1);
 }
 pub(crate) fn send_duration(seconds: f64) {
     metrics::histogram!(SEND_DURATION).record(seconds);

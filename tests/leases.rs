@@ -583,9 +583,10 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
     assert_eq!((backlog.wait, backlog.sending, backlog.fail), (1, 0, 1));
 }
 
-/// Without lease renewal, a round's later events wait in the queue while their leases run:
-/// the worker hands them back instead of sending them after another instance may have taken
-/// them over. A fault-free run then sends nothing twice and dead-letters nothing.
+/// Without lease renewal, a round's later events wait for a slot while their leases run:
+/// `run_once` hands them back instead of sending them after another instance may have taken
+/// them over. `run` claims only as many events as it has free slots, so nothing waits and
+/// nothing is handed back. A fault-free run sends nothing twice and dead-letters nothing.
 async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestContext) {
     insert_many(ctx, 20, "ORD").await;
     let slow = Arc::new(Slow {
@@ -593,15 +594,27 @@ async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestC
         blocking: false,
         inner: InMemoryPublisher::new(),
     });
-    let cancel = CancellationToken::new();
-    let mut handles = Vec::new();
-    for w in 0..2 {
-        let cfg = config(&format!("no-renew-{w}"))
+    let cfg = |w: &str| {
+        config(&format!("no-renew-{w}"))
             .lease(Duration::from_millis(1500))
             .send_timeout(Duration::from_millis(500))
             .reclaim_interval(Duration::from_millis(100))
-            .lease_renewal(false);
-        let worker = Worker::new(ctx.pool(4).await, slow.clone(), cfg).expect("worker");
+            .lease_renewal(false)
+    };
+    // One round of 20, sent one at a time: past 1500 - 500 ms after the claim the rest go back.
+    let once = Worker::new(ctx.pool(4).await, slow.clone(), cfg("once")).expect("worker");
+    let round = once
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round");
+    assert!(round.released > 0 && round.published > 0, "{round:?}");
+    assert_eq!(round.published + round.released, 20, "{round:?}");
+    assert_eq!(count(&ctx.db, EventStatus::Sending).await, 0);
+    let cancel = CancellationToken::new();
+    let mut handles = Vec::new();
+    for w in 0..2 {
+        let worker =
+            Worker::new(ctx.pool(4).await, slow.clone(), cfg(&w.to_string())).expect("worker");
         let cancel = cancel.clone();
         handles.push(tokio::spawn(async move { worker.run(cancel).await }));
     }
@@ -612,19 +625,17 @@ async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestC
     )
     .await;
     cancel.cancel();
-    let mut released = 0;
     for h in handles {
         let s = h.await.expect("worker");
-        released += s.released;
-        assert_eq!((s.late_acks, s.dead_lettered), (0, 0), "{s:?}");
+        assert_eq!(
+            (s.late_acks, s.dead_lettered, s.released),
+            (0, 0, 0),
+            "{s:?}"
+        );
     }
     assert!(done, "not all delivered");
     assert_eq!(slow.inner.duplicates(), 0, "nothing sent twice");
     assert_eq!(count(&ctx.db, EventStatus::Fail).await, 0);
-    assert!(
-        released > 0,
-        "queued events past their start-by time were handed back"
-    );
 }
 
 struct Panics;

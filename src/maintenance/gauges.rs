@@ -1,0 +1,58 @@
+//! The gauge refresher: the backlog gauges, read from the table.
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::OutboxError;
+use crate::ops::Backlog;
+use crate::relay::{Observer, Op, WorkerSummary};
+
+pub use crate::config::DEFAULT_GAUGE_INTERVAL;
+
+/// Refreshes `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` from
+/// [`crate::ops::backlog`] (counts over the status index; one index probe for the age).
+#[derive(Debug, Clone)]
+pub struct GaugeRefresher {
+    db: DatabaseConnection,
+    interval: Duration,
+}
+
+impl GaugeRefresher {
+    /// A refresher over `db`, every `interval` (a worker's `gauge_interval`, default
+    /// [`DEFAULT_GAUGE_INTERVAL`], 15 s).
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when `interval` is zero.
+    pub fn new(db: DatabaseConnection, interval: Duration) -> Result<Self, OutboxError> {
+        if interval.is_zero() {
+            super::invalid("gauge_interval must be greater than zero".into())?;
+        }
+        Ok(GaugeRefresher { db, interval })
+    }
+
+    /// Reads the backlog and sets the gauges; returns what it read.
+    ///
+    /// # Errors
+    /// A database error (the gauges keep their last values).
+    pub async fn run_once(&self) -> Result<Backlog, OutboxError> {
+        let b = crate::ops::backlog(&self.db).await?;
+        crate::metrics::backlog(&b);
+        Ok(b)
+    }
+
+    /// Refreshes every `interval` until `cancel` fires; errors are logged and counted.
+    pub(crate) async fn run(&self, cancel: &CancellationToken, observer: &Observer) {
+        let mut s = WorkerSummary::default();
+        while !cancel.is_cancelled() {
+            if let Err(e) = self.run_once().await {
+                observer.error(&mut s, Op::Gauges, &e, "backlog gauges not refreshed");
+                observer.commit(&mut s);
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+        }
+    }
+}

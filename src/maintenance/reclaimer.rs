@@ -1,0 +1,129 @@
+//! The reclaimer: gives the events of dead or hung senders back to the relay.
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{WorkerConfig, DEFAULT_RECLAIM_INTERVAL, MAX_BATCH_SIZE};
+use crate::error::OutboxError;
+use crate::relay::{Observer, Op, WorkerSummary};
+use crate::store::{self, Reclaimed};
+
+/// Default expired leases per statement: 1,000 ([`crate::store`]'s batch).
+pub const DEFAULT_RECLAIM_BATCH: u64 = store::RECLAIM_BATCH;
+
+/// What the [`Reclaimer`] does and how often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReclaimerConfig {
+    /// A `SENDING` row whose `claimed_at` (database clock) is older than this is reclaimed.
+    pub lease: Duration,
+    /// Reclaims of an event past this many attempts make it a dead letter (`FAIL`).
+    pub max_retries: u32,
+    /// Between passes (default [`DEFAULT_RECLAIM_INTERVAL`], 60 s).
+    pub interval: Duration,
+    /// Expired leases per statement (default [`DEFAULT_RECLAIM_BATCH`]); a pass goes on until a
+    /// batch comes back short.
+    pub batch_size: u64,
+}
+
+impl ReclaimerConfig {
+    /// Reclaims leases older than `lease`, dead-lettering past `max_retries`, with the default
+    /// interval and batch size.
+    pub fn new(lease: Duration, max_retries: u32) -> Self {
+        ReclaimerConfig {
+            lease,
+            max_retries,
+            interval: DEFAULT_RECLAIM_INTERVAL,
+            batch_size: DEFAULT_RECLAIM_BATCH,
+        }
+    }
+
+    /// The worker's settings: its lease, retry limit and `reclaim_interval`.
+    pub fn for_worker(c: &WorkerConfig) -> Self {
+        ReclaimerConfig {
+            interval: c.reclaim_interval,
+            ..Self::new(c.lease, c.retry.max_retries)
+        }
+    }
+
+    /// Sets the expired leases per statement.
+    pub fn batch_size(mut self, n: u64) -> Self {
+        self.batch_size = n;
+        self
+    }
+
+    /// Sets the time between passes.
+    pub fn interval(mut self, d: Duration) -> Self {
+        self.interval = d;
+        self
+    }
+
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when the lease or interval is zero, or the batch size is
+    /// 0 or over [`MAX_BATCH_SIZE`].
+    pub fn validate(&self) -> Result<(), OutboxError> {
+        if self.lease.is_zero() || self.interval.is_zero() {
+            return super::invalid("reclaimer lease and interval must be greater than zero".into());
+        }
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return super::invalid(format!(
+                "reclaimer batch_size must be 1 to {MAX_BATCH_SIZE}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Puts every expired lease back to `WAIT` with `retry_count + 1`, or marks it `FAIL` once its
+/// retries are used up (see [`crate::store`]'s `reclaim_statement` for the SQL: the expired
+/// ids are read without locks, then updated through the primary key with the guards checked
+/// again).
+#[derive(Debug, Clone)]
+pub struct Reclaimer {
+    db: DatabaseConnection,
+    config: ReclaimerConfig,
+}
+
+impl Reclaimer {
+    /// A reclaimer over `db`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] from [`ReclaimerConfig::validate`].
+    pub fn new(db: DatabaseConnection, config: ReclaimerConfig) -> Result<Self, OutboxError> {
+        config.validate()?;
+        Ok(Reclaimer { db, config })
+    }
+
+    /// One pass: batches of at most `batch_size` expired leases until a batch comes back short
+    /// (a million expired leases after an outage are a thousand short statements).
+    ///
+    /// # Errors
+    /// A database error (batches done before it stay done).
+    pub async fn run_once(&self) -> Result<Reclaimed, OutboxError> {
+        let c = &self.config;
+        Ok(store::reclaim_stuck(&self.db, c.lease, c.max_retries, c.batch_size).await?)
+    }
+
+    /// Passes every `interval` (the first at once) until `cancel` fires; errors are logged and
+    /// counted, and the loop goes on.
+    pub(crate) async fn run(&self, cancel: &CancellationToken, observer: &Observer) {
+        let mut s = WorkerSummary::default();
+        while !cancel.is_cancelled() {
+            match self.run_once().await {
+                Ok(r) => observer.reclaimed(&mut s, &r, self.config.lease),
+                Err(e) => observer.error(
+                    &mut s,
+                    Op::Reclaim,
+                    &e,
+                    "outbox reclaim failed; retrying after the interval",
+                ),
+            }
+            observer.commit(&mut s);
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(self.config.interval) => {}
+            }
+        }
+    }
+}

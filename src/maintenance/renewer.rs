@@ -1,0 +1,137 @@
+//! The lease renewer: keeps the leases of a worker's events alive from claim until their
+//! outcome is recorded.
+use std::collections::HashSet;
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+
+use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
+use crate::error::OutboxError;
+use crate::relay::{Inflight, Observer, Op, WorkerSummary};
+use crate::store;
+
+/// Default leases renewed per statement: 1,000.
+pub const DEFAULT_RENEW_BATCH: u64 = 1000;
+
+/// How often the [`LeaseRenewer`] renews, and when it gives up on a send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseRenewerConfig {
+    /// Between renewals (a worker's: a third of its lease).
+    pub interval: Duration,
+    /// A send running longer than this is hung and no longer renewed, so that its lease
+    /// expires and another instance takes over (a worker's: its send timeout + `interval`).
+    pub hung_after: Duration,
+    /// Leases per statement (default [`DEFAULT_RENEW_BATCH`]).
+    pub batch_size: u64,
+}
+
+impl LeaseRenewerConfig {
+    /// The worker's settings: renew every lease/3, give up on a send at send timeout + lease/3.
+    pub fn for_worker(c: &WorkerConfig) -> Self {
+        let interval = c.lease / 3;
+        LeaseRenewerConfig {
+            interval,
+            hung_after: c.send_timeout + interval,
+            batch_size: DEFAULT_RENEW_BATCH,
+        }
+    }
+
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when the interval is zero or the batch size is 0 or over
+    /// [`MAX_BATCH_SIZE`].
+    pub fn validate(&self) -> Result<(), OutboxError> {
+        if self.interval.is_zero() {
+            return super::invalid("lease renewal interval must be greater than zero".into());
+        }
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return super::invalid(format!(
+                "lease renewal batch_size must be 1 to {MAX_BATCH_SIZE}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one renewal did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Renewal {
+    /// Leases extended.
+    pub renewed: u64,
+    /// Events whose lease another instance had reclaimed: their outcome must not be recorded.
+    pub lost: Vec<i64>,
+}
+
+/// Renews leases with `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status
+/// = 'SENDING' AND claim_owner = :owner` (database clock, owner-guarded).
+#[derive(Debug, Clone)]
+pub struct LeaseRenewer {
+    db: DatabaseConnection,
+    owner: String,
+    config: LeaseRenewerConfig,
+}
+
+impl LeaseRenewer {
+    /// A renewer of `owner`'s leases over `db`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`].
+    pub fn new(
+        db: DatabaseConnection,
+        owner: impl Into<String>,
+        config: LeaseRenewerConfig,
+    ) -> Result<Self, OutboxError> {
+        config.validate()?;
+        Ok(LeaseRenewer {
+            db,
+            owner: owner.into(),
+            config,
+        })
+    }
+
+    /// Renews the leases of `ids` in batches of `batch_size`; where a batch renews fewer rows
+    /// than it names, reads which ids are still ours and reports the others lost.
+    ///
+    /// # Errors
+    /// A database error (batches done before it stay done).
+    pub async fn run_once(&self, ids: &[i64]) -> Result<Renewal, OutboxError> {
+        let mut r = Renewal::default();
+        let chunk = usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
+        for ids in ids.chunks(chunk.max(1)) {
+            let n = store::renew_leases(&self.db, ids, &self.owner).await?;
+            r.renewed += n;
+            if n < ids.len() as u64 {
+                let still: HashSet<i64> = store::owned_ids(&self.db, ids, &self.owner)
+                    .await?
+                    .into_iter()
+                    .collect();
+                r.lost.extend(ids.iter().filter(|id| !still.contains(id)));
+            }
+        }
+        Ok(r)
+    }
+
+    /// Renews what `inflight` holds every `interval` until dropped; lost leases are marked in
+    /// `inflight`. Errors are logged and counted, and the loop goes on.
+    pub(crate) async fn run(&self, inflight: &Inflight, observer: &Observer) {
+        let mut s = WorkerSummary::default();
+        loop {
+            tokio::time::sleep(self.config.interval).await;
+            let ids = inflight.renewable(self.config.hung_after);
+            if ids.is_empty() {
+                continue;
+            }
+            match self.run_once(&ids).await {
+                Ok(r) => {
+                    inflight.lose(&r.lost);
+                    observer.renewed(r.renewed, &r.lost);
+                }
+                Err(e) => {
+                    observer.error(&mut s, Op::Renew, &e, "lease renewal failed; retrying");
+                    observer.commit(&mut s);
+                }
+            }
+        }
+    }
+}

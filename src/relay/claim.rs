@@ -1,0 +1,117 @@
+//! Claiming: both strategies (the seed's per-row claim and the batch claim) hand the send slots
+//! at most as many events as they ask for.
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use sea_orm_outbox_entity::event_record::Model;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ClaimStrategy;
+use crate::error::OutboxError;
+use crate::relay::{Inflight, Op, Worker, WorkerSummary};
+use crate::store::{self, Claim};
+
+/// What one claim got.
+pub(crate) struct Claimed {
+    /// The events now leased to this worker, registered in its [`Inflight`].
+    pub(crate) events: Vec<Model>,
+    /// Whether more due events are likely waiting (the claim got all it asked for).
+    pub(crate) more: bool,
+}
+
+/// A worker's claimer. Per-row claiming keeps the candidates of its last read (unlocked, not
+/// yet claimed) so that a worker with few free slots claims one event at a time without
+/// re-reading the table for each; candidates older than `max_age` are read again.
+pub(crate) struct Claimer<'w> {
+    worker: &'w Worker,
+    candidates: VecDeque<Model>,
+    read_at: Instant,
+    /// The last read returned fewer than a batch: the table had no more due rows.
+    read_short: bool,
+    max_age: Duration,
+}
+
+impl<'w> Claimer<'w> {
+    pub(crate) fn new(worker: &'w Worker) -> Self {
+        Claimer {
+            worker,
+            candidates: VecDeque::new(),
+            read_at: Instant::now(),
+            read_short: false,
+            max_age: worker.config.poll_delay,
+        }
+    }
+
+    /// Claims up to `want` due events for this worker and registers them in `inflight`.
+    ///
+    /// # Errors
+    /// A database error before anything was claimed (errors of single per-row claims are
+    /// counted and skipped).
+    pub(crate) async fn claim(
+        &mut self,
+        want: u64,
+        cancel: &CancellationToken,
+        inflight: &Inflight,
+        s: &mut WorkerSummary,
+    ) -> Result<Claimed, OutboxError> {
+        s.rounds += 1;
+        let w = self.worker;
+        let claimed = match w.config.claim_strategy {
+            ClaimStrategy::Batch => {
+                let events = store::claim_batch(&w.db, &w.owner, want).await?;
+                s.candidates += events.len() as u64;
+                let more = events.len() as u64 == want;
+                Claimed { events, more }
+            }
+            ClaimStrategy::PerRow => self.claim_per_row(want, cancel, s).await?,
+        };
+        s.claimed += claimed.events.len() as u64;
+        inflight.claimed(claimed.events.iter().map(|e| e.id));
+        Ok(claimed)
+    }
+
+    /// The seed's claim: candidates read without locks, each claimed by its own conditional
+    /// `UPDATE` decided by `rows_affected`.
+    async fn claim_per_row(
+        &mut self,
+        want: u64,
+        cancel: &CancellationToken,
+        s: &mut WorkerSummary,
+    ) -> Result<Claimed, OutboxError> {
+        let w = self.worker;
+        if self.read_at.elapsed() > self.max_age {
+            self.candidates.clear();
+        }
+        let mut events = Vec::new();
+        let mut read = false;
+        while (events.len() as u64) < want && !cancel.is_cancelled() {
+            let Some(event) = self.candidates.pop_front() else {
+                if read {
+                    break;
+                }
+                let got = store::select_candidates(&w.db, w.config.batch_size).await?;
+                s.candidates += got.len() as u64;
+                self.read_short = (got.len() as u64) < w.config.batch_size;
+                self.read_at = Instant::now();
+                self.candidates = got.into();
+                read = true;
+                if self.candidates.is_empty() {
+                    break;
+                }
+                continue;
+            };
+            match store::claim(&w.db, event.id, event.retry_count, &w.owner).await {
+                Ok(Claim::Won) => events.push(event),
+                Ok(Claim::Lost) => w.observer.claim_lost(s, event.id),
+                Err(e) => w.observer.error(
+                    s,
+                    Op::Claim,
+                    &e.into(),
+                    "claim failed; skipping the event this round",
+                ),
+            }
+        }
+        let more = !(self.candidates.is_empty() && self.read_short);
+        Ok(Claimed { events, more })
+    }
+}

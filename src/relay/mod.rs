@@ -1,0 +1,238 @@
+//! The relay: a worker that claims due events, publishes them and records the outcome.
+//!
+//! Many instances run a worker over the same table at once. No lock is held across broker I/O:
+//! events are claimed by conditional `UPDATE`s (`claim` or `claim_batch`);
+//! the instance whose update took a row holds its lease, the others skip it. Every later
+//! transition is guarded by the owner, so an instance whose lease was reclaimed cannot
+//! overwrite the new owner's outcome. Delivery is at-least-once.
+//!
+//! One event's way, file by file: [`claim`](self) takes it (either strategy) into a free send
+//! slot and into the worker's `Inflight` set; `slots` sends it in a task of its own (`send`);
+//! `outcome` records what became of it, and only then does it leave `Inflight`, whose leases
+//! the [`crate::maintenance::LeaseRenewer`] renews meanwhile. `observe` counts, exports and logs
+//! every outcome in one place.
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::config::WorkerConfig;
+use crate::error::OutboxError;
+use crate::instance::instance_id;
+use crate::maintenance::{
+    GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig,
+};
+use crate::publisher::Publisher;
+use crate::wake::Wake;
+
+mod claim;
+mod inflight;
+mod observe;
+mod outcome;
+mod send;
+mod slots;
+mod summary;
+
+pub(crate) use inflight::Inflight;
+pub(crate) use observe::{Observer, Op};
+pub use summary::WorkerSummary;
+
+/// A relay instance. Run one per service instance (or several, each with its own id); they
+/// coordinate through the table alone. A pool of 4 connections is enough for one worker (a
+/// round, the lease renewal, the reclaim pass and the gauge refresh each use one at a time), 5
+/// on Postgres with wake-on-commit (the `LISTEN` connection holds one); fewer only makes them
+/// wait for each other.
+///
+/// ```no_run
+/// # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
+/// use std::sync::Arc;
+/// use sea_orm_outbox::{LoggingPublisher, Worker, WorkerConfig};
+/// use tokio_util::sync::CancellationToken;
+///
+/// let worker = Worker::new(db, Arc::new(LoggingPublisher), WorkerConfig::default().service_name("order"))?;
+/// let cancel = CancellationToken::new();
+/// let handle = tokio::spawn({ let cancel = cancel.clone(); async move { worker.run(cancel).await } });
+/// // ... on shutdown:
+/// cancel.cancel();
+/// let summary = handle.await.expect("worker task");
+/// # let _ = summary; Ok(()) }
+/// ```
+pub struct Worker {
+    db: DatabaseConnection,
+    publisher: Arc<dyn Publisher>,
+    config: WorkerConfig,
+    owner: String,
+    observer: Observer,
+    reclaimer: Reclaimer,
+    renewer: LeaseRenewer,
+    gauges: Option<GaugeRefresher>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("owner", &self.owner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A worker over `db` sending through `publisher`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`], or when
+    /// `db` is a backend whose feature this crate was built without (`postgres`, `mysql`,
+    /// `sqlite`): the relay would run without that backend's wake-up and error handling.
+    pub fn new(
+        db: DatabaseConnection,
+        publisher: Arc<dyn Publisher>,
+        config: WorkerConfig,
+    ) -> Result<Self, OutboxError> {
+        config.validate()?;
+        crate::store::dialect::check_backend_feature(db.get_database_backend())?;
+        let owner = config
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| instance_id(&config.service_name, None));
+        let reclaimer = Reclaimer::new(db.clone(), ReclaimerConfig::for_worker(&config))?;
+        let renewer = LeaseRenewer::new(
+            db.clone(),
+            owner.clone(),
+            LeaseRenewerConfig::for_worker(&config),
+        )?;
+        let gauges = config
+            .gauge_interval
+            .map(|every| GaugeRefresher::new(db.clone(), every))
+            .transpose()?;
+        Ok(Worker {
+            observer: Observer::new(&owner),
+            db,
+            publisher,
+            config,
+            owner,
+            reclaimer,
+            renewer,
+            gauges,
+        })
+    }
+
+    /// The instance id this worker writes into `claim_owner`.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// The pool this worker uses.
+    pub fn db(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    /// Totals so far.
+    pub fn summary(&self) -> WorkerSummary {
+        self.observer.totals()
+    }
+
+    /// Runs the relay until `cancel` fires, then returns the totals.
+    ///
+    /// Composes the send slots with the maintenance services: up to `send_concurrency` sends
+    /// are in flight, each in a task of its own, and the worker claims only as many events as
+    /// it has free slots (at most `batch_size` per claim), refilling them as sends finish, so a
+    /// send that hangs holds its own slot and nothing else. While a claim gets all it asked for
+    /// (and `drain` is on) the next follows as soon as slots are free; otherwise the worker
+    /// waits `poll_delay` (or, on Postgres with wake-on-commit, a commit's notification). The
+    /// [`Reclaimer`] runs at start and every `reclaim_interval`, the [`LeaseRenewer`] every
+    /// lease/3 over every event from its claim until its outcome is recorded, the
+    /// [`GaugeRefresher`] every `gauge_interval`. Errors are logged and counted; the loops go
+    /// on (a database restart is survived). On cancellation no new claim or send starts, sends
+    /// in flight finish (bounded by the send timeout) and are recorded.
+    pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
+        let span = tracing::info_span!("outbox_worker", owner = %self.owner);
+        let wake = Wake::new(&self.db, self.config.wake_on_commit).await;
+        let inflight = Inflight::default();
+        let signals = slots::Signals::default();
+        let sending = async {
+            let pump = slots::Slots::new(self, &inflight, &cancel).run(&cancel, &signals);
+            tokio::select! {
+                biased;
+                () = pump => {}
+                () = signals.run_timer(wake, self.config.poll_delay) => {}
+                () = self.renew(&inflight) => {}
+            }
+        };
+        let gauges = async {
+            if let Some(g) = &self.gauges {
+                g.run(&cancel, &self.observer).await;
+            }
+        };
+        async { tokio::join!(sending, self.reclaimer.run(&cancel, &self.observer), gauges) }
+            .instrument(span.clone())
+            .await;
+        let total = self.summary();
+        tracing::info!(parent: &span, ?total, "outbox worker stopped");
+        total
+    }
+
+    /// Renews the leases `inflight` holds until dropped (forever without lease renewal).
+    async fn renew(&self, inflight: &Inflight) {
+        if self.config.lease_renewal {
+            self.renewer.run(inflight, &self.observer).await;
+        } else {
+            std::future::pending().await
+        }
+    }
+
+    /// One round: claims up to `batch_size` due events (per the claim strategy) and sends them
+    /// through the slots (up to `send_concurrency` at once, each within the send timeout;
+    /// leases renewed from claim until each outcome is recorded), then returns once every
+    /// outcome is recorded with owner-guarded statements. One event's failure never stops the
+    /// others. When `cancel` fires, no new claim or send starts and unsent events go back to
+    /// `WAIT`.
+    ///
+    /// # Errors
+    /// Only when nothing could be claimed because of the database; errors on single events are
+    /// logged and counted in the returned summary (the event is left to the reclaim).
+    pub async fn run_once(&self, cancel: &CancellationToken) -> Result<WorkerSummary, OutboxError> {
+        let inflight = Inflight::default();
+        let mut round = WorkerSummary::default();
+        let work = async {
+            let mut claimer = claim::Claimer::new(self);
+            let claimed = claimer
+                .claim(self.config.batch_size, cancel, &inflight, &mut round)
+                .await?;
+            slots::Slots::new(self, &inflight, cancel)
+                .drain(claimed.events, cancel, &mut round)
+                .await;
+            Ok(())
+        }
+        .instrument(tracing::debug_span!("outbox_round", owner = %self.owner));
+        let result = tokio::select! {
+            biased;
+            r = work => r,
+            () = self.renew(&inflight) => Ok(()),
+        };
+        let out = round;
+        self.observer.commit(&mut round);
+        result.map(|()| out)
+    }
+
+    /// One reclaim pass ([`Reclaimer::run_once`]): every `SENDING` row whose lease
+    /// (`claimed_at`, database clock) is older than `lease` goes back to `WAIT` with
+    /// `retry_count + 1`, or to `FAIL` once its retries are used up, in batches. Logs the
+    /// count at WARN when there was any; returns how many leases it handled.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn reclaim_once(&self) -> Result<u64, OutboxError> {
+        let r = self.reclaimer.run_once().await?;
+        let mut s = WorkerSummary::default();
+        self.observer.reclaimed(&mut s, &r, self.config.lease);
+        self.observer.commit(&mut s);
+        Ok(r.total())
+    }
+}

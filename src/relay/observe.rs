@@ -1,0 +1,152 @@
+//! The one place that observes what the relay did: each outcome updates the summary, the metric
+//! and the log together, so the three cannot drift.
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::OutboxError;
+use crate::metrics as m;
+use crate::relay::WorkerSummary;
+use crate::store::Reclaimed;
+
+/// The step that met a database error: the `op` label of `outbox_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Claiming events (a batch claim, a candidate read or one per-row claim).
+    Claim,
+    /// Recording an outcome (SUCCESS, retry, FAIL, hand-back).
+    Record,
+    /// Renewing leases.
+    Renew,
+    /// A reclaim pass.
+    Reclaim,
+    /// Refreshing the backlog gauges.
+    Gauges,
+}
+
+impl Op {
+    /// The metric label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Op::Claim => "claim",
+            Op::Record => "record",
+            Op::Renew => "renew",
+            Op::Reclaim => "reclaim",
+            Op::Gauges => "gauges",
+        }
+    }
+}
+
+/// Counts, metrics and logs of one worker. Each method takes the summary `s` it counts into (a
+/// round's, or a service's pass); [`Observer::commit`] adds it to the worker's totals.
+pub(crate) struct Observer {
+    owner: String,
+    totals: Mutex<WorkerSummary>,
+}
+
+impl Observer {
+    pub(crate) fn new(owner: &str) -> Self {
+        Observer {
+            owner: owner.to_owned(),
+            totals: Mutex::new(WorkerSummary::default()),
+        }
+    }
+
+    /// The worker's totals so far.
+    pub(crate) fn totals(&self) -> WorkerSummary {
+        *self.totals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `s` to the totals and empties it.
+    pub(crate) fn commit(&self, s: &mut WorkerSummary) {
+        self.totals.lock().unwrap_or_else(|p| p.into_inner()).add(s);
+        *s = WorkerSummary::default();
+    }
+
+    /// A database error in step `op`; `what` says what is left undone.
+    pub(crate) fn error(&self, s: &mut WorkerSummary, op: Op, e: &OutboxError, what: &str) {
+        s.errors += 1;
+        m::error(op.as_str());
+        tracing::error!(owner = %self.owner, op = op.as_str(), error = %e, "{what}");
+    }
+
+    /// A per-row claim another instance won.
+    pub(crate) fn claim_lost(&self, s: &mut WorkerSummary, event_id: i64) {
+        s.claim_lost += 1;
+        m::claim_lost();
+        tracing::debug!(event_id, owner = %self.owner, "claim lost to another instance; skipping");
+    }
+
+    /// `ids` marked SUCCESS in one statement that changed `applied` rows; the others' leases had
+    /// been reclaimed meanwhile (late acks).
+    pub(crate) fn published(&self, s: &mut WorkerSummary, ids: &[i64], applied: u64) {
+        s.published += applied;
+        m::published(applied);
+        tracing::info!(owner = %self.owner, published = applied, event_ids = ?ids, "events published");
+        let late = (ids.len() as u64).saturating_sub(applied);
+        if late > 0 {
+            self.late_acks(s, late, "leases reclaimed during the send");
+        }
+    }
+
+    /// `n` outcomes not recorded because the lease was lost (`why`).
+    pub(crate) fn late_acks(&self, s: &mut WorkerSummary, n: u64, why: &str) {
+        s.late_acks += n;
+        m::late_acks(n);
+        tracing::warn!(owner = %self.owner, late = n, "{why}; outcome not recorded (late ack)");
+    }
+
+    /// A failed send put back to `WAIT` for attempt `attempt` after `backoff`.
+    pub(crate) fn retried(
+        &self,
+        s: &mut WorkerSummary,
+        attempt: i32,
+        backoff: Duration,
+        error: &str,
+    ) {
+        s.retried += 1;
+        m::retry();
+        tracing::warn!(retry_count = attempt, backoff_ms = backoff.as_millis() as u64, %error, "send failed; will retry");
+    }
+
+    /// A failed send marked `FAIL` (a dead letter).
+    pub(crate) fn dead_lettered(
+        &self,
+        s: &mut WorkerSummary,
+        attempt: i32,
+        permanent: bool,
+        error: &str,
+    ) {
+        s.dead_lettered += 1;
+        m::dead_letters(1);
+        tracing::error!(retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
+    }
+
+    /// `n` claimed events handed back unsent.
+    pub(crate) fn released(&self, s: &mut WorkerSummary, n: u64) {
+        s.released += n;
+        tracing::info!(owner = %self.owner, released = n, "claimed events handed back unsent at shutdown");
+    }
+
+    /// A reclaim pass's result (lease `lease`).
+    pub(crate) fn reclaimed(&self, s: &mut WorkerSummary, r: &Reclaimed, lease: Duration) {
+        s.reclaimed += r.total();
+        s.dead_lettered += r.dead_lettered;
+        if r.total() > 0 {
+            m::reclaimed(r.total());
+            tracing::warn!(owner = %self.owner, reclaimed = r.total(), requeued = r.requeued, dead_lettered = r.dead_lettered,
+                lease_ms = lease.as_millis() as u64, "reclaimed events whose sender died or hung mid-send");
+        }
+        if r.dead_lettered > 0 {
+            m::dead_letters(r.dead_lettered);
+            tracing::error!(owner = %self.owner, count = r.dead_lettered, "events failed by expired leases past the retry limit (FAIL)");
+        }
+    }
+
+    /// A lease renewal: `renewed` leases extended, `lost` found reclaimed by another instance.
+    pub(crate) fn renewed(&self, renewed: u64, lost: &[i64]) {
+        tracing::debug!(owner = %self.owner, renewed, "leases renewed");
+        if !lost.is_empty() {
+            tracing::warn!(owner = %self.owner, gone = ?lost, "lease lost (reclaimed by another instance); these events will not be marked");
+        }
+    }
+}

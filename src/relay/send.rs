@@ -1,0 +1,91 @@
+//! One send: a claimed event published in a task of its own, within the send timeout.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use sea_orm_outbox_entity::event_record::Model;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::PublishError;
+use crate::publisher::{OutboxMessage, Publisher};
+use crate::relay::Inflight;
+
+/// What became of one send.
+pub(crate) enum Sent {
+    /// The broker took it.
+    Ok,
+    /// The publisher failed (or timed out, or panicked).
+    Failed(PublishError),
+    /// Not attempted: shutdown began, or the lease was lost (or, without lease renewal, had too
+    /// little time left) before the send could start.
+    Skipped,
+}
+
+/// A send's result, handed from its slot to the recorder.
+pub(crate) struct Done {
+    /// The event.
+    pub(crate) event: Model,
+    /// What became of it.
+    pub(crate) sent: Sent,
+    /// How long the publish call took (`None` when not attempted); recorded as a metric by
+    /// the recorder, on the worker's task.
+    pub(crate) took: Option<Duration>,
+}
+
+/// What a slot needs to send, cloned into each send's task.
+#[derive(Clone)]
+pub(crate) struct SendContext {
+    pub(crate) publisher: Arc<dyn Publisher>,
+    pub(crate) timeout: Duration,
+    pub(crate) inflight: Inflight,
+    pub(crate) cancel: CancellationToken,
+    /// Without lease renewal: a claim older than this is handed back unsent.
+    pub(crate) start_by: Option<Duration>,
+}
+
+impl SendContext {
+    /// Sends `event` unless shutdown began or its lease cannot cover the send.
+    pub(crate) async fn run(self, event: Model) -> Done {
+        if self.cancel.is_cancelled() || !self.inflight.start(event.id, self.start_by) {
+            return Done {
+                event,
+                sent: Sent::Skipped,
+                took: None,
+            };
+        }
+        let started = Instant::now();
+        let sent = self.send(&event).await;
+        self.inflight.sent(event.id);
+        Done {
+            event,
+            sent,
+            took: Some(started.elapsed()),
+        }
+    }
+
+    /// Publishes one claimed event within the send timeout.
+    async fn send(&self, event: &Model) -> Sent {
+        let message = OutboxMessage::from(event);
+        // A panicking publisher fails this send (retryable) instead of the whole worker.
+        let publish = std::panic::AssertUnwindSafe(self.publisher.publish(&message)).catch_unwind();
+        let result = tokio::time::timeout(self.timeout, publish).await;
+        match result {
+            Ok(Ok(Ok(()))) => Sent::Ok,
+            Ok(Ok(Err(e))) => Sent::Failed(e),
+            Ok(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Sent::Failed(PublishError::retryable(format!(
+                    "publisher panicked: {what}"
+                )))
+            }
+            Err(_) => Sent::Failed(PublishError::retryable(format!(
+                "send timed out after {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
+    }
+}

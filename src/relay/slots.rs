@@ -1,0 +1,232 @@
+//! The send slots: up to `send_concurrency` sends in flight, each in a task of its own. A send
+//! that hangs (or blocks its thread) holds its own slot and nothing else; the worker claims only
+//! as many events as it has free slots and refills them as sends finish.
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use sea_orm_outbox_entity::event_record::Model;
+use tokio::task::{Id, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::relay::claim::Claimer;
+use crate::relay::outcome::Recorder;
+use crate::relay::send::{Done, SendContext};
+use crate::relay::{Inflight, Op, Worker, WorkerSummary};
+
+/// Longest a claim waits for half the slots to come free before it claims for fewer (so that
+/// sends finishing one by one do not each cost a claim statement, and a slow send still does
+/// not hold the others back for long).
+const REFILL_LINGER: Duration = Duration::from_millis(20);
+
+/// A finished send task, as `JoinSet::join_next_with_id` returns it.
+type Joined = Result<(Id, Done), tokio::task::JoinError>;
+
+/// The signals between the pump and the poll timer ([`crate::wake::Wake`]).
+#[derive(Default)]
+pub(crate) struct Signals {
+    /// The pump found no more due events: start the poll delay.
+    arm: tokio::sync::Notify,
+    /// The poll delay passed (or a commit notified): claim again.
+    due: tokio::sync::Notify,
+}
+
+impl Signals {
+    /// The poll timer: after each arm, waits the poll delay (or a notification) and signals due.
+    pub(crate) async fn run_timer(&self, mut wake: crate::wake::Wake, delay: Duration) {
+        loop {
+            self.arm.notified().await;
+            let woken = wake.wait(delay).await;
+            tracing::trace!(?woken, "claim again");
+            self.due.notify_one();
+        }
+    }
+}
+
+/// A worker's slots and the recorder of their outcomes.
+pub(crate) struct Slots<'w> {
+    worker: &'w Worker,
+    tasks: JoinSet<Done>,
+    /// Which event each task sends (to account for a task that died).
+    ids: HashMap<Id, i64>,
+    ctx: SendContext,
+    pub(crate) recorder: Recorder<'w>,
+}
+
+impl<'w> Slots<'w> {
+    pub(crate) fn new(worker: &'w Worker, inflight: &Inflight, cancel: &CancellationToken) -> Self {
+        let c = &worker.config;
+        Slots {
+            worker,
+            tasks: JoinSet::new(),
+            ids: HashMap::new(),
+            ctx: SendContext {
+                publisher: worker.publisher.clone(),
+                timeout: c.send_timeout,
+                inflight: inflight.clone(),
+                cancel: cancel.clone(),
+                // Without renewal a claimed event's lease runs from its claim: start its send
+                // only while the send timeout still fits in the lease.
+                start_by: (!c.lease_renewal).then(|| c.lease.saturating_sub(c.send_timeout)),
+            },
+            recorder: Recorder::new(worker, inflight),
+        }
+    }
+
+    fn free(&self) -> usize {
+        self.worker
+            .config
+            .send_concurrency
+            .saturating_sub(self.tasks.len())
+    }
+
+    /// Starts the send of `event` in a task of its own.
+    fn spawn(&mut self, event: Model) {
+        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner);
+        let id = event.id;
+        let handle = self
+            .tasks
+            .spawn(self.ctx.clone().run(event).instrument(span));
+        self.ids.insert(handle.id(), id);
+    }
+
+    /// Records the send that just finished (`first`, from `join_next_with_id`, which is
+    /// cancel-safe) together with every other one already done.
+    async fn collect(&mut self, first: Option<Joined>, s: &mut WorkerSummary) {
+        let mut done = Vec::new();
+        let mut next = first;
+        while let Some(joined) = next {
+            match joined {
+                Ok((task, d)) => {
+                    self.ids.remove(&task);
+                    done.push(d);
+                }
+                Err(e) => {
+                    // A send task that died (the runtime is shutting down): its event stays
+                    // SENDING under our lease, for the reclaim.
+                    let id = self.ids.remove(&e.id());
+                    self.worker.observer.error(
+                        s,
+                        Op::Record,
+                        &crate::OutboxError::InvalidConfig(format!("send task ended: {e}")),
+                        &format!(
+                            "send of event {id:?} ended without an outcome; left to the reclaim"
+                        ),
+                    );
+                    if let Some(id) = id {
+                        self.ctx.inflight.finish(&[id]);
+                    }
+                }
+            }
+            next = self.tasks.try_join_next_with_id();
+        }
+        self.recorder.record(done, s).await;
+    }
+
+    /// The worker's main loop: claims into free slots while events are due, records outcomes
+    /// as sends finish, and waits on `signals` when nothing is due. On cancellation no new
+    /// claim or send starts; sends in flight finish (within the send timeout) and are recorded.
+    pub(crate) async fn run(mut self, cancel: &CancellationToken, signals: &Signals) {
+        let w = self.worker;
+        let c = &w.config;
+        let refill_at = (c.send_concurrency.min(c.batch_size as usize) / 2).max(1);
+        let mut claimer = Claimer::new(w);
+        let mut due = true;
+        let mut refill_by: Option<Instant> = None;
+        let mut s = WorkerSummary::default();
+        loop {
+            let stopping = cancel.is_cancelled();
+            if stopping && self.tasks.is_empty() {
+                break;
+            }
+            let free = self.free();
+            if !stopping && due && free > 0 {
+                let lingered = refill_by.is_some_and(|t| t <= Instant::now());
+                if free >= refill_at || self.tasks.is_empty() || lingered {
+                    refill_by = None;
+                    let want = (free as u64).min(c.batch_size);
+                    let inflight = self.ctx.inflight.clone();
+                    match claimer.claim(want, cancel, &inflight, &mut s).await {
+                        Ok(got) => {
+                            due = got.more && c.drain;
+                            for event in got.events {
+                                self.spawn(event);
+                            }
+                        }
+                        Err(e) => {
+                            let what = "outbox claim failed; retrying after the poll delay";
+                            w.observer.error(&mut s, Op::Claim, &e, what);
+                            due = false;
+                        }
+                    }
+                    if !due {
+                        signals.arm.notify_one();
+                    }
+                    w.observer.commit(&mut s);
+                    continue;
+                }
+                refill_by.get_or_insert_with(|| Instant::now() + REFILL_LINGER);
+            }
+            if self.tasks.is_empty() && self.recorder.pending() {
+                self.recorder.flush(&mut s).await;
+                w.observer.commit(&mut s);
+                continue;
+            }
+            let flush_at = self.recorder.flush_at();
+            tokio::select! {
+                joined = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.collect(joined, &mut s).await;
+                }
+                () = sleep_until(flush_at), if flush_at.is_some() => self.recorder.flush(&mut s).await,
+                () = sleep_until(refill_by), if refill_by.is_some() && due => {}
+                () = signals.due.notified(), if !due && !stopping => due = true,
+                () = cancel.cancelled(), if !stopping => {}
+            }
+            w.observer.commit(&mut s);
+        }
+        self.recorder.flush(&mut s).await;
+        w.observer.commit(&mut s);
+    }
+
+    /// One round's sends: `events` (already claimed) through the slots, every outcome recorded.
+    /// Events wait for a free slot in claim order, lease-protected (and renewed) meanwhile; at
+    /// cancellation the ones not started go back to `WAIT`.
+    pub(crate) async fn drain(
+        mut self,
+        events: Vec<Model>,
+        cancel: &CancellationToken,
+        s: &mut WorkerSummary,
+    ) {
+        let mut queue: VecDeque<Model> = events.into();
+        loop {
+            if cancel.is_cancelled() && !queue.is_empty() {
+                let unsent: Vec<i64> = queue.drain(..).map(|e| e.id).collect();
+                self.recorder.release(&unsent, s).await;
+            }
+            while self.free() > 0 {
+                let Some(event) = queue.pop_front() else {
+                    break;
+                };
+                self.spawn(event);
+            }
+            if self.tasks.is_empty() {
+                break;
+            }
+            let flush_at = self.recorder.flush_at();
+            tokio::select! {
+                joined = self.tasks.join_next_with_id() => self.collect(joined, s).await,
+                () = sleep_until(flush_at), if flush_at.is_some() => self.recorder.flush(s).await,
+            }
+        }
+        self.recorder.flush(s).await;
+    }
+}
+
+/// Sleeps until `at` (never, for `None`; callers guard that branch).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,137 @@
+//! The maintenance services' `run_once`, called directly (issue 11): the reclaimer works in
+//! bounded batches, the lease renewer reports lost leases, the gauge refresher reads the
+//! backlog. Run on Postgres, MariaDB and SQLite (see `tests/common`).
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{count, event, TestContext};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
+use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm_outbox::maintenance::{
+    GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig,
+};
+use sea_orm_outbox::store::{self, dialect};
+use sea_orm_outbox::{EventStatus, NewEvent, OutboxExt, WorkerConfig};
+
+backend_tests!(
+    reclaimer_reclaims_more_than_a_batch_in_several_statements,
+    lease_renewer_renews_and_reports_lost_leases,
+    gauge_refresher_reads_the_backlog,
+);
+
+/// Inserts `n` events in one transaction and claims them all for `owner`; returns their ids.
+async fn claimed(ctx: &TestContext, n: usize, owner: &str) -> Vec<i64> {
+    let txn = ctx.db.begin().await.expect("begin");
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let e = NewEvent::raw(format!("M-{i}"), "ORDER_CREATED", "{}").notify_relays(false);
+        ids.push(txn.with_event(e).await.expect("insert"));
+    }
+    txn.commit().await.expect("commit");
+    let got = store::claim_batch(&ctx.db, owner, n as u64)
+        .await
+        .expect("claim");
+    assert_eq!(got.len(), n);
+    ids
+}
+
+/// Ages the leases of `ids` by a minute (database clock).
+async fn expire(ctx: &TestContext, ids: &[i64]) {
+    let backend = ctx.db_backend();
+    Events::update_many()
+        .col_expr(
+            Column::ClaimedAt,
+            dialect::now_minus(backend, Duration::from_secs(60)),
+        )
+        .filter(Column::Id.is_in(ids.to_vec()))
+        .exec(&ctx.db)
+        .await
+        .expect("age");
+}
+
+/// 25 expired leases, batches of 10: all reclaimed by one `run_once`, in three batches (each a
+/// read of the ids and two guarded updates), counted through SeaORM's metric callback.
+async fn reclaimer_reclaims_more_than_a_batch_in_several_statements(ctx: &TestContext) {
+    let ids = claimed(ctx, 26, "died").await;
+    expire(ctx, &ids[..25]).await;
+    let mut db = ctx.pool(2).await;
+    let updates = Arc::new(AtomicUsize::new(0));
+    db.set_metric_callback({
+        let updates = updates.clone();
+        move |info| {
+            if info
+                .statement
+                .sql
+                .trim_start()
+                .to_uppercase()
+                .starts_with("UPDATE")
+            {
+                updates.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let config = ReclaimerConfig::new(Duration::from_secs(30), 3).batch_size(10);
+    let reclaimer = Reclaimer::new(db, config).expect("reclaimer");
+    let r = reclaimer.run_once().await.expect("reclaim");
+    assert_eq!((r.requeued, r.dead_lettered), (25, 0));
+    assert_eq!(
+        updates.load(Ordering::SeqCst),
+        6,
+        "two guarded UPDATEs per batch of 10, 10, 5"
+    );
+    assert_eq!(count(&ctx.db, EventStatus::Wait).await, 25);
+    assert_eq!(
+        event(&ctx.db, ids[25]).await.status,
+        EventStatus::Sending,
+        "a fresh lease"
+    );
+    assert_eq!(reclaimer.run_once().await.expect("again").total(), 0);
+    assert!(Reclaimer::new(
+        ctx.db.clone(),
+        ReclaimerConfig::new(Duration::from_secs(30), 3).batch_size(0)
+    )
+    .is_err());
+}
+
+/// The renewer extends the leases still ours and reports the one another instance reclaimed.
+async fn lease_renewer_renews_and_reports_lost_leases(ctx: &TestContext) {
+    let ids = claimed(ctx, 5, "me").await;
+    expire(ctx, &ids).await;
+    // Another instance reclaims (and re-claims) the third.
+    Events::update_many()
+        .col_expr(Column::ClaimOwner, sea_orm::sea_query::Expr::val("other"))
+        .filter(Column::Id.eq(ids[2]))
+        .exec(&ctx.db)
+        .await
+        .expect("steal");
+    let mut config = LeaseRenewerConfig::for_worker(&WorkerConfig::default());
+    config.batch_size = 2;
+    let renewer = LeaseRenewer::new(ctx.db.clone(), "me", config).expect("renewer");
+    let r = renewer.run_once(&ids).await.expect("renew");
+    assert_eq!((r.renewed, r.lost.clone()), (4, vec![ids[2]]));
+    // Renewed by the database clock: no longer expired for a 30 s lease.
+    let reclaimer = Reclaimer::new(
+        ctx.db.clone(),
+        ReclaimerConfig::new(Duration::from_secs(30), 3),
+    )
+    .expect("reclaimer");
+    assert_eq!(
+        reclaimer.run_once().await.expect("reclaim").total(),
+        1,
+        "only the stolen one"
+    );
+}
+
+/// The gauge refresher reads the backlog by status.
+async fn gauge_refresher_reads_the_backlog(ctx: &TestContext) {
+    claimed(ctx, 3, "me").await;
+    let e = NewEvent::raw("G-1", "ORDER_CREATED", "{}");
+    ctx.db.with_event(e).await.expect("insert");
+    let g = GaugeRefresher::new(ctx.db.clone(), Duration::from_secs(15)).expect("refresher");
+    let b = g.run_once().await.expect("backlog");
+    assert_eq!((b.wait, b.sending, b.fail), (1, 3, 0));
+    assert!(GaugeRefresher::new(ctx.db.clone(), Duration::ZERO).is_err());
+}
