@@ -1,0 +1,86 @@
+//! The consumer that counts what arrived: a lite-pull consumer in a group of the run's own,
+//! recording every reception of every `eventId`.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use sea_orm_outbox::publisher::RocketMqConsumer;
+
+use crate::scratch::BoxError;
+use crate::Run;
+
+/// What the consumer received.
+#[derive(Default)]
+pub struct Received {
+    /// Receptions per event id.
+    pub per_event: HashMap<i64, u32>,
+    /// Where each reception came from: (queue id, queue offset, commit-log offset).
+    pub places: HashMap<i64, Vec<(i32, i64, i64)>>,
+    /// Every message received.
+    pub total: u64,
+    /// Messages without an `eventId`.
+    pub without_id: u64,
+}
+
+/// The consumer task of a run.
+pub struct Consumer {
+    received: Arc<Mutex<Received>>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Consumer {
+    /// Starts consuming the run's topic in the group `chaos_cg_<run id>` (creating the topic
+    /// when missing).
+    pub async fn start(run: &Run) -> Result<Self, BoxError> {
+        let consumer =
+            RocketMqConsumer::start(&run.namesrv, &format!("chaos_cg_{}", run.id), &run.topic)
+                .await?;
+        let received = Arc::new(Mutex::new(Received::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let received = received.clone();
+            let stop = stop.clone();
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let batch = consumer.poll(Duration::from_millis(500)).await;
+                    let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
+                    for m in batch {
+                        r.total += 1;
+                        match m.event_id {
+                            Some(id) => {
+                                *r.per_event.entry(id).or_default() += 1;
+                                r.places.entry(id).or_default().push((
+                                    m.queue_id,
+                                    m.queue_offset,
+                                    m.commit_log_offset,
+                                ));
+                            }
+                            None => r.without_id += 1,
+                        }
+                    }
+                }
+                consumer.shutdown().await;
+            }
+        });
+        Ok(Consumer {
+            received,
+            stop,
+            task,
+        })
+    }
+
+    /// What was received so far.
+    pub fn received(&self) -> MutexGuard<'_, Received> {
+        self.received.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops consuming; returns everything received.
+    pub async fn stop(self) -> Received {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.ok();
+        let mut r = self.received.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *r)
+    }
+}

@@ -1,0 +1,153 @@
+//! The counts at the end of a run (the `workers:` line, the diagnostics line and the figures of
+//! the summary), and the diagnosis of lost events.
+use std::collections::HashSet;
+use std::time::Duration;
+
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QuerySelect};
+use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm_outbox::publisher::RocketMqConsumer;
+
+use crate::consumer::Received;
+use crate::fleet::{count_in_logs, grep_logs, sum_from_logs, Fleet};
+use crate::scratch::BoxError;
+use crate::supervise::rows;
+use crate::writers::Writers;
+use crate::{log, Run};
+
+/// The figures of the summary line.
+pub struct Tally {
+    /// Event rows written.
+    pub events: usize,
+    /// Rows `SUCCESS`.
+    pub success: usize,
+    /// Rows `FAIL` (dead letters).
+    pub fail: usize,
+    /// Rows not `FAIL` that the consumer never received.
+    pub lost_ids: Vec<i64>,
+    /// `lost_ids.len()`.
+    pub lost: u64,
+    /// Receptions beyond the first per event id.
+    pub duplicates: u64,
+    /// Expired leases taken back by the workers' reclaim passes (from their logs).
+    pub reclaimed: u64,
+}
+
+impl Tally {
+    /// Counts the rows against what was `received`, logs the diagnostics line (with whether
+    /// the outbox `drained`) and prints the `workers:` line.
+    pub async fn count(
+        run: &Run,
+        db: &DatabaseConnection,
+        received: &Received,
+        fleet: &Fleet,
+        writers: &Writers,
+        drained: bool,
+    ) -> Result<Self, BoxError> {
+        let (r, log_dir) = (received, &run.log_dir);
+        let all = rows(db).await?;
+        let success = all.iter().filter(|(_, s)| s == "SUCCESS").count();
+        let fail = all.iter().filter(|(_, s)| s == "FAIL").count();
+        let other = all.len() - success - fail;
+        let lost_ids: Vec<i64> = all
+            .iter()
+            .filter(|(id, s)| s != "FAIL" && !r.per_event.contains_key(id))
+            .map(|(id, _)| *id)
+            .collect();
+        let distinct = r.per_event.len() as u64;
+        let duplicates = r.per_event.values().map(|n| u64::from(n - 1)).sum::<u64>();
+        let written: HashSet<i64> = all.iter().map(|(id, _)| *id).collect();
+        let foreign = r
+            .per_event
+            .keys()
+            .filter(|id| !written.contains(id))
+            .count();
+        let reclaimed = sum_from_logs(log_dir, "reclaimed events whose sender", "reclaimed");
+        let late_acks = count_in_logs(log_dir, "late ack");
+        let retried = count_in_logs(log_dir, "send failed; will retry");
+        let db_errors = count_in_logs(log_dir, "outbox round failed")
+            + count_in_logs(log_dir, "outbox reclaim failed");
+        let max_retry: Option<i32> = Events::find()
+            .select_only()
+            .column_as(Column::RetryCount.max(), "m")
+            .into_tuple()
+            .one(db)
+            .await
+            .ok()
+            .flatten()
+            .flatten();
+        log(format!(
+            "drained={drained} rows={} other_status={other} received={} distinct={distinct} \
+             without_event_id={} foreign={foreign} write_retries={} workers_started={} \
+             unexpected_exits={} late_acks={late_acks} send_retries={retried} db_errors_logged={db_errors} \
+             max_retry_count={}",
+            all.len(),
+            r.total,
+            r.without_id,
+            writers.errors(),
+            fleet.spawned,
+            fleet.unexpected_exits,
+            max_retry.unwrap_or(0),
+        ));
+        println!(
+            "workers: started={} killed={} unexpected_exits={} duplicate_bound={} (kills x batch)",
+            fleet.spawned,
+            fleet.kills,
+            fleet.unexpected_exits,
+            fleet.kills * run.args.batch
+        );
+        Ok(Tally {
+            events: all.len(),
+            success,
+            fail,
+            lost: lost_ids.len() as u64,
+            lost_ids,
+            duplicates,
+            reclaimed,
+        })
+    }
+}
+
+/// Where the broker said it stored the lost events and where the duplicates came from (the
+/// relays log every SEND_OK with its queue and offset at DEBUG); then whether the lost events
+/// are in the broker after all: a fresh consumer group reads the whole topic again.
+pub async fn diagnose_lost(run: &Run, lost_ids: &[i64], r: &Received) {
+    let log_dir = &run.log_dir;
+    for id in lost_ids.iter().take(10) {
+        for line in grep_logs(log_dir, &format!("RocketMQ send ok event_id={id} ")) {
+            log(format!("lost event {id}: {line}"));
+        }
+    }
+    for (id, places) in r.places.iter().filter(|(_, p)| p.len() > 1).take(10) {
+        log(format!(
+            "event {id} received {} times at (queue, queue offset, commit-log offset) {places:?}",
+            places.len()
+        ));
+        for line in grep_logs(log_dir, &format!("RocketMQ send ok event_id={id} ")) {
+            log(format!("duplicated event {id}: {line}"));
+        }
+    }
+    // Lost by the broker, or missed by the consumer? Read the whole topic again from its
+    // first offset in a fresh consumer group.
+    let group = format!("chaos_reread_{}", run.id);
+    match RocketMqConsumer::start(&run.namesrv, &group, &run.topic).await {
+        Ok(again) => {
+            let wanted: HashSet<i64> = lost_ids.iter().copied().collect();
+            let got = again
+                .collect_until(Duration::from_secs(60), |got| {
+                    let ids: HashSet<i64> = got.iter().filter_map(|m| m.event_id).collect();
+                    wanted.is_subset(&ids)
+                })
+                .await;
+            let ids: HashSet<i64> = got.iter().filter_map(|m| m.event_id).collect();
+            let in_broker = lost_ids.iter().filter(|id| ids.contains(id)).count();
+            log(format!(
+                "re-read of the topic by a fresh consumer group: {} messages; {in_broker} of the {} lost events ARE in the broker (missed by the first consumer), {} are not",
+                got.len(),
+                lost_ids.len(),
+                lost_ids.len() - in_broker
+            ));
+            again.shutdown().await;
+        }
+        Err(e) => log(format!("re-read consumer did not start: {e}")),
+    }
+}
