@@ -14,6 +14,14 @@
 //! `OUTBOX_TOPIC` optional) the events go to RocketMQ instead of an in-memory publisher, and a
 //! consumer in a fresh group reads them back: the summary line then ends with
 //! `received=N received_duplicates=D` (this run's events only).
+#[path = "common/logging.rs"]
+mod logging;
+/// The demo's own business table, `demo_orders`.
+#[path = "common/order.rs"]
+mod order;
+#[path = "common/pool.rs"]
+mod pool;
+
 use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::test_support::wait_until;
 use std::collections::HashSet;
@@ -24,8 +32,8 @@ use async_trait::async_trait;
 
 use clap::Parser;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection,
-    EntityTrait, NotSet, PaginatorTrait, QueryFilter, Schema,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, NotSet,
+    PaginatorTrait, QueryFilter, Schema,
 };
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
@@ -48,26 +56,6 @@ impl Publisher for Recording {
         }
         self.log.publish(m).await
     }
-}
-
-/// The demo's own business table.
-mod order {
-    use sea_orm::entity::prelude::*;
-
-    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
-    #[sea_orm(table_name = "demo_orders")]
-    pub struct Model {
-        #[sea_orm(primary_key)]
-        pub id: i64,
-        #[sea_orm(unique)]
-        pub order_no: String,
-        pub amount_cents: i64,
-    }
-
-    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
-    pub enum Relation {}
-
-    impl ActiveModelBehavior for ActiveModel {}
 }
 
 #[derive(Parser, Debug)]
@@ -94,10 +82,10 @@ struct Args {
     metrics_addr: Option<std::net::SocketAddr>,
 }
 
+/// A pool of at most `max` connections (waiting up to sqlx's default 30 s for one); on SQLite,
+/// a writer waits up to 10 s for the database lock.
 async fn connect(url: &str, max: u32) -> Result<DatabaseConnection, sea_orm::DbErr> {
-    let mut opt = ConnectOptions::new(url.to_owned());
-    opt.max_connections(max).sqlx_logging(false);
-    let db = Database::connect(opt).await?;
+    let db = pool::connect(url, max, Duration::from_secs(30)).await?;
     if db.get_database_backend() == sea_orm::DbBackend::Sqlite {
         db.execute_unprepared("PRAGMA busy_timeout = 10000").await?;
     }
@@ -106,11 +94,7 @@ async fn connect(url: &str, max: u32) -> Result<DatabaseConnection, sea_orm::DbE
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    logging::init();
     let args = Args::parse();
     if let Some(addr) = args.metrics_addr {
         #[cfg(feature = "prometheus")]

@@ -9,6 +9,9 @@
 //! Each message is handled by [`consume_once`] in ONE transaction with the points update: the
 //! outbox event id (`eventId` property) is recorded in `t_consumed_message` first, so a second
 //! delivery of the same event is acknowledged without adding points again.
+#[path = "common/logging.rs"]
+mod logging;
+
 use std::time::Duration;
 
 use clap::Parser;
@@ -86,11 +89,7 @@ async fn add_points(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    logging::init();
     let args = Args::parse();
     let db = Database::connect(&args.database_url).await?;
     // t_consumed_message comes with the outbox migrations.
