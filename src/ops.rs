@@ -12,17 +12,15 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect, QueryTrait, TransactionSession, TransactionTrait,
+    ConnectionTrait, DbErr, PaginatorTrait, QueryTrait, TransactionSession, TransactionTrait,
 };
-use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 use serde::Serialize;
 
 use crate::error::{is_transient, OutboxError};
-use crate::store::{self, dialect};
+use crate::store::{self, admin, dialect};
 
 /// A snapshot of the outbox table, from [`stats`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -67,9 +65,7 @@ pub async fn stats<C: ConnectionTrait>(
     let counts = count_by_status(db, None).await?;
     let count = |status: EventStatus| counts.get(status);
     let oldest_wait_age_seconds = oldest_wait_age(db, Column::CreateTime).await?;
-    let sending_over_lease = Entity::find()
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+    let sending_over_lease = admin::sending_over_lease_query(backend, lease)
         .count(db)
         .await?;
     let fail = count(EventStatus::Fail);
@@ -141,15 +137,11 @@ async fn count_by_status<C: ConnectionTrait>(
     db: &C,
     only: Option<&[EventStatus]>,
 ) -> Result<StatusCounts, OutboxError> {
-    let mut q = Entity::find()
-        .select_only()
-        .column(Column::Status)
-        .column_as(Expr::col(Column::Id).count(), "n");
-    if let Some(only) = only {
-        q = q.filter(Column::Status.is_in(only.iter().map(|s| s.as_str())));
-    }
     Ok(StatusCounts(
-        q.group_by(Column::Status).into_tuple().all(db).await?,
+        admin::count_by_status_query(only)
+            .into_tuple()
+            .all(db)
+            .await?,
     ))
 }
 
@@ -160,14 +152,11 @@ async fn oldest_wait_age<C: ConnectionTrait>(
     db: &C,
     column: Column,
 ) -> Result<Option<f64>, OutboxError> {
-    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = Entity::find()
-        .select_only()
-        .column_as(Expr::col(column).min(), "oldest")
-        .column_as(dialect::now(db.get_database_backend()), "now")
-        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
-        .into_tuple()
-        .one(db)
-        .await?;
+    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> =
+        admin::oldest_wait_query(db.get_database_backend(), column)
+            .into_tuple()
+            .one(db)
+            .await?;
     Ok(match oldest {
         Some((Some(oldest), now)) => {
             Some(((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0))
@@ -183,13 +172,7 @@ async fn oldest_wait_age<C: ConnectionTrait>(
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), OutboxError> {
-    let _: Option<i64> = Entity::find()
-        .select_only()
-        .column(Column::Id)
-        .limit(1)
-        .into_tuple()
-        .one(db)
-        .await?;
+    let _: Option<i64> = admin::check_table_query().into_tuple().one(db).await?;
     Ok(())
 }
 
@@ -203,12 +186,7 @@ pub async fn dead_letters<C: ConnectionTrait>(
     db: &C,
     limit: u64,
 ) -> Result<Vec<Model>, OutboxError> {
-    Ok(Entity::find()
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
-        .order_by_asc(Column::Id)
-        .limit(limit)
-        .all(db)
-        .await?)
+    Ok(admin::dead_letters_query(limit).all(db).await?)
 }
 
 /// Outcome of an operation on one dead letter ([`retry_dead`], [`discard_dead`]).
@@ -219,19 +197,6 @@ pub enum DeadLetterOutcome {
     Applied,
     /// No `FAIL` row has that id (no such event, or it is not a dead letter): nothing changed.
     NotDeadLetter,
-}
-
-/// The update shared by [`retry_dead`] and [`retry_all_dead`].
-fn retry_dead_update(backend: sea_orm::DbBackend) -> sea_orm::UpdateMany<Entity> {
-    let now = dialect::now(backend);
-    Entity::update_many()
-        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
-        .col_expr(Column::RetryCount, Expr::val(0))
-        .col_expr(Column::NextRetryTime, now.clone())
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::UpdateTime, now)
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
 }
 
 /// Gives dead letter `id` a fresh start: `FAIL` → `WAIT`, `retry_count` 0, due now, lease
@@ -247,7 +212,7 @@ pub async fn retry_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let update = retry_dead_update(db.get_database_backend()).filter(Column::Id.eq(id));
+    let update = admin::retry_dead_statement(db.get_database_backend(), &[id]);
     Ok(outcome(store::exec_by_ids(db, &update).await?))
 }
 
@@ -269,20 +234,14 @@ pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxErr
     // the loop ends even while relays keep dead-lettering.
     let mut after = i64::MIN;
     loop {
-        let ids: Vec<i64> = Entity::find()
-            .select_only()
-            .column(Column::Id)
-            .filter(Column::Status.eq(EventStatus::Fail.as_str()))
-            .filter(Column::Id.gt(after))
-            .order_by_asc(Column::Id)
-            .limit(batch)
+        let ids: Vec<i64> = admin::dead_letter_ids_query(after, batch)
             .into_tuple()
             .all(db)
             .await?;
         let Some(&last) = ids.last() else { break };
         after = last;
         let n = ids.len() as u64;
-        let update = retry_dead_update(backend).filter(Column::Id.is_in(ids));
+        let update = admin::retry_dead_statement(backend, &ids);
         total += store::exec_by_ids(db, &update).await?;
         if n < batch {
             break;
@@ -302,9 +261,7 @@ pub async fn discard_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let delete = Entity::delete_many()
-        .filter(Column::Id.eq(id))
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()));
+    let delete = admin::discard_dead_statement(id);
     Ok(outcome(store::exec_by_ids(db, &delete).await?))
 }
 
@@ -320,13 +277,7 @@ where
 {
     let backend = db.get_database_backend();
     let txn = db.begin().await?;
-    let ids: Vec<i64> = Entity::find()
-        .select_only()
-        .column(Column::Id)
-        .filter(Column::Status.eq(EventStatus::Success.as_str()))
-        .filter(Expr::col(Column::UpdateTime).lt(dialect::now_minus(backend, older_than)))
-        .order_by_asc(Column::Id)
-        .limit(batch)
+    let ids: Vec<i64> = admin::purge_ids_query(backend, older_than, batch)
         .into_tuple()
         .all(&txn)
         .await?;
@@ -334,9 +285,7 @@ where
     let deleted = if ids.is_empty() {
         0
     } else {
-        let delete = Entity::delete_many()
-            .filter(Column::Id.is_in(ids))
-            .filter(Column::Status.eq(EventStatus::Success.as_str()));
+        let delete = admin::purge_statement(&ids);
         // Not retried inside the transaction (a MySQL deadlock ends it): the whole batch is.
         txn.execute_raw(dialect::by_primary_key(backend, delete.build(backend))?)
             .await?

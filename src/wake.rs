@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 #[cfg(feature = "postgres")]
+use crate::store::Dialect;
+#[cfg(feature = "postgres")]
 use sea_orm::sqlx::postgres::PgListener;
 use sea_orm::DatabaseConnection;
-#[cfg(feature = "postgres")]
-use sea_orm::DbBackend;
 
 #[cfg(feature = "postgres")]
 use crate::store::dialect::WAKE_CHANNEL;
@@ -45,7 +45,7 @@ impl Wake {
     /// one connection of `db`'s pool.
     pub(crate) async fn new(db: &DatabaseConnection, enabled: bool) -> Self {
         #[cfg(feature = "postgres")]
-        let db = (enabled && db.get_database_backend() == DbBackend::Postgres).then(|| db.clone());
+        let db = (enabled && Dialect::of(db.get_database_backend()).listen()).then(|| db.clone());
         #[cfg(not(feature = "postgres"))]
         let db = {
             let _ = (db, enabled);

@@ -139,3 +139,61 @@ fn reclaim() {
 fn consumed_record() {
     insta::assert_snapshot!(render(|b| consumed::record_statement(b, "points", "42")));
 }
+
+/// The statements of `ops` (the `outbox` tool): stats, dead letters, retention.
+#[test]
+fn admin() {
+    use sea_orm::EntityTrait;
+    use sea_orm_outbox::event_record::Column;
+    use store::admin;
+    let lease = Duration::from_secs(600);
+    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+    insta::assert_snapshot!(
+        "admin_count_by_status",
+        render(|b| admin::count_by_status_query(Some(&open)).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_oldest_wait",
+        render(|b| admin::oldest_wait_query(b, Column::NextRetryTime).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_sending_over_lease",
+        render(|b| admin::sending_over_lease_query(b, lease).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_check_table",
+        render(|b| admin::check_table_query().build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_dead_letters",
+        render(|b| admin::dead_letters_query(50).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_dead_letter_ids",
+        render(|b| admin::dead_letter_ids_query(7, store::RECLAIM_BATCH).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_retry_dead",
+        render(|b| by_id(b, &admin::retry_dead_statement(b, &[7, 8])))
+    );
+    insta::assert_snapshot!(
+        "admin_discard_dead",
+        render(|b| by_id(b, &admin::discard_dead_statement(7)))
+    );
+    insta::assert_snapshot!(
+        "admin_purge_ids",
+        render(|b| admin::purge_ids_query(b, Duration::from_secs(86_400), 1000).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_purge",
+        render(|b| by_id(b, &admin::purge_statement(&[7, 8])))
+    );
+    insta::assert_snapshot!(
+        "owned_ids",
+        render(|b| store::owned_ids_query(&[7, 8], "me").build(b))
+    );
+    insta::assert_snapshot!(
+        "find_event",
+        render(|b| sea_orm_outbox::event_record::Entity::find_by_id(7).build(b))
+    );
+}

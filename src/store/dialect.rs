@@ -22,8 +22,10 @@
 //! seconds (SQLite) formatted by this module from a [`Duration`], so no user text reaches SQL.
 use std::time::Duration;
 
-use sea_orm::sea_query::{Expr, InsertStatement, IntoIden, OnConflict};
+use sea_orm::sea_query::{Expr, InsertStatement, IntoIden};
 use sea_orm::{DbBackend, DbErr, Statement};
+
+pub use super::backend::Dialect;
 
 /// `now` on `backend`'s clock.
 pub fn now(backend: DbBackend) -> Expr {
@@ -40,31 +42,9 @@ pub fn now_minus(backend: DbBackend, d: Duration) -> Expr {
     Expr::cust(now_sql(backend, Some(('-', d))))
 }
 
-/// The SQL text of `now` or `now ± d`.
+/// The SQL text of `now` or `now ± d` (the table above).
 pub fn now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
-    match (backend, offset) {
-        (DbBackend::Postgres, None) => "CURRENT_TIMESTAMP".to_owned(),
-        (DbBackend::Postgres, Some((sign, d))) => {
-            format!(
-                "(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')",
-                d.as_micros()
-            )
-        }
-        (DbBackend::MySql, None) => "UTC_TIMESTAMP(6)".to_owned(),
-        (DbBackend::MySql, Some((sign, d))) => {
-            format!(
-                "(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)",
-                d.as_micros()
-            )
-        }
-        // SQLite, and any backend added later that speaks its dialect.
-        (_, None) => "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')".to_owned(),
-        (_, Some((sign, d))) => format!(
-            "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now', '{sign}{}.{:06} seconds')",
-            d.as_secs(),
-            d.subsec_micros()
-        ),
-    }
+    Dialect::of(backend).now_sql(offset)
 }
 
 /// Whether `INSERT ... RETURNING id` is the way to learn a new row's id on `backend`.
@@ -72,13 +52,13 @@ pub fn now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
 /// Postgres and SQLite (3.35+) return it; MySQL and MariaDB report it as `LAST_INSERT_ID()`
 /// (sea-orm's `mariadb-use-returning` must stay off: MariaDB has no `UPDATE ... RETURNING`).
 pub fn insert_returns_id(backend: DbBackend) -> bool {
-    !matches!(backend, DbBackend::MySql)
+    Dialect::of(backend).returning()
 }
 
 /// Whether `UPDATE ... RETURNING` exists on `backend` (Postgres, SQLite 3.35+; not MySQL or
 /// MariaDB), which decides how [`super::claim_batch`] claims.
 pub fn update_returns_rows(backend: DbBackend) -> bool {
-    !matches!(backend, DbBackend::MySql)
+    Dialect::of(backend).returning()
 }
 
 /// `insert` as a statement that skips a row whose unique key (`key`) is already taken instead of
@@ -90,77 +70,25 @@ pub fn update_returns_rows(backend: DbBackend) -> bool {
 /// | MySQL / MariaDB | `INSERT IGNORE ...` |
 ///
 /// A plain `INSERT` hitting the key would fail, and on Postgres a failed statement aborts the
-/// whole transaction. MySQL gets `INSERT IGNORE` because sea-query's `ON DUPLICATE KEY UPDATE
-/// k = k` polyfill counts a duplicate as 1 row under `CLIENT_FOUND_ROWS` (which sqlx sets).
-/// `INSERT IGNORE` also turns other errors (over-long values, NULLs) into warnings: callers
-/// validate the values first.
+/// whole transaction.
 pub fn insert_if_absent<I, C>(backend: DbBackend, insert: &InsertStatement, key: I) -> Statement
 where
     I: IntoIterator<Item = C>,
     C: IntoIden,
 {
-    match backend {
-        DbBackend::MySql => {
-            let mut stmt = backend.build(insert);
-            stmt.sql = stmt.sql.replacen("INSERT ", "INSERT IGNORE ", 1);
-            stmt
-        }
-        _ => {
-            let mut insert = insert.clone();
-            insert.on_conflict(OnConflict::columns(key).do_nothing().to_owned());
-            backend.build(&insert)
-        }
-    }
+    Dialect::of(backend).insert_if_absent(backend, insert, key)
 }
 
 /// `stmt`, an `UPDATE` or `DELETE` of one table whose `WHERE` names its rows by primary key
-/// (`id IN (...)`), made to read the table through the primary key alone.
-///
-/// | backend | SQL |
-/// | --- | --- |
-/// | MySQL / MariaDB | `UPDATE t FORCE INDEX (PRIMARY) SET ...`, `DELETE t FROM t FORCE INDEX (PRIMARY) WHERE ...` |
-/// | Postgres, SQLite | `stmt` unchanged |
-///
-/// Why: InnoDB locks every row an `UPDATE`/`DELETE` reads, not only those it changes, and in
-/// autocommit under REPEATABLE READ it waits for a row another transaction holds. On a small or
-/// young table MariaDB 10.11's optimizer reads `id IN (4 ids)` as a full scan of PRIMARY
-/// (EXPLAIN: `type=index`, or `ALL` for a `DELETE`), so a mark of the relay's own `SENDING`
-/// rows waited out `innodb_lock_wait_timeout` (50 s) on the uncommitted `WAIT` row of an open
-/// business transaction (`innodb_lock_waits`: `X RECORD PRIMARY` on that row). Forced onto
-/// PRIMARY the plan is `type=range`, one unique look-up per id, and locks only the rows named.
-/// READ COMMITTED alone is no cure for a `DELETE` (InnoDB's semi-consistent read, which skips
-/// a locked row that does not match, serves `UPDATE` only), and a single-table `DELETE` takes no
-/// index hint, hence the multi-table form. Postgres takes no such locks: an `UPDATE` never waits
-/// on a row that is invisible to it.
+/// (`id IN (...)`), made to read the table through the primary key alone: on MySQL/MariaDB
+/// `UPDATE t FORCE INDEX (PRIMARY) SET ...` / `DELETE t FROM t FORCE INDEX (PRIMARY) WHERE ...`
+/// (why: see the MySQL backend file, `store/backend/mysql.rs`), elsewhere unchanged.
 ///
 /// # Errors
-/// [`DbErr::Custom`] when `stmt` is not of the form this expects (a programming error).
-pub fn by_primary_key(backend: DbBackend, mut stmt: Statement) -> Result<Statement, DbErr> {
-    if backend != DbBackend::MySql {
-        return Ok(stmt);
-    }
-    // The multi-table DELETE form takes no ORDER BY or LIMIT (MySQL's grammar): refuse those
-    // here rather than fail at run time on MySQL alone.
-    let rewritten = if stmt.sql.contains(" ORDER BY ") || stmt.sql.contains(" LIMIT ") {
-        None
-    } else if let Some(rest) = stmt.sql.strip_prefix("DELETE FROM ") {
-        rest.split_once(' ').map(|(table, tail)| {
-            format!("DELETE {table} FROM {table} FORCE INDEX (PRIMARY) {tail}")
-        })
-    } else if stmt.sql.starts_with("UPDATE ") {
-        stmt.sql
-            .split_once(" SET ")
-            .map(|(head, tail)| format!("{head} FORCE INDEX (PRIMARY) SET {tail}"))
-    } else {
-        None
-    };
-    stmt.sql = rewritten.ok_or_else(|| {
-        DbErr::Custom(format!(
-            "by_primary_key: not a single-table UPDATE or DELETE without ORDER BY/LIMIT: {}",
-            stmt.sql
-        ))
-    })?;
-    Ok(stmt)
+/// [`DbErr::Custom`] when `stmt` is not of the form this expects (a programming error), or the
+/// backend is not supported.
+pub fn by_primary_key(backend: DbBackend, stmt: Statement) -> Result<Statement, DbErr> {
+    Dialect::of(backend).by_primary_key(stmt)
 }
 
 /// Whether this build of the crate has the feature for `backend` (`postgres`, `mysql`,
@@ -171,23 +99,15 @@ pub fn by_primary_key(backend: DbBackend, mut stmt: Statement) -> Result<Stateme
 /// [`crate::OutboxError::InvalidConfig`] naming the feature to turn on, or saying that the
 /// backend is not supported.
 pub fn check_backend_feature(backend: DbBackend) -> Result<(), crate::OutboxError> {
-    let (feature, enabled) = match backend {
-        DbBackend::Postgres => ("postgres", cfg!(feature = "postgres")),
-        DbBackend::MySql => ("mysql", cfg!(feature = "mysql")),
-        DbBackend::Sqlite => ("sqlite", cfg!(feature = "sqlite")),
-        _ => {
-            return Err(crate::OutboxError::InvalidConfig(format!(
-                "{backend:?} is not a backend sea-orm-outbox supports (Postgres, MySQL/MariaDB, SQLite)"
-            )))
-        }
-    };
-    if enabled {
-        Ok(())
-    } else {
-        Err(crate::OutboxError::InvalidConfig(format!(
+    match Dialect::of(backend).feature() {
+        None => Err(crate::OutboxError::InvalidConfig(format!(
+            "{backend:?} is not a backend sea-orm-outbox supports (Postgres, MySQL/MariaDB, SQLite)"
+        ))),
+        Some((_, true)) => Ok(()),
+        Some((feature, false)) => Err(crate::OutboxError::InvalidConfig(format!(
             "the database is {backend:?}, but sea-orm-outbox was built without its `{feature}` \
              feature: add `features = [\"{feature}\"]` to the sea-orm-outbox dependency"
-        )))
+        ))),
     }
 }
 
@@ -203,17 +123,7 @@ pub const WAKE_CHANNEL: &str = "sea_orm_outbox";
 /// `notify` false (the event's [`crate::NewEvent::notify_relays`]) leaves `insert` unchanged
 /// on every backend.
 pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: bool) -> Statement {
-    match backend {
-        DbBackend::Postgres if notify => Statement {
-            sql: format!(
-                "WITH ins AS ({}), woke AS (SELECT pg_notify('{WAKE_CHANNEL}', '')) \
-                 SELECT ins.id FROM ins, woke",
-                insert.sql
-            ),
-            ..insert
-        },
-        _ => insert,
-    }
+    Dialect::of(backend).with_wakeup(insert, notify)
 }
 
 #[cfg(test)]

@@ -1,0 +1,114 @@
+//! The statements of [`crate::ops`] (the `outbox` tool's library side): backlog counts, dead
+//! letters, retention. Built here, next to the relay's, so that every statement of the crate is
+//! rendered per backend by the snapshot test (`tests/statements.rs`).
+use std::time::Duration;
+
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ColumnTrait, DbBackend, DeleteMany, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+    UpdateMany,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::EventStatus;
+
+use super::dialect;
+
+/// `SELECT status, COUNT(id) AS n FROM t_event_record [WHERE status IN (:only)] GROUP BY
+/// status`.
+pub fn count_by_status_query(only: Option<&[EventStatus]>) -> Select<Entity> {
+    let mut q = Entity::find()
+        .select_only()
+        .column(Column::Status)
+        .column_as(Expr::col(Column::Id).count(), "n");
+    if let Some(only) = only {
+        q = q.filter(Column::Status.is_in(only.iter().map(|s| s.as_str())));
+    }
+    q.group_by(Column::Status)
+}
+
+/// `SELECT MIN(column) AS oldest, now AS now FROM t_event_record WHERE status = 'WAIT'`: the
+/// oldest waiting row's `column` and the database clock, read together.
+pub fn oldest_wait_query(backend: DbBackend, column: Column) -> Select<Entity> {
+    Entity::find()
+        .select_only()
+        .column_as(Expr::col(column).min(), "oldest")
+        .column_as(dialect::now(backend), "now")
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+}
+
+/// `SELECT ... FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease`
+/// (counted by the caller): leases older than `lease`.
+pub fn sending_over_lease_query(backend: DbBackend, lease: Duration) -> Select<Entity> {
+    Entity::find()
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+}
+
+/// `SELECT id FROM t_event_record LIMIT 1`: whether the table exists.
+pub fn check_table_query() -> Select<Entity> {
+    Entity::find().select_only().column(Column::Id).limit(1)
+}
+
+/// `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
+pub fn dead_letters_query(limit: u64) -> Select<Entity> {
+    Entity::find()
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+        .order_by_asc(Column::Id)
+        .limit(limit)
+}
+
+/// `SELECT id FROM t_event_record WHERE status = 'FAIL' AND id > :after ORDER BY id LIMIT
+/// :batch`: one page of dead letters by id.
+pub fn dead_letter_ids_query(after: i64, batch: u64) -> Select<Entity> {
+    Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+        .filter(Column::Id.gt(after))
+        .order_by_asc(Column::Id)
+        .limit(batch)
+}
+
+/// `UPDATE t_event_record SET status = 'WAIT', retry_count = 0, next_retry_time = now,
+/// claim_owner = NULL, claimed_at = NULL, update_time = now WHERE id IN (:ids) AND status =
+/// 'FAIL'`: dead letters given a fresh start (run through the primary key).
+pub fn retry_dead_statement(backend: DbBackend, ids: &[i64]) -> UpdateMany<Entity> {
+    let now = dialect::now(backend);
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::RetryCount, Expr::val(0))
+        .col_expr(Column::NextRetryTime, now.clone())
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::UpdateTime, now)
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+}
+
+/// `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'` (run through the primary
+/// key).
+pub fn discard_dead_statement(id: i64) -> DeleteMany<Entity> {
+    Entity::delete_many()
+        .filter(Column::Id.eq(id))
+        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+}
+
+/// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
+/// ORDER BY id LIMIT :batch`: one purge batch.
+pub fn purge_ids_query(backend: DbBackend, older_than: Duration, batch: u64) -> Select<Entity> {
+    Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Status.eq(EventStatus::Success.as_str()))
+        .filter(Expr::col(Column::UpdateTime).lt(dialect::now_minus(backend, older_than)))
+        .order_by_asc(Column::Id)
+        .limit(batch)
+}
+
+/// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SUCCESS'` (run through the
+/// primary key).
+pub fn purge_statement(ids: &[i64]) -> DeleteMany<Entity> {
+    Entity::delete_many()
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Success.as_str()))
+}

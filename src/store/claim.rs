@@ -1,0 +1,175 @@
+//! Claiming: the candidate read and per-row claim of the seed, and the batch claim.
+use sea_orm::sea_query::{
+    Expr, ExprTrait, LockBehavior, LockType, Order, Query, QueryStatementBuilder, UpdateStatement,
+};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Select, TransactionTrait, UpdateMany,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm_outbox_entity::EventStatus;
+
+pub use super::backend::mysql::{claim_locked_statement, locking_candidates_query};
+use super::{dialect, exec_by_ids, Claim, Dialect};
+
+/// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
+/// next_retry_time LIMIT batch`: served by `idx_t_event_record_status_next_retry`. Takes no lock.
+pub fn candidates_query(backend: DbBackend, batch: u64) -> Select<Entity> {
+    Entity::find()
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .filter(Expr::col(Column::NextRetryTime).lte(dialect::now(backend)))
+        .order_by_asc(Column::NextRetryTime)
+        .limit(batch)
+}
+
+/// The due `WAIT` events, oldest due first, at most `batch`. Several instances seeing the same
+/// rows is normal: [`claim`] decides who sends.
+///
+/// # Errors
+/// Any database error.
+pub async fn select_candidates<C: ConnectionTrait>(
+    db: &C,
+    batch: u64,
+) -> Result<Vec<Model>, DbErr> {
+    candidates_query(db.get_database_backend(), batch)
+        .all(db)
+        .await
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE id = :id AND status = 'WAIT' AND next_retry_time <= now AND
+/// retry_count = :seen_retry_count`.
+///
+/// The last two guards go beyond the seed: a candidate read before another instance released it
+/// with back-off is not claimed early, and the `retry_count` the worker computes from stays the
+/// row's real one.
+pub fn claim_statement(
+    backend: DbBackend,
+    id: i64,
+    seen_retry_count: i32,
+    owner: &str,
+) -> UpdateMany<Entity> {
+    let now = dialect::now(backend);
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::val(owner))
+        .col_expr(Column::ClaimedAt, now.clone())
+        .col_expr(Column::UpdateTime, now.clone())
+        .filter(Column::Id.eq(id))
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .filter(Expr::col(Column::NextRetryTime).lte(now))
+        .filter(Column::RetryCount.eq(seen_retry_count))
+}
+
+/// Takes the lease on event `id` (seen with `seen_retry_count`) for `owner`.
+///
+/// # Errors
+/// Any database error.
+pub async fn claim<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    seen_retry_count: i32,
+    owner: &str,
+) -> Result<Claim, DbErr> {
+    let backend = db.get_database_backend();
+    let rows = exec_by_ids(db, &claim_statement(backend, id, seen_retry_count, owner)).await?;
+    Ok(if rows == 1 { Claim::Won } else { Claim::Lost })
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE status = 'WAIT' AND id IN (SELECT id FROM t_event_record WHERE
+/// status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :n) RETURNING *`:
+/// the batch claim of SQLite (one writer at a time, so no lock clause) and, where the backend
+/// can skip locked rows ([`Dialect::skip_locked`]), written `id = ANY(ARRAY(SELECT ... FOR
+/// UPDATE SKIP LOCKED))` as Postgres runs it. MySQL/MariaDB run the two statements of
+/// [`locking_candidates_query`] and [`claim_locked_statement`] instead (the form below, which
+/// they reject, is rendered for them only for comparison).
+pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateStatement {
+    let d = Dialect::of(backend);
+    claim_update(backend, owner, n, d.skip_locked() && d.returning())
+}
+
+/// The statement of [`claim_batch_statement`]; `locking` gives the Postgres form (`FOR UPDATE
+/// SKIP LOCKED` inside `id = ANY(ARRAY(..))`).
+pub(crate) fn claim_update(
+    backend: DbBackend,
+    owner: &str,
+    n: u64,
+    locking: bool,
+) -> UpdateStatement {
+    let now = dialect::now(backend);
+    let mut due = Query::select();
+    due.column(Column::Id)
+        .from(Entity)
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
+        .and_where(Expr::col(Column::NextRetryTime).lte(now.clone()))
+        .order_by(Column::NextRetryTime, Order::Asc)
+        .limit(n);
+    if locking {
+        due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+    }
+    let mut update = Query::update();
+    update
+        .table(Entity)
+        .value(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .value(Column::ClaimOwner, Expr::val(owner))
+        .value(Column::ClaimedAt, now.clone())
+        .value(Column::UpdateTime, now)
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()));
+    if locking {
+        // `id = ANY(ARRAY(subquery))` runs the subquery once (an InitPlan). With `id IN
+        // (subquery)` Postgres may run the locking subquery more than once and claim more than
+        // `n` rows.
+        update.and_where(Expr::cust_with_expr(
+            r#""id" = ANY(ARRAY($1))"#,
+            Expr::SubQuery(None, Box::new(due.into_sub_query_statement())),
+        ));
+    } else {
+        update.and_where(Expr::col(Column::Id).in_subquery(due));
+    }
+    update.returning_all();
+    update
+}
+
+/// Claims up to `n` due events for `owner` in one round trip without waiting on rows other
+/// instances are claiming, and returns them (status `SENDING`), oldest due first.
+///
+/// - Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))
+///   RETURNING *` (the array form runs the locking subquery exactly once).
+/// - SQLite: the same statement without the lock clause (SQLite has one writer at a time).
+/// - MySQL/MariaDB (no `UPDATE ... RETURNING`, no `LIMIT` in an `IN` subquery): one short
+///   `READ COMMITTED` transaction: `SELECT ... FOR UPDATE SKIP LOCKED` (with the database's
+///   clock), `UPDATE ... WHERE id IN (...)`, commit; the locked rows are returned with the claim
+///   applied.
+///
+/// The owner and status guards are those of [`claim`]; every event claimed is ours alone.
+///
+/// # Errors
+/// Any database error (transient conflicts are retried first).
+pub async fn claim_batch<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let mut claimed = Dialect::of(db.get_database_backend())
+        .claim_batch(db, owner, n)
+        .await?;
+    claimed.sort_by(|a, b| {
+        a.next_retry_time
+            .cmp(&b.next_retry_time)
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(claimed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_claim_sql() {
+        let sql = claim_batch_statement(DbBackend::Postgres, "me", 20)
+            .to_string(sea_orm::sea_query::PostgresQueryBuilder);
+        assert!(sql.contains(r#""id" = ANY(ARRAY((SELECT"#), "{sql}");
+        assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
+    }
+}

@@ -1,0 +1,67 @@
+//! The event insert.
+use sea_orm::sea_query::{Expr, InsertStatement, Query};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::EventStatus;
+
+use super::dialect;
+use crate::event::NewEvent;
+
+/// `INSERT` of a new `WAIT` event due now (database clock), `retry_count` 0.
+pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement {
+    let now = dialect::now(backend);
+    let mut insert = Query::insert();
+    insert
+        .into_table(Entity)
+        .columns([
+            Column::BizNo,
+            Column::EventType,
+            Column::Payload,
+            Column::Status,
+            Column::RetryCount,
+            Column::NextRetryTime,
+            Column::CreateTime,
+            Column::UpdateTime,
+        ])
+        .values_panic([
+            Expr::val(event.biz_no()),
+            Expr::val(event.event_type()),
+            Expr::val(event.payload()),
+            Expr::val(EventStatus::Wait.as_str()),
+            Expr::val(0),
+            now.clone(),
+            now.clone(),
+            now,
+        ]);
+    if dialect::insert_returns_id(backend) {
+        insert.returning_col(Column::Id);
+    }
+    insert
+}
+
+/// Inserts `event` as a `WAIT` row due now and returns its id. On Postgres the same statement
+/// also queues a `NOTIFY` on [`dialect::WAKE_CHANNEL`] (unless the event says [`NewEvent::notify_relays`]`(false)`), delivered when the transaction commits
+/// (never on rollback), which wakes listening relays at once. Does not validate: callers go
+/// through [`crate::OutboxExt::with_event`].
+///
+/// # Errors
+/// Any database error (for example a missing table).
+pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Result<i64, DbErr> {
+    let backend = db.get_database_backend();
+    let stmt = insert_statement(backend, event);
+    if dialect::insert_returns_id(backend) {
+        let row = db
+            .query_one_raw(dialect::with_wakeup(
+                backend,
+                backend.build(&stmt),
+                event.notifies_relays(),
+            ))
+            .await?
+            .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
+        row.try_get_by_index::<i64>(0)
+    } else {
+        let res = db.execute(&stmt).await?;
+        i64::try_from(res.last_insert_id())
+            .map_err(|_| DbErr::Custom("last insert id does not fit i64".into()))
+    }
+}

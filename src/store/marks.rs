@@ -1,0 +1,234 @@
+//! The owner-guarded transitions of a claimed event, and lease renewal.
+use std::time::Duration;
+
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect, Select,
+    UpdateMany,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::EventStatus;
+
+use super::{dialect, exec_by_ids, truncate_reason, Transition};
+
+/// An update of event `id` guarded by `status = 'SENDING' AND claim_owner = :owner`.
+fn owned(id: i64, owner: &str) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .filter(Column::Id.eq(id))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Column::ClaimOwner.eq(owner))
+}
+
+/// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id = :id AND status =
+/// 'SENDING' AND claim_owner = :owner`. The lease columns stay as a record of who sent it.
+///
+/// # Errors
+/// Any database error.
+pub async fn mark_success<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+) -> Result<Transition, DbErr> {
+    let stmt = mark_success_statement(db.get_database_backend(), id, owner);
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+}
+
+/// The statement of [`mark_success`].
+pub fn mark_success_statement(backend: DbBackend, id: i64, owner: &str) -> UpdateMany<Entity> {
+    owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+}
+
+/// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
+/// retry_count = :retry_count, next_retry_time = now + :backoff, last_error = :reason,
+/// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`.
+///
+/// # Errors
+/// Any database error.
+pub async fn release_for_retry<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    backoff: Duration,
+    reason: &str,
+) -> Result<Transition, DbErr> {
+    let backend = db.get_database_backend();
+    let stmt = release_for_retry_statement(backend, id, owner, retry_count, backoff, reason);
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+}
+
+/// The statement of [`release_for_retry`].
+pub fn release_for_retry_statement(
+    backend: DbBackend,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    backoff: Duration,
+    reason: &str,
+) -> UpdateMany<Entity> {
+    owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::RetryCount, Expr::val(retry_count))
+        .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
+        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+}
+
+/// `UPDATE t_event_record SET status = 'FAIL', retry_count = :retry_count, last_error = :reason,
+/// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`: a dead
+/// letter.
+///
+/// # Errors
+/// Any database error.
+pub async fn mark_fail<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    reason: &str,
+) -> Result<Transition, DbErr> {
+    let stmt = mark_fail_statement(db.get_database_backend(), id, owner, retry_count, reason);
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+}
+
+/// The statement of [`mark_fail`].
+pub fn mark_fail_statement(
+    backend: DbBackend,
+    id: i64,
+    owner: &str,
+    retry_count: i32,
+    reason: &str,
+) -> UpdateMany<Entity> {
+    owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
+        .col_expr(Column::RetryCount, Expr::val(retry_count))
+        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+}
+
+/// `UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`, the guard
+/// of the statements below.
+fn owned_many(ids: &[i64], owner: &str) -> UpdateMany<Entity> {
+    Entity::update_many()
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Column::ClaimOwner.eq(owner))
+}
+
+/// Runs an [`owned_many`] statement through the primary key ([`exec_by_ids`]) and returns how
+/// many rows were still ours; nothing at all for no ids.
+async fn update_owned<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    stmt: UpdateMany<Entity>,
+) -> Result<u64, DbErr> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    exec_by_ids(db, &stmt).await
+}
+
+/// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND
+/// status = 'SENDING' AND claim_owner = :owner`: one statement for a round's deliveries. Returns
+/// how many rows were still ours (the rest were reclaimed meanwhile: late acks).
+///
+/// # Errors
+/// Any database error.
+pub async fn mark_success_many<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<u64, DbErr> {
+    let stmt = mark_success_many_statement(db.get_database_backend(), ids, owner);
+    update_owned(db, ids, stmt).await
+}
+
+/// The statement of [`mark_success_many`].
+pub fn mark_success_many_statement(
+    backend: DbBackend,
+    ids: &[i64],
+    owner: &str,
+) -> UpdateMany<Entity> {
+    owned_many(ids, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+}
+
+/// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
+/// update_time = now WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`: hands
+/// claimed but unsent events back at once (graceful shutdown), `retry_count` and
+/// `next_retry_time` unchanged, so another instance can send them without waiting for the lease.
+///
+/// # Errors
+/// Any database error.
+pub async fn release_unsent<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<u64, DbErr> {
+    let stmt = release_unsent_statement(db.get_database_backend(), ids, owner);
+    update_owned(db, ids, stmt).await
+}
+
+/// The statement of [`release_unsent`].
+pub fn release_unsent_statement(
+    backend: DbBackend,
+    ids: &[i64],
+    owner: &str,
+) -> UpdateMany<Entity> {
+    owned_many(ids, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+}
+
+/// `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status = 'SENDING' AND
+/// claim_owner = :owner`: renews the leases of sends still in flight. Returns how many were
+/// still ours; fewer than `ids.len()` means some lease was lost (see [`owned_ids`]).
+///
+/// # Errors
+/// Any database error.
+pub async fn renew_leases<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<u64, DbErr> {
+    let stmt = renew_leases_statement(db.get_database_backend(), ids, owner);
+    update_owned(db, ids, stmt).await
+}
+
+/// The statement of [`renew_leases`].
+pub fn renew_leases_statement(backend: DbBackend, ids: &[i64], owner: &str) -> UpdateMany<Entity> {
+    owned_many(ids, owner).col_expr(Column::ClaimedAt, dialect::now(backend))
+}
+
+/// `SELECT id FROM t_event_record WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner =
+/// :owner`: which of `ids` are still leased to `owner`.
+pub fn owned_ids_query(ids: &[i64], owner: &str) -> Select<Entity> {
+    Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Column::ClaimOwner.eq(owner))
+}
+
+/// The ids among `ids` still `SENDING` under `owner`'s lease ([`owned_ids_query`]).
+///
+/// # Errors
+/// Any database error.
+pub async fn owned_ids<C: ConnectionTrait>(
+    db: &C,
+    ids: &[i64],
+    owner: &str,
+) -> Result<Vec<i64>, DbErr> {
+    owned_ids_query(ids, owner)
+        .into_tuple::<i64>()
+        .all(db)
+        .await
+}

@@ -1,0 +1,131 @@
+//! The reclaim of expired leases, in bounded batches.
+use std::time::Duration;
+
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Select, UpdateMany,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::EventStatus;
+
+use super::{dialect, exec_by_ids};
+
+/// What a reclaim pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use]
+pub struct Reclaimed {
+    /// Expired leases put back to `WAIT` (retry_count + 1).
+    pub requeued: u64,
+    /// Expired leases whose retries were used up: now `FAIL` (dead letters).
+    pub dead_lettered: u64,
+}
+
+impl Reclaimed {
+    /// Every expired lease handled.
+    pub fn total(&self) -> u64 {
+        self.requeued + self.dead_lettered
+    }
+}
+
+/// The reason stored in `last_error` when a lease expires.
+pub const LEASE_EXPIRED: &str = "lease expired: the sender died or hung mid-send";
+
+/// Expired leases handled per statement by [`reclaim_stuck`] (and rows per batch of the other
+/// batched maintenance statements): a backlog of a million expired leases after an outage is
+/// many short statements, never one giant one.
+pub const RECLAIM_BATCH: u64 = 1000;
+
+/// `SELECT id FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease ORDER
+/// BY claimed_at LIMIT :batch`: the oldest expired leases, read through `idx_t_event_record_status_claimed_at`
+/// without locking anything.
+pub fn expired_leases_query(backend: DbBackend, lease: Duration, batch: u64) -> Select<Entity> {
+    Entity::find()
+        .select_only()
+        .column(Column::Id)
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+        .order_by_asc(Column::ClaimedAt)
+        .limit(batch)
+}
+
+/// `UPDATE t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at = NULL,
+/// retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now WHERE id
+/// IN (:ids) AND status = 'SENDING' AND claimed_at < now - :lease AND retry_count <
+/// :max_retries` (to `WAIT`) or `>= :max_retries` (to `FAIL`). Judged by `claimed_at` alone,
+/// never by `next_retry_time`; the guards are checked again on each row, so a lease renewed
+/// since [`expired_leases_query`] read it is left alone.
+///
+/// A reclaim counts as a failed attempt, so a message that kills its sender every time ends in
+/// `FAIL` after the retry limit instead of circling forever (the seed's design would loop).
+pub fn reclaim_statement(
+    backend: DbBackend,
+    ids: &[i64],
+    lease: Duration,
+    max_retries: u32,
+    to: EventStatus,
+) -> UpdateMany<Entity> {
+    let limit = i32::try_from(max_retries).unwrap_or(i32::MAX);
+    let stmt = Entity::update_many()
+        .col_expr(Column::Status, Expr::val(to.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
+        .col_expr(Column::LastError, Expr::val(LEASE_EXPIRED))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)));
+    if to == EventStatus::Fail {
+        stmt.filter(Column::RetryCount.gte(limit))
+    } else {
+        stmt.filter(Column::RetryCount.lt(limit))
+    }
+}
+
+/// Handles every lease older than `lease` (an instance died or hung mid-send): back to `WAIT`
+/// with `retry_count + 1`, or `FAIL` once `retry_count` has reached `max_retries`.
+///
+/// Works in batches of at most `batch` leases until a batch comes back short: each batch reads
+/// the ids ([`expired_leases_query`], no locks) and then updates exactly those rows through the
+/// primary key ([`reclaim_statement`], [`exec_by_ids`]). A range `UPDATE` over the status
+/// index would, on MySQL/MariaDB, also lock (and wait on) rows of open business transactions
+/// that it never changes.
+///
+/// # Errors
+/// [`DbErr::Custom`] when `batch` is 0; any database error (batches done before it stay done).
+pub async fn reclaim_stuck<C: ConnectionTrait>(
+    db: &C,
+    lease: Duration,
+    max_retries: u32,
+    batch: u64,
+) -> Result<Reclaimed, DbErr> {
+    if batch == 0 {
+        return Err(DbErr::Custom(
+            "reclaim batch size must be at least 1".into(),
+        ));
+    }
+    let backend = db.get_database_backend();
+    let mut done = Reclaimed::default();
+    loop {
+        let ids: Vec<i64> = expired_leases_query(backend, lease, batch)
+            .into_tuple()
+            .all(db)
+            .await?;
+        if ids.is_empty() {
+            break;
+        }
+        let to_fail = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Fail);
+        let failed = exec_by_ids(db, &to_fail).await?;
+        let to_wait = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Wait);
+        let requeued = exec_by_ids(db, &to_wait).await?;
+        done.dead_lettered += failed;
+        done.requeued += requeued;
+        // A short batch is the last; a full one that changed nothing (every row renewed or
+        // handled by another instance meanwhile) ends the pass too, so it can never spin.
+        if (ids.len() as u64) < batch || failed + requeued == 0 {
+            break;
+        }
+    }
+    Ok(done)
+}
