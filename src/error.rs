@@ -60,14 +60,14 @@ pub enum OutboxError {
         "an outbox table does not exist: run the migration first (`outbox migrate up`, \
          `sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
     )]
-    TableMissing(DbErr),
+    TableMissing(#[source] DbErr),
     /// An argument that cannot work, such as an empty or over-long consumer group or message
     /// id, or a zero batch size.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// Any other database error.
     #[error("database error: {0}")]
-    Db(DbErr),
+    Db(#[source] DbErr),
     /// The message broker could not be reached or its client could not be set up (for example
     /// no RocketMQ name server answers at the configured address).
     #[error("broker error: {0}")]
