@@ -1,0 +1,327 @@
+//! The tool's command line: sub-commands, their flags and environment variables (clap).
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use sea_orm_outbox::WorkerConfig;
+
+/// The `outbox` command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "outbox",
+    version,
+    about = "Operate a sea-orm-outbox table: migrations, backlog, dead letters, retention, relay"
+)]
+pub(crate) struct Cli {
+    /// Database URL (postgres://, mysql://, sqlite://). Never printed with its password.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+    /// The sub-command to run.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The sub-commands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Apply, roll back or list the outbox migrations.
+    Migrate {
+        /// What to do with the migrations.
+        #[command(subcommand)]
+        action: MigrateAction,
+    },
+    /// Rows per status, age of the oldest waiting event, leases older than the lease.
+    Stats {
+        /// The workers' lease: SENDING rows claimed longer ago than this are counted as stuck.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+        lease: Duration,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dead letters (FAIL rows): list, retry, discard.
+    Dead {
+        /// What to do with the dead letters.
+        #[command(subcommand)]
+        action: DeadAction,
+    },
+    /// Delete delivered (SUCCESS) events older than a duration, in batches. WAIT, SENDING and
+    /// FAIL rows are never touched.
+    Purge {
+        /// Age of the last update beyond which a delivered event is deleted, e.g. 30s, 15m, 7d.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: Duration,
+        /// Rows deleted per transaction.
+        #[arg(long, default_value_t = 1000)]
+        batch: u64,
+    },
+    /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ when a name server
+    /// is given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`), else through the logging
+    /// publisher. At start it waits for the database (see `--connect-timeout`).
+    Relay(Box<RelayArgs>),
+}
+
+/// `outbox migrate` actions.
+#[derive(Subcommand, Debug)]
+pub(crate) enum MigrateAction {
+    /// Apply the pending migrations (all, or the first N).
+    Up {
+        /// Number of pending migrations to apply.
+        #[arg(short, long)]
+        num: Option<u32>,
+    },
+    /// Roll back the last N applied migrations (default 1).
+    Down {
+        /// Number of applied migrations to roll back.
+        #[arg(short, long, default_value_t = 1)]
+        num: u32,
+    },
+    /// List the migrations, applied or pending.
+    Status,
+}
+
+/// `outbox dead` actions.
+#[derive(Subcommand, Debug)]
+pub(crate) enum DeadAction {
+    /// List the dead letters, oldest first.
+    List {
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a dead letter again (FAIL -> WAIT, retry_count 0, due now).
+    Retry {
+        /// The event id.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<i64>,
+        /// Every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete a dead letter for good.
+    Discard {
+        /// The event id.
+        id: i64,
+    },
+}
+
+/// Relay settings; each unset one takes the library's default (`WorkerConfig::default()`).
+#[derive(Args, Debug)]
+pub(crate) struct RelayArgs {
+    /// Wait after each round [default: 5s].
+    #[arg(long, env = "OUTBOX_POLL_DELAY", value_parser = humantime::parse_duration)]
+    pub(crate) poll_delay: Option<Duration>,
+    /// Candidates per round [default: 20].
+    #[arg(long, env = "OUTBOX_BATCH")]
+    pub(crate) batch: Option<u64>,
+    /// Lease of a claimed event [default: 10m].
+    #[arg(long, env = "OUTBOX_LEASE", value_parser = humantime::parse_duration)]
+    pub(crate) lease: Option<Duration>,
+    /// Longest a single send may take [default: 3s]; at most a third of the lease when lease
+    /// renewal is off.
+    #[arg(long, env = "OUTBOX_SEND_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub(crate) send_timeout: Option<Duration>,
+    /// Renew leases every lease/3 while sends are in flight [default: true].
+    #[arg(long, env = "OUTBOX_LEASE_RENEWAL")]
+    pub(crate) lease_renewal: Option<bool>,
+    /// How rounds claim: batch (one statement, SKIP LOCKED) or per-row (the seed's)
+    /// [default: batch].
+    #[arg(long, env = "OUTBOX_CLAIM_STRATEGY", value_enum)]
+    pub(crate) claim_strategy: Option<Strategy>,
+    /// Sends of one round in flight at once [default: 1].
+    #[arg(long, env = "OUTBOX_SEND_CONCURRENCY")]
+    pub(crate) send_concurrency: Option<usize>,
+    /// Interval between reclaim passes [default: 60s].
+    #[arg(long, env = "OUTBOX_RECLAIM_INTERVAL", value_parser = humantime::parse_duration)]
+    pub(crate) reclaim_interval: Option<Duration>,
+    /// Failed sends retried before an event becomes a dead letter [default: 3].
+    #[arg(long, env = "OUTBOX_MAX_RETRIES")]
+    pub(crate) max_retries: Option<u32>,
+    /// Instance id written into claim_owner [default: <service-name>-<pid>-<random>].
+    #[arg(long, env = "OUTBOX_INSTANCE_ID")]
+    pub(crate) instance_id: Option<String>,
+    /// Service name used in a generated instance id [default: outbox].
+    #[arg(long, env = "OUTBOX_SERVICE_NAME")]
+    pub(crate) service_name: Option<String>,
+    /// Back-off unit: the n-th failed attempt waits n² × this [default: 5s].
+    #[arg(long, env = "OUTBOX_RETRY_BACKOFF", value_parser = humantime::parse_duration)]
+    pub(crate) retry_backoff: Option<Duration>,
+    /// Longest single back-off [default: 1h].
+    #[arg(long, env = "OUTBOX_RETRY_MAX_BACKOFF", value_parser = humantime::parse_duration)]
+    pub(crate) retry_max_backoff: Option<Duration>,
+    /// RocketMQ name server(s), `host:port[;host:port]`: publish to RocketMQ instead of the log.
+    /// Set but empty is an error (the log delivers nothing).
+    #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
+    pub(crate) rocketmq_namesrv: Option<String>,
+    /// RocketMQ topic [default: ORDER_EVENT_TOPIC].
+    #[arg(long, env = "OUTBOX_TOPIC")]
+    pub(crate) topic: Option<String>,
+    /// RocketMQ producer group [default: outbox_producer_group].
+    #[arg(long, env = "ROCKETMQ_PRODUCER_GROUP")]
+    pub(crate) producer_group: Option<String>,
+    /// How long to keep trying to reach the database at start, e.g. 30s or 5m; `0s` tries once
+    /// [default: no limit]. Only connection failures are retried (with back-off from 200 ms to
+    /// 5 s); a malformed URL, a refused login or a missing table fail at once.
+    #[arg(long, env = "OUTBOX_CONNECT_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub(crate) connect_timeout: Option<Duration>,
+    /// Fault injection (`--chaos-send-stall`), only in a build with the `chaos-testing` feature.
+    #[cfg(feature = "chaos-testing")]
+    #[command(flatten)]
+    pub(crate) chaos: crate::chaos::ChaosArgs,
+}
+
+/// `--claim-strategy` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum Strategy {
+    /// One conditional UPDATE per candidate.
+    PerRow,
+    /// One statement claims the whole batch.
+    Batch,
+}
+
+impl RelayArgs {
+    /// The worker's configuration: the library's defaults, overridden by each flag given.
+    pub(crate) fn config(&self) -> WorkerConfig {
+        let mut c = WorkerConfig::default();
+        if let Some(on) = self.lease_renewal {
+            c = c.lease_renewal(on);
+        }
+        if let Some(s) = self.claim_strategy {
+            c = c.claim_strategy(match s {
+                Strategy::PerRow => sea_orm_outbox::ClaimStrategy::PerRow,
+                Strategy::Batch => sea_orm_outbox::ClaimStrategy::Batch,
+            });
+        }
+        if let Some(n) = self.send_concurrency {
+            c = c.send_concurrency(n);
+        }
+        if let Some(d) = self.poll_delay {
+            c = c.poll_delay(d);
+        }
+        if let Some(n) = self.batch {
+            c = c.batch_size(n);
+        }
+        if let Some(d) = self.lease {
+            c = c.lease(d);
+        }
+        if let Some(d) = self.send_timeout {
+            c = c.send_timeout(d);
+        }
+        if let Some(d) = self.reclaim_interval {
+            c = c.reclaim_interval(d);
+        }
+        let mut retry = c.retry;
+        if let Some(n) = self.max_retries {
+            retry.max_retries = n;
+        }
+        if let Some(d) = self.retry_backoff {
+            retry.backoff_base = d;
+        }
+        if let Some(d) = self.retry_max_backoff {
+            retry.max_backoff = d;
+        }
+        c = c.retry(retry);
+        if let Some(id) = &self.instance_id {
+            c = c.instance_id(id.clone());
+        }
+        if let Some(name) = &self.service_name {
+            c = c.service_name(name.clone());
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks of the command line.
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// The relay's settings, with no flag given, are `WorkerConfig::default()`.
+    #[test]
+    fn relay_defaults_are_the_librarys() {
+        let cli = Cli::try_parse_from(["outbox", "relay"]).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        let c = args.config();
+        let d = WorkerConfig::default();
+        assert_eq!(
+            (c.poll_delay, c.batch_size, c.lease, c.send_timeout, c.retry),
+            (d.poll_delay, d.batch_size, d.lease, d.send_timeout, d.retry)
+        );
+    }
+
+    /// Durations take humantime units; `dead retry` wants an id or `--all`, not both.
+    #[test]
+    fn durations_parse() {
+        let cli = Cli::try_parse_from(["outbox", "purge", "--older-than", "7d"]).expect("parse");
+        let Command::Purge { older_than, batch } = cli.command else {
+            panic!("purge")
+        };
+        assert_eq!(older_than, Duration::from_secs(7 * 86_400));
+        assert_eq!(batch, 1000);
+        assert!(Cli::try_parse_from(["outbox", "dead", "retry"]).is_err());
+        assert!(Cli::try_parse_from(["outbox", "dead", "retry", "3", "--all"]).is_err());
+    }
+
+    /// `--connect-timeout`: unset waits for ever, `0s` is one attempt, garbage is refused.
+    #[test]
+    fn connect_timeout_parses() {
+        let cli = Cli::try_parse_from(["outbox", "relay"]).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        assert_eq!(
+            args.connect_timeout, None,
+            "waits for the database by default"
+        );
+        let cli =
+            Cli::try_parse_from(["outbox", "relay", "--connect-timeout", "0s"]).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        assert_eq!(args.connect_timeout, Some(Duration::ZERO));
+        assert!(Cli::try_parse_from(["outbox", "relay", "--connect-timeout", "soon"]).is_err());
+    }
+
+    /// The retry flags reach the worker's retry policy.
+    #[test]
+    fn relay_retry_flags() {
+        let cli = Cli::try_parse_from([
+            "outbox",
+            "relay",
+            "--retry-backoff",
+            "100ms",
+            "--retry-max-backoff",
+            "2s",
+            "--max-retries",
+            "40",
+        ])
+        .expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        let r = args.config().retry;
+        assert_eq!(
+            (r.max_retries, r.backoff_base, r.max_backoff),
+            (40, Duration::from_millis(100), Duration::from_secs(2))
+        );
+    }
+
+    /// A production build has no fault injection: the flag is an unknown argument.
+    #[cfg(not(feature = "chaos-testing"))]
+    #[test]
+    fn no_chaos_flag_without_the_feature() {
+        let e = Cli::try_parse_from(["outbox", "relay", "--chaos-send-stall", "500:6s"])
+            .expect_err("no such flag");
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+}

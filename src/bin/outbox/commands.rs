@@ -1,0 +1,145 @@
+//! The one-shot sub-commands: `migrate`, `stats`, `dead`, `purge`. Each runs on an open
+//! connection and prints its outcome to stdout.
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+use sea_orm_migration::MigrationStatus;
+use sea_orm_outbox::ops::{self, DeadLetterOutcome};
+use sea_orm_outbox::{Migrator, MigratorTrait};
+
+use crate::args::{DeadAction, MigrateAction};
+use crate::failure::Failure;
+
+/// `outbox migrate up|down|status`: the standalone `Migrator`, then the list of migrations.
+pub(crate) async fn migrate(db: &DatabaseConnection, action: MigrateAction) -> Result<(), Failure> {
+    match action {
+        MigrateAction::Up { num } => {
+            Migrator::up(db, num).await.map_err(Failure::Migration)?;
+        }
+        MigrateAction::Down { num } => {
+            Migrator::down(db, Some(num))
+                .await
+                .map_err(Failure::Migration)?;
+        }
+        MigrateAction::Status => {}
+    }
+    let list = Migrator::get_migration_with_status_read_only(db)
+        .await
+        .map_err(Failure::Migration)?;
+    let pending = list
+        .iter()
+        .filter(|m| m.status() == MigrationStatus::Pending)
+        .count();
+    for m in &list {
+        println!("{:<8} {}", m.status().to_string(), m.name());
+    }
+    if pending > 0 {
+        println!("{pending} pending: run `outbox migrate up`");
+    }
+    Ok(())
+}
+
+/// `outbox stats`: rows per status, the oldest WAIT age and the SENDING rows past `lease`.
+pub(crate) async fn stats(
+    db: &DatabaseConnection,
+    lease: Duration,
+    json: bool,
+) -> Result<(), Failure> {
+    let s = ops::stats(db, lease).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    println!("WAIT     {}", s.wait);
+    println!("SENDING  {}", s.sending);
+    println!("SUCCESS  {}", s.success);
+    println!("FAIL     {} (dead letters)", s.fail);
+    match s.oldest_wait_age_seconds {
+        Some(age) => println!("oldest WAIT age: {age:.3} s"),
+        None => println!("oldest WAIT age: - (nothing waiting)"),
+    }
+    println!(
+        "SENDING older than the lease ({}): {}",
+        humantime::format_duration(lease),
+        s.sending_over_lease
+    );
+    Ok(())
+}
+
+/// `outbox dead list|retry|discard`.
+pub(crate) async fn dead(db: &DatabaseConnection, action: DeadAction) -> Result<(), Failure> {
+    match action {
+        DeadAction::List { limit, json } => {
+            let rows = ops::dead_letters(db, limit).await?;
+            if json {
+                let rows: Vec<serde_json::Value> = rows.iter().map(dead_letter_json).collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+                return Ok(());
+            }
+            println!(
+                "{:>10}  {:<24} {:<20} {:>7}  {:<27}  last_error",
+                "id", "biz_no", "event_type", "retries", "update_time"
+            );
+            for r in &rows {
+                println!(
+                    "{:>10}  {:<24} {:<20} {:>7}  {:<27}  {}",
+                    r.id,
+                    r.biz_no,
+                    r.event_type,
+                    r.retry_count,
+                    r.update_time
+                        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    r.last_error.as_deref().unwrap_or("").replace('\n', " ")
+                );
+            }
+            println!("{} dead letter(s)", rows.len());
+        }
+        DeadAction::Retry { id: Some(id), .. } => match ops::retry_dead(db, id).await? {
+            DeadLetterOutcome::Applied => println!("event {id} will be sent again"),
+            DeadLetterOutcome::NotDeadLetter => return Err(Failure::NotDeadLetter(id)),
+        },
+        DeadAction::Retry { id: None, .. } => {
+            let n = ops::retry_all_dead(db).await?;
+            println!("{n} dead letter(s) will be sent again");
+        }
+        DeadAction::Discard { id } => match ops::discard_dead(db, id).await? {
+            DeadLetterOutcome::Applied => println!("event {id} discarded"),
+            DeadLetterOutcome::NotDeadLetter => return Err(Failure::NotDeadLetter(id)),
+        },
+    }
+    Ok(())
+}
+
+/// A dead letter as JSON, with the status and times as the database holds them.
+fn dead_letter_json(r: &sea_orm_outbox::event_record::Model) -> serde_json::Value {
+    let time =
+        |t: &chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    serde_json::json!({
+        "id": r.id,
+        "biz_no": r.biz_no,
+        "event_type": r.event_type,
+        "status": r.status.as_str(),
+        "retry_count": r.retry_count,
+        "last_error": r.last_error,
+        "payload": r.payload,
+        "next_retry_time": time(&r.next_retry_time),
+        "claim_owner": r.claim_owner,
+        "claimed_at": r.claimed_at.as_ref().map(time),
+        "create_time": time(&r.create_time),
+        "update_time": time(&r.update_time),
+    })
+}
+
+/// `outbox purge`: delete delivered events last updated more than `older_than` ago.
+pub(crate) async fn purge(
+    db: &DatabaseConnection,
+    older_than: Duration,
+    batch: u64,
+) -> Result<(), Failure> {
+    let n = ops::purge_delivered(db, older_than, batch).await?;
+    println!(
+        "purged {n} delivered events last updated more than {} ago",
+        humantime::format_duration(older_than)
+    );
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! Why a command failed: the message printed (redacted, by `main`) and the exit status.
+use std::time::Duration;
+
+use sea_orm_outbox::error::is_connection_error;
+use sea_orm_outbox::OutboxError;
+
+/// Why a command failed; printed redacted by `main`.
+pub(crate) enum Failure {
+    /// No database URL given.
+    NoUrl,
+    /// The connection could not be opened.
+    Connect(sea_orm::DbErr),
+    /// `relay` could not reach the database within `--connect-timeout`.
+    ConnectGaveUp {
+        /// The database URL, redacted.
+        database: String,
+        /// The `--connect-timeout`.
+        waited: Duration,
+        /// Connection attempts made.
+        attempts: u32,
+        /// The error of the last attempt that finished before the deadline (`None` if none did).
+        last: Option<String>,
+    },
+    /// An outbox operation failed.
+    Outbox(OutboxError),
+    /// A migration failed.
+    Migration(sea_orm::DbErr),
+    /// `dead retry/discard <id>` found no FAIL row with that id.
+    NotDeadLetter(i64),
+    /// Writing JSON failed.
+    Json(serde_json::Error),
+}
+
+impl From<OutboxError> for Failure {
+    fn from(e: OutboxError) -> Self {
+        Failure::Outbox(e)
+    }
+}
+
+impl From<serde_json::Error> for Failure {
+    fn from(e: serde_json::Error) -> Self {
+        Failure::Json(e)
+    }
+}
+
+impl Failure {
+    /// The process's exit status: 3 when the outbox table is missing, else 1.
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Outbox(OutboxError::TableMissing(_)) => 3,
+            _ => 1,
+        }
+    }
+
+    /// The message printed after `error: ` (not yet redacted).
+    pub(crate) fn message(&self) -> String {
+        match self {
+            Failure::NoUrl => "no database URL: pass --database-url or set DATABASE_URL".into(),
+            Failure::Connect(e) => format!("cannot connect to the database: {e}"),
+            Failure::ConnectGaveUp {
+                database,
+                waited,
+                attempts,
+                last,
+            } => format!(
+                "cannot connect to the database {database} within {} (--connect-timeout; \
+                 {attempts} attempt(s)): {}",
+                humantime::format_duration(*waited),
+                last.as_deref().unwrap_or("no answer in time")
+            ),
+            Failure::Outbox(OutboxError::TableMissing(e)) => format!(
+                "the outbox table does not exist in this database: the migration must be run \
+                 first (`outbox migrate up`). ({e})"
+            ),
+            Failure::Outbox(e) => e.to_string(),
+            Failure::Migration(e) => format!("migration failed: {e}"),
+            Failure::NotDeadLetter(id) => {
+                format!(
+                    "event {id} is not a dead letter (no FAIL row with that id); nothing changed"
+                )
+            }
+            Failure::Json(e) => format!("cannot write JSON: {e}"),
+        }
+    }
+
+    /// Whether the database could not be reached (worth trying again), as opposed to a
+    /// failure that waiting cannot fix (bad URL, refused login, missing table).
+    pub(crate) fn is_connection_failure(&self) -> bool {
+        match self {
+            Failure::Connect(e) | Failure::Outbox(OutboxError::Db(e)) => is_connection_error(e),
+            _ => false,
+        }
+    }
+
+    /// The underlying error, without this tool's prefix.
+    pub(crate) fn cause(&self) -> String {
+        match self {
+            Failure::Connect(e) => e.to_string(),
+            other => other.message(),
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! `outbox`: the operator's tool for sea-orm-outbox.
+//!
+//! ```text
+//! outbox migrate up|down|status          apply / roll back / list the migrations
+//! outbox stats [--lease 10m] [--json]    rows per status, oldest WAIT age, stuck leases
+//! outbox dead list [--limit N] [--json]  the dead letters (FAIL rows)
+//! outbox dead retry <id> | --all         FAIL -> WAIT, retry_count 0, due now
+//! outbox dead discard <id>               delete one dead letter
+//! outbox purge --older-than 7d [--batch 1000]   delete delivered (SUCCESS) rows only
+//! outbox relay [flags]                   run a relay worker until Ctrl-C / SIGTERM
+//! ```
+//! The database comes from `--database-url` or `DATABASE_URL`. Its password is never printed:
+//! every URL and every error goes through `sea_orm_outbox::redact`.
+//!
+//! Every command but `relay` fails at once when the database cannot be reached. `relay` waits
+//! for it at start: it retries connection failures with back-off (200 ms doubling to 5 s) until
+//! it gets through, `--connect-timeout` has passed, or it is stopped by Ctrl-C / SIGTERM (exit
+//! 0). A malformed URL, a refused login or a missing table still fail at once.
+//!
+//! Exit status: 0 success; 1 error (including "not a dead letter"); 2 usage error; 3 the outbox
+//! table is missing (run `outbox migrate up`).
+//!
+//! Modules: [`args`] the command line, [`connect`] reaching the database, [`commands`] the
+//! one-shot sub-commands, [`relay`] the relay worker, [`failure`] errors and exit status, and
+//! `chaos` the fault injection of a `chaos-testing` build.
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use sea_orm_outbox::redact::redact_secrets;
+
+mod args;
+#[cfg(feature = "chaos-testing")]
+mod chaos;
+mod commands;
+mod connect;
+mod failure;
+mod relay;
+
+use args::{Cli, Command};
+use connect::RedactingLine;
+use failure::Failure;
+
+/// Parses the command line, sets up redacted logging to stderr, runs the command and turns its
+/// failure into `error: ...` and the exit status.
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Command::Relay(_)) {
+        "info"
+    } else {
+        "warn"
+    };
+    let url = cli.database_url.clone().unwrap_or_default();
+    let log_url: Arc<str> = Arc::from(url.as_str());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(move || RedactingLine::new(log_url.clone()))
+        .try_init();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {}", redact_secrets(&failure.message(), &url));
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+/// Runs one command: `relay` waits for the database; every other command connects once and
+/// closes the connection when done.
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let url = cli.database_url.ok_or(Failure::NoUrl)?;
+    // The relay waits for the database; every other command fails at once without it.
+    if let Command::Relay(args) = &cli.command {
+        return relay::relay(&url, args).await;
+    }
+    let db = connect::connect(&url).await?;
+    let result = match cli.command {
+        Command::Migrate { action } => commands::migrate(&db, action).await,
+        Command::Stats { lease, json } => commands::stats(&db, lease, json).await,
+        Command::Dead { action } => commands::dead(&db, action).await,
+        Command::Purge { older_than, batch } => commands::purge(&db, older_than, batch).await,
+        Command::Relay(_) => Ok(()), // handled above
+    };
+    db.close().await.ok();
+    result
+}

@@ -1,0 +1,227 @@
+//! `outbox relay`: check the settings, fit the RocketMQ producer to them, wait for the
+//! database, then run a worker until Ctrl-C or SIGTERM.
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+use sea_orm_outbox::redact::redact_url;
+use sea_orm_outbox::{
+    CancellationToken, LoggingPublisher, OutboxError, Publisher, Worker, WorkerConfig,
+};
+
+use crate::args::RelayArgs;
+use crate::connect::wait_for_database;
+use crate::failure::Failure;
+
+/// Runs `outbox relay` on the database at `url` until it is stopped.
+pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
+    // Settings that cannot work are refused before waiting for anything.
+    let config = args.config();
+    config.validate()?;
+    // The tool's send timeout is its publisher's: the one send-timeout rule applies to it
+    // whatever the renewal setting (the RocketMQ client's timeout is fitted to the same limit).
+    config.check_publisher_send_timeout("--send-timeout", config.send_timeout)?;
+    let rocketmq = match args.rocketmq_namesrv.as_deref().map(str::trim) {
+        None => None,
+        // Relaying to the log would mark every event delivered: an address that is set but
+        // blank is a mistake (an unset variable in a template, say), not a choice.
+        Some("") => {
+            return Err(Failure::Outbox(OutboxError::InvalidConfig(
+                "--rocketmq-namesrv / ROCKETMQ_NAMESRV_ADDR is set but empty: give the name \
+                 server address (host:port), or unset it to relay to the log"
+                    .into(),
+            )))
+        }
+        Some(addr) => Some(rmq::config(addr, args, &config)?),
+    };
+    let cancel = CancellationToken::new();
+    let signal = shutdown_signal();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            signal.await;
+            tracing::info!("shutdown requested");
+            cancel.cancel();
+        }
+    });
+    // Wait for the database, and refuse to start without the table rather than log the error
+    // every round.
+    let Some(db) = wait_for_database(url, args.connect_timeout, &cancel).await? else {
+        println!("relay stopped before the database could be reached");
+        return Ok(());
+    };
+    let result = relay_on(db.clone(), url, args, config, rocketmq, cancel).await;
+    db.close().await.ok();
+    result
+}
+
+/// The relay proper, once the database answers: publisher, worker, run until `cancel`.
+async fn relay_on(
+    db: DatabaseConnection,
+    url: &str,
+    // Read only by the fault injection of a `chaos-testing` build.
+    #[cfg_attr(not(feature = "chaos-testing"), expect(unused_variables))] args: &RelayArgs,
+    config: WorkerConfig,
+    rocketmq: Option<rmq::RocketMqConfig>,
+    cancel: CancellationToken,
+) -> Result<(), Failure> {
+    let (publisher, rocketmq, target): (Arc<dyn Publisher>, _, String) = match rocketmq {
+        Some(c) => {
+            let (p, handle, target) = rmq::start(c).await?;
+            (p, Some(handle), target)
+        }
+        None => (Arc::new(LoggingPublisher), None, "log".to_owned()),
+    };
+    #[cfg(feature = "chaos-testing")]
+    let publisher = crate::chaos::inject(&args.chaos, publisher);
+    let worker = match Worker::new(db, publisher, config) {
+        Ok(w) => w,
+        Err(e) => {
+            if let Some(h) = rocketmq {
+                h.shutdown().await;
+            }
+            return Err(e.into());
+        }
+    };
+    tracing::info!(owner = %worker.owner(), database = %redact_url(url), publisher = %target, config = ?worker.config(), "relay started");
+    let summary = worker.run(cancel).await;
+    // The worker holds the other reference to the publisher: drop it, then stop the producer.
+    drop(worker);
+    if let Some(h) = rocketmq {
+        h.shutdown().await;
+    }
+    println!("relay stopped: {summary:?}");
+    Ok(())
+}
+
+/// `outbox relay` publishing to RocketMQ.
+#[cfg(feature = "rocketmq")]
+mod rmq {
+    use std::sync::Arc;
+
+    pub use sea_orm_outbox::RocketMqConfig;
+    use sea_orm_outbox::{OutboxError, Publisher, RocketMqPublisher, WorkerConfig};
+
+    use crate::args::RelayArgs;
+
+    /// The publisher, kept to stop it at the end.
+    pub struct Handle(Arc<RocketMqPublisher>);
+
+    /// The producer's configuration, checked: name server `addr`, topic and group when given,
+    /// send timeout fitted to the worker (at most its send timeout and a third of its lease).
+    pub fn config(
+        addr: &str,
+        args: &RelayArgs,
+        worker: &WorkerConfig,
+    ) -> Result<RocketMqConfig, OutboxError> {
+        let timeout = worker.publisher_send_timeout_limit();
+        let mut config = RocketMqConfig::new(addr).send_timeout(timeout);
+        let given = |v: &Option<String>| {
+            v.as_deref()
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_owned)
+        };
+        if let Some(t) = given(&args.topic) {
+            config = config.topic(t);
+        }
+        if let Some(g) = given(&args.producer_group) {
+            config = config.producer_group(g);
+        }
+        config.validate_for(worker)?;
+        Ok(config)
+    }
+
+    /// Starts the producer.
+    pub async fn start(
+        config: RocketMqConfig,
+    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
+        let target = format!("rocketmq {} topic {}", config.namesrv_addr, config.topic);
+        let p = Arc::new(RocketMqPublisher::start(config).await?);
+        Ok((p.clone(), Handle(p), target))
+    }
+
+    impl Handle {
+        /// Stops the producer once the worker has let go of it.
+        pub async fn shutdown(self) {
+            match Arc::try_unwrap(self.0) {
+                Ok(p) => p.shutdown().await,
+                Err(_) => tracing::warn!("RocketMQ publisher still shared at exit; not flushed"),
+            }
+        }
+    }
+}
+
+/// Built without the `rocketmq` feature: asking for RocketMQ is a configuration error.
+#[cfg(not(feature = "rocketmq"))]
+mod rmq {
+    use std::sync::Arc;
+
+    use sea_orm_outbox::{OutboxError, Publisher, WorkerConfig};
+
+    use crate::args::RelayArgs;
+
+    /// No configuration can exist without the feature.
+    pub enum RocketMqConfig {}
+
+    /// Never made: there is no producer to stop.
+    pub struct Handle;
+
+    /// Always the error that the feature is off.
+    pub fn config(
+        _addr: &str,
+        _args: &RelayArgs,
+        _worker: &WorkerConfig,
+    ) -> Result<RocketMqConfig, OutboxError> {
+        Err(OutboxError::InvalidConfig(
+            "this outbox binary was built without the `rocketmq` feature".into(),
+        ))
+    }
+
+    /// Unreachable: no configuration exists to start from.
+    pub async fn start(
+        config: RocketMqConfig,
+    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
+        match config {}
+    }
+
+    impl Handle {
+        /// Nothing to stop.
+        pub async fn shutdown(self) {}
+    }
+}
+
+/// A future that resolves on Ctrl-C or (on Unix) SIGTERM. The handlers are installed by this
+/// call, not on the first poll, so a signal that arrives right after it is not lost.
+#[cfg(unix)]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    async move {
+        tokio::select! {
+            () = next_signal(int.as_mut()) => {}
+            () = next_signal(term.as_mut()) => {}
+        }
+    }
+}
+
+/// Resolves when `signal` is next received; never without a handler.
+#[cfg(unix)]
+async fn next_signal(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// A future that resolves on Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
