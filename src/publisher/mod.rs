@@ -10,7 +10,11 @@ use async_trait::async_trait;
 pub use logging::LoggingPublisher;
 pub use memory::InMemoryPublisher;
 #[cfg(feature = "rocketmq")]
-pub use rocketmq::{ReceivedMessage, RocketMqConfig, RocketMqConsumer, RocketMqPublisher};
+pub use rocketmq::{RocketMqConfig, RocketMqPublisher};
+// The test consumer: for the crate's own tests and examples only (not an API).
+#[cfg(all(feature = "rocketmq", feature = "test-support"))]
+#[doc(hidden)]
+pub use rocketmq::{ReceivedMessage, RocketMqConsumer};
 
 use crate::error::PublishError;
 

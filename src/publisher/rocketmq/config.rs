@@ -1,0 +1,321 @@
+//! Where and how the publisher sends: [`RocketMqConfig`], its defaults and environment
+//! variables, and the checks on addresses, names and the send timeout.
+use std::time::Duration;
+
+use crate::config::WorkerConfig;
+use crate::error::OutboxError;
+
+/// Default topic: `ORDER_EVENT_TOPIC`.
+pub const DEFAULT_TOPIC: &str = "ORDER_EVENT_TOPIC";
+/// Default producer group: `outbox_producer_group`.
+pub const DEFAULT_PRODUCER_GROUP: &str = "outbox_producer_group";
+/// Default name server address: `127.0.0.1:9876`.
+pub const DEFAULT_NAMESRV_ADDR: &str = "127.0.0.1:9876";
+/// Default send timeout: 3 s (the seed design's).
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
+/// The environment variable with the name server address(es), `host:port[;host:port...]`.
+pub const ENV_NAMESRV_ADDR: &str = "ROCKETMQ_NAMESRV_ADDR";
+/// The environment variable with the producer group.
+pub const ENV_PRODUCER_GROUP: &str = "ROCKETMQ_PRODUCER_GROUP";
+/// The environment variable with the topic.
+pub const ENV_TOPIC: &str = "OUTBOX_TOPIC";
+
+/// Longest topic name RocketMQ accepts.
+const TOPIC_MAX_LEN: usize = 127;
+/// Longest group name RocketMQ accepts.
+pub(super) const GROUP_MAX_LEN: usize = 255;
+
+/// Where and how [`RocketMqPublisher`](super::RocketMqPublisher) sends.
+///
+/// ```
+/// use std::time::Duration;
+/// use sea_orm_outbox::RocketMqConfig;
+/// let config = RocketMqConfig::new("127.0.0.1:9876")
+///     .producer_group("order_service")
+///     .topic("ORDER_EVENT_TOPIC")
+///     .send_timeout(Duration::from_secs(3));
+/// config.validate()?;
+/// # Ok::<(), sea_orm_outbox::OutboxError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RocketMqConfig {
+    /// Name server address(es): `host:port`, several separated by `;`.
+    pub namesrv_addr: String,
+    /// Producer group (default [`DEFAULT_PRODUCER_GROUP`]).
+    pub producer_group: String,
+    /// Topic every event goes to (default [`DEFAULT_TOPIC`]).
+    pub topic: String,
+    /// Longest one send may take, the client's internal retries included (default 3 s). Keep it
+    /// at most the worker's `send_timeout` and well below its lease
+    /// ([`RocketMqConfig::validate_for`]).
+    pub send_timeout: Duration,
+}
+
+impl Default for RocketMqConfig {
+    fn default() -> Self {
+        RocketMqConfig::new(DEFAULT_NAMESRV_ADDR)
+    }
+}
+
+impl RocketMqConfig {
+    /// A configuration for the name server(s) at `namesrv_addr` with the default group, topic and
+    /// send timeout.
+    pub fn new(namesrv_addr: impl Into<String>) -> Self {
+        RocketMqConfig {
+            namesrv_addr: namesrv_addr.into(),
+            producer_group: DEFAULT_PRODUCER_GROUP.to_owned(),
+            topic: DEFAULT_TOPIC.to_owned(),
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+        }
+    }
+
+    /// Reads `ROCKETMQ_NAMESRV_ADDR` (required), `ROCKETMQ_PRODUCER_GROUP` and `OUTBOX_TOPIC`
+    /// (optional; empty means the default) and validates the result.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
+    /// spaces, or a value fails [`RocketMqConfig::validate`] (an address that is not
+    /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
+    /// in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
+    pub fn from_env() -> Result<Self, OutboxError> {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let addr = var(ENV_NAMESRV_ADDR).ok_or_else(|| {
+            OutboxError::InvalidConfig(format!(
+                "{ENV_NAMESRV_ADDR} is not set: give the RocketMQ name server address, \
+                 e.g. {DEFAULT_NAMESRV_ADDR}"
+            ))
+        })?;
+        let mut config = RocketMqConfig::new(addr);
+        if let Some(group) = var(ENV_PRODUCER_GROUP) {
+            config.producer_group = group;
+        }
+        if let Some(topic) = var(ENV_TOPIC) {
+            config.topic = topic;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Sets the producer group.
+    pub fn producer_group(mut self, group: impl Into<String>) -> Self {
+        self.producer_group = group.into();
+        self
+    }
+
+    /// Sets the topic.
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = topic.into();
+        self
+    }
+
+    /// Sets the send timeout.
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.send_timeout = timeout;
+        self
+    }
+
+    /// The name server addresses, one per `;`-separated entry.
+    pub fn namesrv_addrs(&self) -> Vec<&str> {
+        self.namesrv_addr
+            .split(';')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .collect()
+    }
+
+    /// Checks that the configuration can work.
+    ///
+    /// Only the form of the addresses is checked here; whether a name resolves is found out by
+    /// [`RocketMqPublisher::start`](super::RocketMqPublisher::start), which fails with
+    /// [`OutboxError::Broker`] when none answers.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when there is no name server address or one is not
+    /// `host:port` (host: a name or IPv4 address of letters, digits, `.`, `-`, `_`, or an IPv6
+    /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
+    /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
+    /// `_`, `-`), or the send timeout is zero or longer than `u32::MAX` milliseconds.
+    pub fn validate(&self) -> Result<(), OutboxError> {
+        let bad = |m: String| Err(OutboxError::InvalidConfig(m));
+        let addrs = self.namesrv_addrs();
+        if addrs.is_empty() {
+            return bad("RocketMQ namesrv_addr is empty".into());
+        }
+        for addr in addrs {
+            let ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+                is_host(host) && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !ok {
+                return bad(format!(
+                    "RocketMQ name server address `{addr}` is not host:port \
+                     (e.g. 127.0.0.1:9876, namesrv.example:9876 or [::1]:9876)"
+                ));
+            }
+        }
+        check_name("producer_group", &self.producer_group, GROUP_MAX_LEN)?;
+        check_name("topic", &self.topic, TOPIC_MAX_LEN)?;
+        if self.send_timeout.is_zero() || u32::try_from(self.send_timeout.as_millis()).is_err() {
+            return bad(format!(
+                "RocketMQ send_timeout must be between 1 ms and {} ms",
+                u32::MAX
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`RocketMqConfig::validate`], and checks that the send timeout fits the worker that will
+    /// call this publisher, by the one send-timeout rule
+    /// ([`WorkerConfig::check_publisher_send_timeout`]): at most a third of its lease (a send
+    /// still running when the lease ends would be sent again by another instance) and at most
+    /// its `send_timeout` (else the worker gives up before the client does and a late success
+    /// is recorded as a failure).
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when either check fails.
+    pub fn validate_for(&self, worker: &WorkerConfig) -> Result<(), OutboxError> {
+        self.validate()?;
+        worker.check_publisher_send_timeout("RocketMQ send_timeout", self.send_timeout)
+    }
+
+    /// The send timeout in the client's unit, milliseconds (saturating; [`Self::validate`]
+    /// refuses more than `u32::MAX`).
+    pub(super) fn send_timeout_ms(&self) -> u32 {
+        u32::try_from(self.send_timeout.as_millis()).unwrap_or(u32::MAX)
+    }
+}
+
+/// A host name or IPv4 address (letters, digits, `.`, `-`, `_`) or an IPv6 address in brackets.
+fn is_host(host: &str) -> bool {
+    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        }
+    }
+}
+
+/// Topic and group names: 1..=max characters out of `[%|a-zA-Z0-9_-]`.
+pub(super) fn check_name(what: &str, value: &str, max: usize) -> Result<(), OutboxError> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '%' | '|' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(OutboxError::InvalidConfig(format!(
+            "RocketMQ {what} `{value}` is invalid: 1 to {max} characters out of letters, digits, \
+             `%`, `|`, `_` and `-`"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_validation() {
+        let ok = RocketMqConfig::new("127.0.0.1:9876;10.0.0.2:9876");
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.namesrv_addrs(), vec!["127.0.0.1:9876", "10.0.0.2:9876"]);
+        for addr in [
+            "namesrv.example:9876",
+            "nonexistent.invalid:9876",
+            "rocketmq-namesrv_0:9876; [::1]:9876",
+        ] {
+            assert!(RocketMqConfig::new(addr).validate().is_ok(), "{addr}");
+        }
+        assert_eq!(ok.topic, "ORDER_EVENT_TOPIC");
+        assert_eq!(ok.send_timeout, Duration::from_secs(3));
+        for bad in [
+            RocketMqConfig::new(" ; "),
+            RocketMqConfig::new("host"),
+            RocketMqConfig::new("host:0"),
+            RocketMqConfig::new(":9876"),
+            RocketMqConfig::new(""),
+            RocketMqConfig::new("host:"),
+            RocketMqConfig::new("host:65536"),
+            RocketMqConfig::new("host:9876/x"),
+            RocketMqConfig::new("http://host:9876"),
+            RocketMqConfig::new("name server:9876"),
+            RocketMqConfig::new("::1:9876"),
+            RocketMqConfig::new("[not-v6]:9876"),
+            RocketMqConfig::new("127.0.0.1:9876;nohost"),
+            RocketMqConfig::default().topic(""),
+            RocketMqConfig::default().topic("a.b"),
+            RocketMqConfig::default().topic("t".repeat(128)),
+            RocketMqConfig::default().producer_group("g g"),
+            RocketMqConfig::default().send_timeout(Duration::ZERO),
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(OutboxError::InvalidConfig(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_from_env() {
+        // The only test that touches these variables.
+        std::env::remove_var(ENV_NAMESRV_ADDR);
+        let err = RocketMqConfig::from_env().expect_err("address required");
+        assert!(err.to_string().contains(ENV_NAMESRV_ADDR), "{err}");
+        for garbage in ["   ", "localhost", "localhost:", "http://namesrv:9876"] {
+            std::env::set_var(ENV_NAMESRV_ADDR, garbage);
+            let err = RocketMqConfig::from_env().expect_err(garbage);
+            assert!(
+                matches!(err, OutboxError::InvalidConfig(_)),
+                "{garbage}: {err}"
+            );
+        }
+        std::env::set_var(ENV_NAMESRV_ADDR, "127.0.0.1:19876");
+        std::env::set_var(ENV_PRODUCER_GROUP, "order_service");
+        std::env::set_var(ENV_TOPIC, "");
+        let c = RocketMqConfig::from_env().expect("valid");
+        assert_eq!(
+            (
+                c.namesrv_addr.as_str(),
+                c.producer_group.as_str(),
+                c.topic.as_str()
+            ),
+            ("127.0.0.1:19876", "order_service", DEFAULT_TOPIC)
+        );
+        std::env::set_var(ENV_TOPIC, "bad topic");
+        assert!(RocketMqConfig::from_env().is_err());
+        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC] {
+            std::env::remove_var(v);
+        }
+    }
+
+    #[test]
+    fn send_timeout_must_fit_the_worker() {
+        let worker = WorkerConfig::default(); // send timeout 3 s, lease 10 min
+        assert!(RocketMqConfig::default().validate_for(&worker).is_ok());
+        let slow = RocketMqConfig::default().send_timeout(Duration::from_secs(4));
+        assert!(matches!(
+            slow.validate_for(&worker),
+            Err(OutboxError::InvalidConfig(_))
+        ));
+        let short_lease = WorkerConfig::default()
+            .lease_renewal(false)
+            .lease(Duration::from_secs(6))
+            .send_timeout(Duration::from_secs(3));
+        let err = RocketMqConfig::default()
+            .validate_for(&short_lease)
+            .expect_err("3 s is more than a third of a 6 s lease");
+        assert!(err.to_string().contains("RocketMQ send_timeout"), "{err}");
+        // Invalid on its own: `validate` runs first.
+        assert!(RocketMqConfig::new("").validate_for(&worker).is_err());
+    }
+}

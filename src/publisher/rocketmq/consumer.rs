@@ -1,0 +1,260 @@
+//! [`RocketMqConsumer`], a small consumer for the crate's own tests, examples and demos (feature
+//! `test-support`; not an API), and the [`ReceivedMessage`]s it returns.
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rocketmq_client_rust::{
+    ClientConfig, ClientOptions, DefaultLitePullConsumer, DefaultMQProducer,
+};
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::MessageTrait;
+use rocketmq_model::common::topic::TopicValidator;
+
+use super::config::{check_name, RocketMqConfig, GROUP_MAX_LEN};
+use super::errors::client_error_text;
+use super::runtime::{probe_namesrv, ClientHost, SendFuture};
+use crate::error::OutboxError;
+
+/// Creates `topic` (4 queues) when the name server has no route for it yet, and waits until
+/// it has one.
+async fn ensure_topic(host: &ClientHost, namesrv_addr: &str, topic: &str) -> Result<(), String> {
+    const ROUTE_DEADLINE: Duration = Duration::from_secs(15);
+    let group = format!(
+        "outbox_topic_init_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let mut producer = DefaultMQProducer::builder(host.runtime.clone())
+        .producer_group(group)
+        .name_server_addr(namesrv_addr)
+        .send_msg_timeout(3_000)
+        .build();
+    Box::pin(producer.start())
+        .await
+        .map_err(|e| client_error_text(&e))?;
+    let result = Box::pin(async {
+        let mut last = match Box::pin(producer.fetch_publish_message_queues(topic)).await {
+            Ok(queues) if !queues.is_empty() => return Ok(()),
+            Ok(_) => String::from("no queues"),
+            Err(e) => client_error_text(&e),
+        };
+        if let Err(e) = Box::pin(producer.create_topic(
+            TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
+            topic,
+            4,
+            HashMap::new(),
+        ))
+        .await
+        {
+            last = client_error_text(&e);
+        }
+        let end = tokio::time::Instant::now() + ROUTE_DEADLINE;
+        while tokio::time::Instant::now() < end {
+            match Box::pin(producer.fetch_publish_message_queues(topic)).await {
+                Ok(queues) if !queues.is_empty() => return Ok(()),
+                Ok(_) => last = String::from("no queues"),
+                Err(e) => last = client_error_text(&e),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(format!(
+            "topic {topic} has no route after {} s: {last}",
+            ROUTE_DEADLINE.as_secs()
+        ))
+    })
+    .await;
+    Box::pin(producer.shutdown()).await;
+    result
+}
+
+/// One message as a consumer received it, reduced to what the outbox sets (fields may be
+/// added: construct it only through the consumer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReceivedMessage {
+    /// The broker's message id.
+    pub msg_id: String,
+    /// The `eventId` user property parsed as a number (`None` when absent or not a number).
+    pub event_id: Option<i64>,
+    /// Message keys (the outbox's `biz_no`).
+    pub keys: Option<String>,
+    /// Message tag (the outbox's `event_type`).
+    pub tag: Option<String>,
+    /// Body as text (lossy UTF-8).
+    pub body: String,
+    /// Every property of the message, system ones included.
+    pub properties: HashMap<String, String>,
+    /// The queue the message was read from.
+    pub queue_id: i32,
+    /// Its offset in that queue (the broker's consume-queue index).
+    pub queue_offset: i64,
+    /// Its byte offset in the broker's commit log.
+    pub commit_log_offset: i64,
+}
+
+impl ReceivedMessage {
+    /// The outbox's view of a message the client returned.
+    fn from_ext(m: &MessageExt) -> Self {
+        let properties: HashMap<String, String> = m
+            .properties()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.as_str().to_owned()))
+            .collect();
+        ReceivedMessage {
+            msg_id: m.msg_id().as_str().to_owned(),
+            event_id: properties.get("eventId").and_then(|v| v.parse().ok()),
+            keys: m.get_keys().map(|k| k.as_str().to_owned()),
+            tag: m.get_tags().map(|t| t.as_str().to_owned()),
+            body: m
+                .get_body()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default(),
+            properties,
+            queue_id: m.queue_id(),
+            queue_offset: m.queue_offset(),
+            commit_log_offset: m.commit_log_offset(),
+        }
+    }
+
+    /// The user property `name`.
+    pub fn property(&self, name: &str) -> Option<&str> {
+        self.properties.get(name).map(String::as_str)
+    }
+}
+
+/// A small consumer for tests and demos: a lite pull consumer on one topic (all tags) in its own
+/// consumer group, reading each queue from its first offset, with its own client runtime.
+pub struct RocketMqConsumer {
+    consumer: Box<dyn ConsumerHandle>,
+    topic: String,
+}
+
+/// The consumer and its runtime behind a trait object (see [`SendFuture`]).
+trait ConsumerHandle: Send + Sync {
+    /// The messages that arrive within `timeout_ms` milliseconds.
+    fn poll(&self, timeout_ms: u64) -> SendFuture<'_, Vec<ReceivedMessage>>;
+    /// Stops the consumer, then its host.
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()>;
+}
+
+/// A started consumer and the host it runs on.
+struct OwnedConsumer {
+    consumer: DefaultLitePullConsumer,
+    host: ClientHost,
+}
+
+impl ConsumerHandle for OwnedConsumer {
+    fn poll(&self, timeout_ms: u64) -> SendFuture<'_, Vec<ReceivedMessage>> {
+        Box::pin(async move {
+            Box::pin(self.consumer.poll_with_timeout(timeout_ms))
+                .await
+                .iter()
+                .map(ReceivedMessage::from_ext)
+                .collect()
+        })
+    }
+
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
+        Box::pin(async move {
+            let OwnedConsumer { consumer, host } = *self;
+            Box::pin(consumer.shutdown()).await;
+            Box::pin(host.shutdown()).await;
+        })
+    }
+}
+
+impl std::fmt::Debug for RocketMqConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocketMqConsumer")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RocketMqConsumer {
+    /// Subscribes `group` to `topic` through the name server(s) at `namesrv_addr` and starts.
+    ///
+    /// The topic is created first when missing (4 queues, through the broker's `TBW102`
+    /// template), so the consumer's queues are assigned at start instead of after a later route
+    /// poll (every 10 s here, 30 s by default).
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] for an invalid group or topic name,
+    /// [`OutboxError::Broker`] when no name server answers, the topic's route does not appear
+    /// within 15 s, or the consumer cannot start.
+    pub async fn start(namesrv_addr: &str, group: &str, topic: &str) -> Result<Self, OutboxError> {
+        check_name("consumer group", group, GROUP_MAX_LEN)?;
+        let probe = RocketMqConfig::new(namesrv_addr).topic(topic);
+        probe.validate()?;
+        probe_namesrv(&probe).await?;
+        let host = ClientHost::new("consumer")?;
+        let started = Box::pin(async {
+            ensure_topic(&host, namesrv_addr, topic).await?;
+            let client_config = ClientConfig::builder()
+                .namesrv_addr(namesrv_addr)
+                // The client's minimum (default 30 s): route changes are seen sooner.
+                .poll_name_server_interval(10_000)
+                .build()
+                .map_err(|e| client_error_text(&e))?;
+            let consumer = DefaultLitePullConsumer::builder(host.runtime.clone())
+                .client_options(ClientOptions::legacy(client_config))
+                .consumer_group(group)
+                .name_server_addr(namesrv_addr)
+                .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+                .pull_batch_size(32)
+                .poll_timeout_millis(500)
+                // Short broker long-polls: shutdown waits for the pull in flight on each queue.
+                .broker_suspend_max_time_millis(1_000)
+                .consumer_timeout_millis_when_suspend(3_000)
+                .topic_metadata_check_interval_millis(1_000)
+                .auto_commit(true)
+                .build()
+                .map_err(|e| client_error_text(&e))?;
+            Box::pin(consumer.subscribe_with_expression(topic, "*"))
+                .await
+                .map_err(|e| client_error_text(&e))?;
+            Box::pin(consumer.start())
+                .await
+                .map_err(|e| client_error_text(&e))?;
+            Ok::<_, String>(consumer)
+        })
+        .await;
+        match started {
+            Ok(consumer) => Ok(RocketMqConsumer {
+                consumer: Box::new(OwnedConsumer { consumer, host }),
+                topic: topic.to_owned(),
+            }),
+            Err(e) => {
+                Box::pin(host.shutdown()).await;
+                Err(OutboxError::Broker(format!(
+                    "RocketMQ consumer did not start: {e}"
+                )))
+            }
+        }
+    }
+
+    /// The messages that arrived within `timeout` (possibly none).
+    pub async fn poll(&self, timeout: Duration) -> Vec<ReceivedMessage> {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        self.consumer.poll(ms).await
+    }
+
+    /// Polls until `done` says the messages so far are enough or `deadline` passes; returns
+    /// everything received, in arrival order.
+    pub async fn collect_until<F>(&self, deadline: Duration, mut done: F) -> Vec<ReceivedMessage>
+    where
+        F: FnMut(&[ReceivedMessage]) -> bool,
+    {
+        let end = tokio::time::Instant::now() + deadline;
+        let mut all = Vec::new();
+        while !done(&all) && tokio::time::Instant::now() < end {
+            all.extend(self.poll(Duration::from_millis(500)).await);
+        }
+        all
+    }
+
+    /// Stops the consumer, then its client runtime and runtime owner.
+    pub async fn shutdown(self) {
+        self.consumer.shutdown().await;
+    }
+}

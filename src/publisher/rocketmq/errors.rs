@@ -1,0 +1,122 @@
+//! The client's errors as text and as retryable or permanent [`PublishError`]s.
+//!
+//! A rocketmq-rust error's `Display` prints `<redacted>`, so the text is built from its code,
+//! public message and the detail the client keeps in its cause; the classification goes by
+//! code and response code, never by `Display`.
+use rocketmq_client_rust::{ClientError, MQClientException};
+
+use crate::error::PublishError;
+
+/// RocketMQ's `MESSAGE_ILLEGAL` response code (too large, empty body, bad property).
+const RESPONSE_MESSAGE_ILLEGAL: i32 = 13;
+
+/// Text of a rocketmq-rust error: its code and public message (`Display` prints `<redacted>`).
+pub(super) fn error_text(e: &rocketmq_error::Error) -> String {
+    format!(
+        "{} ({})",
+        e.code().as_str(),
+        e.descriptor().public_message()
+    )
+}
+
+/// Text of a client error: code, public message, and the detail the client keeps in its cause.
+pub(super) fn client_error_text(e: &ClientError) -> String {
+    let mut text = error_text(e);
+    if let Some(detail) = e
+        .source_ref::<MQClientException>()
+        .and_then(|x| x.error_message())
+    {
+        text.push_str(": ");
+        text.push_str(detail);
+    }
+    if let Some(code) = e.broker_response_code() {
+        text.push_str(&format!("; broker response code {code}"));
+    }
+    if let Some(addr) = e.broker_addr() {
+        text.push_str(&format!("; broker {addr}"));
+    }
+    text
+}
+
+/// Decides whether a failed send may succeed later, as the [`PublishError`] the relay records.
+///
+/// Permanent: the client or broker refused the message itself (response code
+/// `MESSAGE_ILLEGAL`: body too large or empty), the catalog says the message is too large or
+/// invalid, or the topic name is illegal or forbidden. Everything else (connection refused,
+/// time-outs, no route yet, broker busy, broker errors) is retryable. The message carries the
+/// error's code, public message, cause detail, broker response code and broker address.
+pub fn classify(e: &ClientError) -> PublishError {
+    let code = e.code().as_str();
+    let text = client_error_text(e);
+    let client = e.source_ref::<MQClientException>();
+    let detail = client.and_then(|x| x.error_message()).unwrap_or_default();
+    let illegal_message = client.is_some_and(|x| x.response_code() == RESPONSE_MESSAGE_ILLEGAL)
+        || e.broker_response_code() == Some(RESPONSE_MESSAGE_ILLEGAL)
+        || matches!(code, "broker.message.too_large" | "broker.message.invalid");
+    let illegal_topic = detail.starts_with("The specified topic")
+        || (detail.contains("topic[")
+            && (detail.contains("forbidden") || detail.contains("conflict with system topic")));
+    if illegal_message || illegal_topic {
+        PublishError::permanent(format!("RocketMQ refused the message for good: {text}"))
+    } else {
+        PublishError::retryable(format!("RocketMQ send failed: {text}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::PublishErrorKind;
+
+    fn kind(e: ClientError) -> (PublishErrorKind, String) {
+        let p = classify(&e);
+        (p.kind, p.message)
+    }
+
+    #[test]
+    fn classifies_by_code_and_cause() {
+        use PublishErrorKind::{Permanent, Retryable};
+        // The client's own size check (MESSAGE_ILLEGAL, code 13).
+        let (k, text) = kind(ClientError::from(MQClientException::new_with_code(
+            RESPONSE_MESSAGE_ILLEGAL,
+            "the message body size over max value, MAX: 4194304",
+        )));
+        assert_eq!(k, Permanent);
+        assert!(
+            text.contains("core.argument.invalid") && text.contains("over max value"),
+            "{text}"
+        );
+        // The broker's size check.
+        let (k, text) = kind(ClientError::broker_operation_failed(
+            "SEND_MESSAGE",
+            13,
+            "body too large",
+        ));
+        assert_eq!(k, Permanent, "{text}");
+        // An illegal topic.
+        let (k, _) = kind(ClientError::from(MQClientException::new(
+            "The specified topic[a b] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
+        )));
+        assert_eq!(k, Permanent);
+        // No route yet: same code as the illegal message, but worth retrying.
+        let (k, text) = kind(ClientError::from(MQClientException::new(
+            "No route info for this topic, T",
+        )));
+        assert_eq!(k, Retryable);
+        assert!(text.contains("No route info"), "{text}");
+        // Broker busy, time-outs, connection refused.
+        let (k, text) = kind(ClientError::broker_operation_failed(
+            "SEND_MESSAGE",
+            2,
+            "system busy",
+        ));
+        assert_eq!(k, Retryable);
+        assert!(text.contains("broker response code 2"), "{text}");
+        assert_eq!(kind(ClientError::timeout("send", 3000)).0, Retryable);
+        let (k, text) = kind(ClientError::from_error(rocketmq_error::Error::new(
+            &rocketmq_error::TRANSPORT_CONNECTION_FAILED,
+        )));
+        assert_eq!(k, Retryable);
+        assert!(text.contains("transport.connection.failed"), "{text}");
+    }
+}

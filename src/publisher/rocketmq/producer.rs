@@ -1,0 +1,211 @@
+//! [`RocketMqPublisher`]: one shared producer on its own client runtime, and the message each
+//! outbox event becomes.
+use async_trait::async_trait;
+use rocketmq_client_rust::{ClientResult, DefaultMQProducer, SendResult, SendStatus};
+use rocketmq_model::common::message::message_single::Message;
+
+use super::config::RocketMqConfig;
+use super::errors::{classify, client_error_text, error_text};
+use super::runtime::{probe_namesrv, ClientHost, SendFuture};
+use crate::error::{OutboxError, PublishError};
+use crate::publisher::{OutboxMessage, Publisher};
+
+/// Publishes outbox events to RocketMQ with one shared producer.
+///
+/// Sends take `&self` and the producer is safe to share: wrap the publisher in an `Arc` and hand
+/// it to every worker. Call [`RocketMqPublisher::shutdown`] at the end (after the workers have
+/// stopped) to stop the producer and the client runtime it owns; dropping it instead stops the
+/// runtime in the background without flushing.
+pub struct RocketMqPublisher {
+    config: RocketMqConfig,
+    producer: Box<dyn ProducerHandle>,
+}
+
+/// The producer and the runtime it runs on, behind a trait object (see [`SendFuture`]).
+trait ProducerHandle: Send + Sync {
+    /// Sends `message`, giving up after `timeout_ms` milliseconds.
+    fn send(
+        &self,
+        message: Message,
+        timeout_ms: u64,
+    ) -> SendFuture<'_, ClientResult<Option<SendResult>>>;
+    /// Stops the producer, then its host.
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()>;
+}
+
+/// A started producer and the host it runs on.
+struct OwnedProducer {
+    producer: DefaultMQProducer,
+    host: ClientHost,
+}
+
+impl ProducerHandle for OwnedProducer {
+    fn send(
+        &self,
+        message: Message,
+        timeout_ms: u64,
+    ) -> SendFuture<'_, ClientResult<Option<SendResult>>> {
+        Box::pin(self.producer.send_with_timeout(message, timeout_ms))
+    }
+
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
+        Box::pin(async move {
+            let OwnedProducer { mut producer, host } = *self;
+            Box::pin(producer.shutdown()).await;
+            Box::pin(host.shutdown()).await;
+        })
+    }
+}
+
+impl std::fmt::Debug for RocketMqPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocketMqPublisher")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RocketMqPublisher {
+    /// Validates `config`, checks that a name server answers, and starts a producer with its
+    /// own client runtime.
+    ///
+    /// The broker itself is not contacted here: the topic's route is fetched on the first send
+    /// (a new topic is created by the broker then, if it auto-creates topics).
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] for a configuration that fails
+    /// [`RocketMqConfig::validate`]; [`OutboxError::Broker`] when no name server accepts a
+    /// connection within 3 s or the client cannot start.
+    pub async fn start(config: RocketMqConfig) -> Result<Self, OutboxError> {
+        config.validate()?;
+        probe_namesrv(&config).await?;
+        let host = ClientHost::new("producer")?;
+        let mut producer = DefaultMQProducer::builder(host.runtime.clone())
+            .producer_group(config.producer_group.clone())
+            .name_server_addr(config.namesrv_addr.clone())
+            .send_msg_timeout(config.send_timeout_ms())
+            .build();
+        // Boxed here (and below) so that callers' futures stay shallow: the client's futures are
+        // deep enough to need `recursion_limit` in every crate that embeds them inline.
+        if let Err(e) = Box::pin(producer.start()).await {
+            Box::pin(host.shutdown()).await;
+            return Err(OutboxError::Broker(format!(
+                "RocketMQ producer did not start: {}",
+                client_error_text(&e)
+            )));
+        }
+        tracing::info!(namesrv = %config.namesrv_addr, group = %config.producer_group, topic = %config.topic,
+            "RocketMQ publisher started");
+        Ok(RocketMqPublisher {
+            config,
+            producer: Box::new(OwnedProducer { producer, host }),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &RocketMqConfig {
+        &self.config
+    }
+
+    /// The message `event` becomes: topic, tag = event type, keys = business key,
+    /// user properties `eventId`, `eventType`, `bizNo`, body = payload.
+    ///
+    /// # Errors
+    /// A permanent [`PublishError`] when the message cannot be built (a property name the
+    /// client reserves; cannot happen with the three fixed names).
+    pub fn to_message(&self, event: &OutboxMessage) -> Result<Message, PublishError> {
+        build_message(&self.config.topic, event)
+    }
+
+    /// Stops the producer, then the client runtime, then the runtime owner, in that order.
+    pub async fn shutdown(self) {
+        self.producer.shutdown().await;
+        tracing::info!("RocketMQ publisher stopped");
+    }
+}
+
+#[async_trait]
+impl Publisher for RocketMqPublisher {
+    async fn publish(&self, event: &OutboxMessage) -> Result<(), PublishError> {
+        let message = self.to_message(event)?;
+        let timeout = u64::from(self.config.send_timeout_ms());
+        match self.producer.send(message, timeout).await {
+            Ok(Some(result)) if result.send_status == SendStatus::SendOk => {
+                tracing::debug!(
+                    event_id = event.event_id,
+                    msg_id = result.msg_id.as_ref().map_or("-", |m| m.as_str()),
+                    offset_msg_id = result.offset_msg_id.as_deref().unwrap_or("-"),
+                    queue_id = result.message_queue.as_ref().map_or(-1, |q| q.queue_id()),
+                    queue_offset = result.queue_offset,
+                    "RocketMQ send ok"
+                );
+                Ok(())
+            }
+            Ok(Some(result)) => Err(PublishError::retryable(format!(
+                "RocketMQ send status {:?} (not SEND_OK; msgId {})",
+                result.send_status,
+                result.msg_id.as_ref().map_or("-", |m| m.as_str())
+            ))),
+            Ok(None) => Err(PublishError::retryable("RocketMQ send returned no result")),
+            Err(e) => Err(classify(&e)),
+        }
+    }
+}
+
+/// The message for `event` on `topic` (see [`RocketMqPublisher::to_message`]).
+fn build_message(topic: &str, event: &OutboxMessage) -> Result<Message, PublishError> {
+    let mut builder = Message::builder()
+        .topic(topic)
+        .tags(event.event_type.as_str())
+        .key(event.biz_no.as_str())
+        .body_slice(event.payload.as_bytes());
+    for (name, value) in event.properties() {
+        builder = builder.raw_property(name, value).map_err(|e| {
+            PublishError::permanent(format!("message property {name}: {}", error_text(&e)))
+        })?;
+    }
+    builder.build().map_err(|e| {
+        PublishError::permanent(format!("message could not be built: {}", error_text(&e)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocketmq_model::common::message::MessageTrait;
+
+    #[test]
+    fn message_carries_the_event() {
+        let event = OutboxMessage {
+            event_id: 42,
+            biz_no: "ORD-42".into(),
+            event_type: "ORDER_CREATED".into(),
+            payload: r#"{"a":1}"#.into(),
+            retry_count: 0,
+        };
+        let m = build_message("T", &event).expect("message");
+        assert_eq!(m.topic().as_str(), "T");
+        assert_eq!(
+            m.get_body().map(|b| b.as_ref()),
+            Some(br#"{"a":1}"#.as_ref())
+        );
+        assert_eq!(
+            m.get_keys().map(|k| k.as_str().to_owned()).as_deref(),
+            Some("ORD-42")
+        );
+        assert_eq!(
+            m.tags().map(|t| t.to_string()).as_deref(),
+            Some("ORDER_CREATED")
+        );
+        let props = m.get_properties();
+        let get = |k: &str| {
+            props
+                .iter()
+                .find(|(n, _)| n.as_str() == k)
+                .map(|(_, v)| v.as_str().to_owned())
+        };
+        assert_eq!(get("eventId").as_deref(), Some("42"));
+        assert_eq!(get("eventType").as_deref(), Some("ORDER_CREATED"));
+        assert_eq!(get("bizNo").as_deref(), Some("ORD-42"));
+    }
+}
