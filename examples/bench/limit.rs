@@ -57,23 +57,13 @@ async fn bare_claim(
 ) -> Result<Vec<Row>, BoxError> {
     let backend = db.get_database_backend();
     let now = store::dialect::now_sql(backend, None);
-    match backend {
-        DbBackend::Postgres => {
-            let sql = format!(
-                "UPDATE t_event_record SET status = 'SENDING', claim_owner = $1, claimed_at = {now}, \
-                 update_time = {now} WHERE status = 'WAIT' AND id = ANY(ARRAY(SELECT id FROM \
-                 t_event_record WHERE status = 'WAIT' AND next_retry_time <= {now} ORDER BY \
-                 next_retry_time LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING {FIELDS}"
-            );
-            let rows = db
-                .query_all_raw(Statement::from_sql_and_values(
-                    backend,
-                    sql,
-                    [owner.into(), (batch as i64).into()],
-                ))
-                .await?;
-            read_rows(&rows)
-        }
+    let sql = match backend {
+        DbBackend::Postgres => format!(
+            "UPDATE t_event_record SET status = 'SENDING', claim_owner = $1, claimed_at = {now}, \
+             update_time = {now} WHERE status = 'WAIT' AND id = ANY(ARRAY(SELECT id FROM \
+             t_event_record WHERE status = 'WAIT' AND next_retry_time <= {now} ORDER BY \
+             next_retry_time LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING {FIELDS}"
+        ),
         DbBackend::MySql => {
             let txn = db.begin().await?;
             let sql = format!(
@@ -100,25 +90,24 @@ async fn bare_claim(
                     .await?;
             }
             txn.commit().await?;
-            Ok(rows)
+            return Ok(rows);
         }
-        _ => {
-            let sql = format!(
-                "UPDATE t_event_record SET status = 'SENDING', claim_owner = ?, claimed_at = {now}, \
-                 update_time = {now} WHERE status = 'WAIT' AND id IN (SELECT id FROM t_event_record \
-                 WHERE status = 'WAIT' AND next_retry_time <= {now} ORDER BY next_retry_time LIMIT ?) \
-                 RETURNING {FIELDS}"
-            );
-            let rows = db
-                .query_all_raw(Statement::from_sql_and_values(
-                    backend,
-                    sql,
-                    [owner.into(), (batch as i64).into()],
-                ))
-                .await?;
-            read_rows(&rows)
-        }
-    }
+        _ => format!(
+            "UPDATE t_event_record SET status = 'SENDING', claim_owner = ?, claimed_at = {now}, \
+             update_time = {now} WHERE status = 'WAIT' AND id IN (SELECT id FROM t_event_record \
+             WHERE status = 'WAIT' AND next_retry_time <= {now} ORDER BY next_retry_time LIMIT ?) \
+             RETURNING {FIELDS}"
+        ),
+    };
+    // Postgres and SQLite: one UPDATE ... RETURNING.
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            [owner.into(), (batch as i64).into()],
+        ))
+        .await?;
+    read_rows(&rows)
 }
 
 /// Marks `ids` SUCCESS in one owner-guarded UPDATE.
