@@ -2,63 +2,42 @@
 //! transaction that commits long after later events were published.
 mod common;
 
-use common::event;
+use common::{age, event, new_event, Fleet};
 use sea_orm_outbox::test_support::wait_until;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Backend, TestContext};
+use common::TestContext;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, TransactionTrait};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim};
 use sea_orm_outbox::{
-    CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt, RetryPolicy, Worker,
+    CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt, RetryPolicy,
     WorkerConfig,
 };
 
 // Postgres and MariaDB only: SQLite runs inside the relay process, so its "database clock" is
 // that process's clock (faking it fakes the database's too). SQLite instances share one host
 // and so one kernel clock; only a per-process fake could set them apart.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_relay_with_clock_ahead_reclaims_nothing_early() {
-    common::run_on(
-        Backend::Postgres,
-        "clock_ahead",
-        relay_with_clock_ahead_reclaims_nothing_early,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_relay_with_clock_ahead_reclaims_nothing_early() {
-    common::run_on(
-        Backend::MySql,
-        "clock_ahead",
-        relay_with_clock_ahead_reclaims_nothing_early,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_late_transaction_is_still_published() {
-    common::run_on(
-        Backend::Postgres,
-        "late_txn",
-        late_transaction_is_still_published,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_late_transaction_is_still_published() {
-    common::run_on(
-        Backend::MySql,
-        "late_txn",
-        late_transaction_is_still_published,
-    )
-    .await
-}
+backend_test!(
+    postgres_relay_with_clock_ahead_reclaims_nothing_early:
+        Postgres, "clock_ahead" => relay_with_clock_ahead_reclaims_nothing_early;
+    mariadb_relay_with_clock_ahead_reclaims_nothing_early:
+        MySql, "clock_ahead" => relay_with_clock_ahead_reclaims_nothing_early;
+    postgres_late_transaction_is_still_published:
+        Postgres, "late_txn" => late_transaction_is_still_published;
+    mariadb_late_transaction_is_still_published:
+        MySql, "late_txn" => late_transaction_is_still_published;
+    postgres_open_transaction_on_empty_table_blocks_no_relay_statement:
+        Postgres, "open_txn_empty" => open_txn_on_empty_table;
+    postgres_open_transaction_among_wait_and_fail_rows_blocks_no_relay_statement:
+        Postgres, "open_txn_rows" => open_txn_among_rows;
+    mariadb_open_transaction_on_empty_table_blocks_no_relay_statement:
+        MySql, "open_txn_empty" => open_txn_on_empty_table;
+    mariadb_open_transaction_among_wait_and_fail_rows_blocks_no_relay_statement:
+        MySql, "open_txn_rows" => open_txn_among_rows;
+);
 
 /// A relay process started under libfaketime with its clock 15 minutes ahead runs reclaim
 /// passes with a 10-minute lease: a lease taken just now by another instance stays untouched
@@ -66,14 +45,8 @@ async fn mariadb_late_transaction_is_still_published() {
 /// is reclaimed and published, which shows the skewed relay did run.
 async fn relay_with_clock_ahead_reclaims_nothing_early(ctx: &TestContext) {
     let db = &ctx.db;
-    let fresh = db
-        .with_event(NewEvent::raw("FRESH", "T", "{}"))
-        .await
-        .expect("insert");
-    let stale = db
-        .with_event(NewEvent::raw("STALE", "T", "{}"))
-        .await
-        .expect("insert");
+    let fresh = new_event(db, "FRESH").await;
+    let stale = new_event(db, "STALE").await;
     for id in [fresh, stale] {
         assert_eq!(
             store::claim(db, id, 0, "alive-elsewhere")
@@ -82,15 +55,7 @@ async fn relay_with_clock_ahead_reclaims_nothing_early(ctx: &TestContext) {
             Claim::Won
         );
     }
-    Events::update_many()
-        .col_expr(
-            Column::ClaimedAt,
-            dialect::now_minus(db.get_database_backend(), Duration::from_secs(11 * 60)),
-        )
-        .filter(Column::Id.eq(stale))
-        .exec(db)
-        .await
-        .expect("age");
+    age(db, stale, Column::ClaimedAt, Duration::from_secs(11 * 60)).await;
 
     // libfaketime, preloaded into the relay itself (not through the `faketime` wrapper, so that
     // the signal below reaches the relay).
@@ -170,24 +135,15 @@ async fn late_transaction_is_still_published(ctx: &TestContext) {
         .poll_delay(Duration::from_millis(20))
         .retry(RetryPolicy::default())
         .instance_id("relay");
-    let worker = Worker::new(ctx.pool(4).await, publisher.clone(), cfg).expect("worker");
-    let cancel = CancellationToken::new();
     let late = db.begin().await.expect("begin");
     let late_id = late
         .with_event(NewEvent::raw("LATE", "T", "{}"))
         .await
         .expect("insert");
-    let task = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), [cfg]).await;
     let mut later = Vec::new();
     for i in 0..5 {
-        later.push(
-            db.with_event(NewEvent::raw(format!("LATER-{i}"), "T", "{}"))
-                .await
-                .expect("insert"),
-        );
+        later.push(new_event(db, &format!("LATER-{i}")).await);
     }
     let all_later = wait_until(
         Duration::from_secs(20),
@@ -204,31 +160,10 @@ async fn late_transaction_is_still_published(ctx: &TestContext) {
         || async { publisher.distinct_ids().contains(&late_id) },
     )
     .await;
-    cancel.cancel();
-    task.await.expect("task");
+    fleet.stop().await;
     assert!(published, "the late event was skipped");
     assert_eq!(event(db, late_id).await.status, EventStatus::Success);
     assert_eq!(publisher.duplicates(), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_open_transaction_on_empty_table_blocks_no_relay_statement() {
-    common::run_on(Backend::Postgres, "open_txn_empty", open_txn_on_empty_table).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_open_transaction_among_wait_and_fail_rows_blocks_no_relay_statement() {
-    common::run_on(Backend::Postgres, "open_txn_rows", open_txn_among_rows).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_open_transaction_on_empty_table_blocks_no_relay_statement() {
-    common::run_on(Backend::MySql, "open_txn_empty", open_txn_on_empty_table).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_open_transaction_among_wait_and_fail_rows_blocks_no_relay_statement() {
-    common::run_on(Backend::MySql, "open_txn_rows", open_txn_among_rows).await
 }
 
 async fn open_txn_on_empty_table(ctx: &TestContext) {
@@ -300,17 +235,7 @@ async fn lock_waits(
          WHERE NOT l.granted AND a.datname = current_database()",
         [business_pid.into()],
     );
-    db.query_all_raw(stmt)
-        .await
-        .expect("lock-wait view")
-        .iter()
-        .map(|r| {
-            (
-                r.try_get::<String>("", "q").expect("query text"),
-                r.try_get::<bool>("", "ours").expect("blocker"),
-            )
-        })
-        .collect()
+    common::query_pairs(db, stmt, ("q", "ours")).await
 }
 
 /// A business transaction holds an uncommitted event (on an otherwise empty table, or among
@@ -333,10 +258,7 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
     let mut fail_rows = Vec::new();
     if with_rows {
         for i in 0..5 {
-            let not_due = db
-                .with_event(NewEvent::raw(format!("NOT-DUE-{i}"), "T", "{}"))
-                .await
-                .expect("insert");
+            let not_due = new_event(db, &format!("NOT-DUE-{i}")).await;
             Events::update_many()
                 .col_expr(
                     Column::NextRetryTime,
@@ -346,10 +268,7 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
                 .exec(db)
                 .await
                 .expect("not due");
-            let dead = db
-                .with_event(NewEvent::raw(format!("DEAD-{i}"), "T", "{}"))
-                .await
-                .expect("insert");
+            let dead = new_event(db, &format!("DEAD-{i}")).await;
             Events::update_many()
                 .col_expr(
                     Column::Status,
@@ -383,23 +302,12 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
     };
     // Leases of an instance that died mid-send, 11 minutes old: the reclaim requeues them.
     for i in 0..3 {
-        let id = db
-            .with_event(NewEvent::raw(format!("ORPHAN-{i}"), "T", "{}"))
-            .await
-            .expect("insert");
+        let id = new_event(db, &format!("ORPHAN-{i}")).await;
         assert_eq!(
             store::claim(db, id, 0, "died").await.expect("claim"),
             Claim::Won
         );
-        Events::update_many()
-            .col_expr(
-                Column::ClaimedAt,
-                dialect::now_minus(backend, Duration::from_secs(11 * 60)),
-            )
-            .filter(Column::Id.eq(id))
-            .exec(db)
-            .await
-            .expect("age the lease");
+        age(db, id, Column::ClaimedAt, Duration::from_secs(11 * 60)).await;
         expected.push(id);
     }
 
@@ -417,29 +325,18 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
         }
     });
     let publisher = std::sync::Arc::new(InMemoryPublisher::new());
-    let cancel = CancellationToken::new();
-    let mut relays = Vec::new();
-    for (owner, strategy) in [
+    let configs = [
         ("batch", ClaimStrategy::Batch),
         ("per-row", ClaimStrategy::PerRow),
-    ] {
-        let worker = Worker::new(
-            ctx.pool(4).await,
-            publisher.clone(),
-            common::test_config(owner)
-                .claim_strategy(strategy)
-                .reclaim_interval(Duration::from_millis(50)),
-        )
-        .expect("worker");
-        let cancel = cancel.clone();
-        relays.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
+    ]
+    .map(|(owner, strategy)| {
+        common::test_config(owner)
+            .claim_strategy(strategy)
+            .reclaim_interval(Duration::from_millis(50))
+    });
+    let relays = Fleet::start(ctx, 4, publisher.clone(), configs).await;
     for i in 0..20 {
-        expected.push(
-            db.with_event(NewEvent::raw(format!("LATER-{i}"), "T", "{}"))
-                .await
-                .expect("insert"),
-        );
+        expected.push(new_event(db, &format!("LATER-{i}")).await);
     }
     let all_published = |ids: Vec<i64>| {
         let publisher = publisher.clone();
@@ -490,9 +387,6 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
         all_published(vec![late_id]).await,
         "the late event was not published"
     );
-    cancel.cancel();
-    for relay in relays {
-        relay.await.expect("relay task");
-    }
+    relays.stop().await;
     assert_eq!(publisher.duplicates(), 0);
 }

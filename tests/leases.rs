@@ -2,7 +2,7 @@
 //! Postgres, MariaDB and SQLite (see `tests/common`).
 mod common;
 
-use common::{count, event};
+use common::{age, age_many, count, event, insert_many, new_event, wait_for_success, Fleet};
 use sea_orm_outbox::test_support::wait_until;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use common::{ScriptedPublisher, TestContext};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::store::{self, dialect, Transition};
+use sea_orm_outbox::store::{self, Transition};
 use sea_orm_outbox::{
     CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
     OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
@@ -31,59 +31,29 @@ backend_tests!(
     reclaim_works_in_bounded_batches,
 );
 
-/// Wake-on-commit is Postgres-only (MariaDB and SQLite poll).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_commit_wakes_an_idle_relay() {
-    common::run_on(common::Backend::Postgres, "wake_on_commit", wake_on_commit).await
-}
+backend_test!(
+    /// Wake-on-commit is Postgres-only (MariaDB and SQLite poll).
+    postgres_commit_wakes_an_idle_relay: Postgres, "wake_on_commit" => wake_on_commit;
+);
 
 fn config(owner: &str) -> WorkerConfig {
     common::test_config(owner).reclaim_interval(Duration::from_millis(100))
 }
 
-async fn insert_many(ctx: &TestContext, n: usize, prefix: &str) -> Vec<i64> {
-    let txn = ctx.db.begin().await.expect("begin");
-    let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
-        ids.push(
-            txn.with_event(NewEvent::raw(
-                format!("{prefix}-{i}"),
-                "ORDER_CREATED",
-                "{}",
-            ))
-            .await
-            .expect("insert"),
-        );
-    }
-    txn.commit().await.expect("commit");
-    ids
-}
-
 async fn batch_race_publishes_each_event_once(ctx: &TestContext) {
     const N: usize = 5000;
-    insert_many(ctx, N, "ORD").await;
+    insert_many(&ctx.db, "ORD", N).await;
     let publisher = Arc::new(InMemoryPublisher::new());
-    let cancel = CancellationToken::new();
-    let mut handles = Vec::new();
-    for w in 0..3 {
-        let cfg = config(&format!("batch-{w}"))
+    let configs = (0..3).map(|w| {
+        config(&format!("batch-{w}"))
             .claim_strategy(ClaimStrategy::Batch)
             .batch_size(100)
-            .send_concurrency(16);
-        let worker = Worker::new(ctx.pool(3).await, publisher.clone(), cfg).expect("worker");
-        let cancel = cancel.clone();
-        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
-    let drained = wait_until(
-        Duration::from_secs(240),
-        Duration::from_millis(50),
-        || async { count(&ctx.db, EventStatus::Success).await == N as u64 },
-    )
-    .await;
-    cancel.cancel();
+            .send_concurrency(16)
+    });
+    let fleet = Fleet::start(ctx, 3, publisher.clone(), configs).await;
+    let drained = wait_for_success(&ctx.db, N as u64, Duration::from_secs(240)).await;
     let mut claimed = 0;
-    for h in handles {
-        let s = h.await.expect("worker task");
+    for s in fleet.stop().await {
         assert_eq!((s.errors, s.claim_lost, s.late_acks), (0, 0, 0), "{s:?}");
         claimed += s.claimed;
     }
@@ -96,7 +66,7 @@ async fn batch_race_publishes_each_event_once(ctx: &TestContext) {
 
 async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     let db = &ctx.db;
-    let ids = insert_many(ctx, 30, "ORD").await;
+    let ids = insert_many(&ctx.db, "ORD", 30).await;
     let a = store::claim_batch(db, "a", 20).await.expect("claim a");
     let b = store::claim_batch(db, "b", 20).await.expect("claim b");
     assert_eq!((a.len(), b.len()), (20, 10));
@@ -136,15 +106,7 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     assert_eq!(event(db, b[0].id).await.status, EventStatus::Sending);
     // Expired batch leases are reclaimed like per-row ones.
     let a_ids: Vec<i64> = a[1..].iter().map(|e| e.id).collect();
-    Events::update_many()
-        .col_expr(
-            Column::ClaimedAt,
-            dialect::now_minus(db.get_database_backend(), Duration::from_secs(60)),
-        )
-        .filter(Column::Id.is_in(a_ids.clone()))
-        .exec(db)
-        .await
-        .expect("age");
+    age_many(db, &a_ids, Column::ClaimedAt, Duration::from_secs(60)).await;
     let r = store::reclaim_stuck(db, Duration::from_secs(30), 3, store::RECLAIM_BATCH)
         .await
         .expect("reclaim");
@@ -193,11 +155,8 @@ impl Publisher for HangsOn {
 /// expires, the reclaim counts the attempt, and after the limit the event is a dead letter.
 async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
     let db = &ctx.db;
-    let poison = db
-        .with_event(NewEvent::raw("POISON", "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert");
-    insert_many(ctx, 20, "ORD").await;
+    let poison = new_event(db, "POISON").await;
+    insert_many(&ctx.db, "ORD", 20).await;
     let publisher = Arc::new(HangsOn {
         poison: "POISON",
         inner: InMemoryPublisher::new(),
@@ -294,10 +253,7 @@ impl Publisher for Slow {
 
 async fn renewal_keeps_a_long_send(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db
-        .with_event(NewEvent::raw("ORD-LONG", "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert");
+    let id = new_event(db, "ORD-LONG").await;
     let lease = Duration::from_secs(1);
     let slow = Arc::new(Slow {
         delay: lease * 3,
@@ -338,10 +294,7 @@ async fn renewal_keeps_a_long_send(ctx: &TestContext) {
 
 async fn without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db
-        .with_event(NewEvent::raw("ORD-LONG", "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert");
+    let id = new_event(db, "ORD-LONG").await;
     let lease = Duration::from_secs(1);
     let slow = Arc::new(Slow {
         delay: lease * 2,
@@ -408,20 +361,8 @@ async fn wake_on_commit(ctx: &TestContext) {
         .poll_delay(Duration::from_secs(3600))
         .drain(false);
     let publisher = Arc::new(InMemoryPublisher::new());
-    let worker = Arc::new(Worker::new(ctx.pool(4).await, publisher.clone(), cfg).expect("worker"));
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (worker, cancel) = (worker.clone(), cancel.clone());
-        async move { worker.run(cancel).await }
-    });
-    assert!(
-        wait_until(
-            Duration::from_secs(10),
-            Duration::from_millis(5),
-            || async { worker.summary().rounds >= 1 }
-        )
-        .await
-    );
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), [cfg]).await;
+    assert!(fleet.started(Duration::from_secs(10)).await);
     // Give the LISTEN time to be registered after the first round started.
     tokio::time::sleep(Duration::from_millis(200)).await;
     for i in 0..5 {
@@ -447,8 +388,7 @@ async fn wake_on_commit(ctx: &TestContext) {
         .await
         .expect("insert");
     txn.rollback().await.expect("rollback");
-    cancel.cancel();
-    let s = task.await.expect("task");
+    let s = fleet.stop().await.remove(0);
     assert_eq!(s.published, 5, "{s:?}");
     assert_eq!(count(db, EventStatus::Success).await, 5);
 }
@@ -483,23 +423,12 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
     let _guard = metrics::set_default_local_recorder(&recorder);
 
     // A reclaim: an instance died holding a lease.
-    let dead = db
-        .with_event(NewEvent::raw("DEAD", "T", "{}"))
-        .await
-        .expect("insert");
+    let dead = new_event(db, "DEAD").await;
     assert_eq!(
         store::claim(db, dead, 0, "dead").await.expect("claim"),
         store::Claim::Won
     );
-    Events::update_many()
-        .col_expr(
-            Column::ClaimedAt,
-            dialect::now_minus(db.get_database_backend(), Duration::from_secs(60)),
-        )
-        .filter(Column::Id.eq(dead))
-        .exec(db)
-        .await
-        .expect("age");
+    age(db, dead, Column::ClaimedAt, Duration::from_secs(60)).await;
     // A success, a retry ("RETRY" fails retryably) and a dead letter ("PERM" fails for good).
     struct Mixed(InMemoryPublisher);
     #[async_trait]
@@ -513,39 +442,25 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
         }
     }
     for biz in ["OK", "RETRY", "PERM"] {
-        db.with_event(NewEvent::raw(biz, "T", "{}"))
-            .await
-            .expect("insert");
+        new_event(db, biz).await;
     }
     let publisher = Arc::new(Mixed(InMemoryPublisher::new()));
     let slow_retry = RetryPolicy::new(3, Duration::from_secs(60), Duration::from_secs(3600));
-    let a = Worker::new(
-        ctx.pool(3).await,
-        publisher.clone(),
-        config("a")
+    let racer = async |owner: &str| {
+        let cfg = config(owner)
             .lease(Duration::from_secs(30))
             .retry(slow_retry)
-            .claim_strategy(ClaimStrategy::PerRow),
-    )
-    .expect("worker");
-    let b = Worker::new(
-        ctx.pool(3).await,
-        publisher.clone(),
-        config("b")
-            .lease(Duration::from_secs(30))
-            .retry(slow_retry)
-            .claim_strategy(ClaimStrategy::PerRow),
-    )
-    .expect("worker");
+            .claim_strategy(ClaimStrategy::PerRow);
+        Worker::new(ctx.pool(3).await, publisher.clone(), cfg).expect("worker")
+    };
+    let (a, b) = (racer("a").await, racer("b").await);
     assert_eq!(a.reclaim_once().await.expect("reclaim"), 1);
     // Lost claims: two instances race over the same candidates until one loses a claim.
     let cancel = CancellationToken::new();
     let mut lost = 0;
     for round in 0..50 {
         for i in 0..10 {
-            db.with_event(NewEvent::raw(format!("RACE-{round}-{i}"), "T", "{}"))
-                .await
-                .expect("insert");
+            new_event(db, &format!("RACE-{round}-{i}")).await;
         }
         let (ra, rb) = tokio::join!(a.run_once(&cancel), b.run_once(&cancel));
         lost += ra.expect("round").claim_lost + rb.expect("round").claim_lost;
@@ -588,7 +503,7 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
 /// them over. `run` claims only as many events as it has free slots, so nothing waits and
 /// nothing is handed back. A fault-free run sends nothing twice and dead-letters nothing.
 async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestContext) {
-    insert_many(ctx, 20, "ORD").await;
+    insert_many(&ctx.db, "ORD", 20).await;
     let slow = Arc::new(Slow {
         delay: Duration::from_millis(400),
         blocking: false,
@@ -610,23 +525,9 @@ async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestC
     assert!(round.released > 0 && round.published > 0, "{round:?}");
     assert_eq!(round.published + round.released, 20, "{round:?}");
     assert_eq!(count(&ctx.db, EventStatus::Sending).await, 0);
-    let cancel = CancellationToken::new();
-    let mut handles = Vec::new();
-    for w in 0..2 {
-        let worker =
-            Worker::new(ctx.pool(4).await, slow.clone(), cfg(&w.to_string())).expect("worker");
-        let cancel = cancel.clone();
-        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
-    let done = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        || async { count(&ctx.db, EventStatus::Success).await == 20 },
-    )
-    .await;
-    cancel.cancel();
-    for h in handles {
-        let s = h.await.expect("worker");
+    let fleet = Fleet::start(ctx, 4, slow.clone(), (0..2).map(|w| cfg(&w.to_string()))).await;
+    let done = wait_for_success(&ctx.db, 20, Duration::from_secs(60)).await;
+    for s in fleet.stop().await {
         assert_eq!(
             (s.late_acks, s.dead_lettered, s.released),
             (0, 0, 0),
@@ -652,14 +553,8 @@ impl Publisher for Panics {
 
 async fn a_panicking_publisher_fails_one_send_not_the_worker(ctx: &TestContext) {
     let db = &ctx.db;
-    let boom = db
-        .with_event(NewEvent::raw("BOOM", "T", "{}"))
-        .await
-        .expect("insert");
-    let ok = db
-        .with_event(NewEvent::raw("OK", "T", "{}"))
-        .await
-        .expect("insert");
+    let boom = new_event(db, "BOOM").await;
+    let ok = new_event(db, "OK").await;
     let worker = Worker::new(ctx.pool(4).await, Arc::new(Panics), config("p")).expect("worker");
     let round = worker
         .run_once(&CancellationToken::new())
@@ -679,20 +574,11 @@ async fn a_panicking_publisher_fails_one_send_not_the_worker(ctx: &TestContext) 
 /// those whose retries are used up become dead letters. A fresh lease is left alone.
 async fn reclaim_works_in_bounded_batches(ctx: &TestContext) {
     let db = &ctx.db;
-    let ids = insert_many(ctx, 7, "EXPIRED").await;
+    let ids = insert_many(&ctx.db, "EXPIRED", 7).await;
     let claimed = store::claim_batch(db, "died", 8).await.expect("claim");
     assert_eq!(claimed.len(), 7);
-    let backend = db.get_database_backend();
     // Six leases expired, two of them with their retries used up; the seventh is fresh.
-    Events::update_many()
-        .col_expr(
-            Column::ClaimedAt,
-            dialect::now_minus(backend, Duration::from_secs(60)),
-        )
-        .filter(Column::Id.is_in(ids[..6].to_vec()))
-        .exec(db)
-        .await
-        .expect("age");
+    age_many(db, &ids[..6], Column::ClaimedAt, Duration::from_secs(60)).await;
     Events::update_many()
         .col_expr(Column::RetryCount, sea_orm::sea_query::Expr::val(3))
         .filter(Column::Id.is_in(ids[..2].to_vec()))

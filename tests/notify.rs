@@ -13,68 +13,29 @@ use sea_orm_outbox::test_support::wait_until;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{count, TestContext};
+use common::{count, Fleet, TestContext};
 use sea_orm::sqlx::postgres::{PgListener, PgNotification};
 use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait, TransactionTrait};
 use sea_orm_outbox::event_record::Entity as Events;
-use sea_orm_outbox::{
-    CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt, Worker,
-};
+use sea_orm_outbox::{EventStatus, InMemoryPublisher, NewEvent, OutboxExt};
 
 /// The channel event inserts notify.
 const CHANNEL: &str = "sea_orm_outbox";
 /// A bound on every wait: far above any delivery time, never reached when the test passes.
 const WAIT: Duration = Duration::from_secs(10);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_default_event_notifies_at_commit() {
-    common::run_on(
-        common::Backend::Postgres,
-        "notify_default",
-        default_event_notifies_at_commit,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_events_of_one_transaction_notify_once() {
-    common::run_on(
-        common::Backend::Postgres,
-        "notify_once",
-        events_of_one_transaction_notify_once,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_event_with_notify_off_queues_nothing() {
-    common::run_on(
-        common::Backend::Postgres,
-        "notify_off",
-        event_with_notify_off_queues_nothing,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_rolled_back_event_queues_nothing() {
-    common::run_on(
-        common::Backend::Postgres,
-        "notify_rollback",
-        rolled_back_event_queues_nothing,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_relay_polls_for_events_with_notify_off() {
-    common::run_on(
-        common::Backend::Postgres,
-        "notify_off_relay",
-        relay_polls_for_events_with_notify_off,
-    )
-    .await
-}
+backend_test!(
+    postgres_default_event_notifies_at_commit:
+        Postgres, "notify_default" => default_event_notifies_at_commit;
+    postgres_events_of_one_transaction_notify_once:
+        Postgres, "notify_once" => events_of_one_transaction_notify_once;
+    postgres_event_with_notify_off_queues_nothing:
+        Postgres, "notify_off" => event_with_notify_off_queues_nothing;
+    postgres_rolled_back_event_queues_nothing:
+        Postgres, "notify_rollback" => rolled_back_event_queues_nothing;
+    postgres_relay_polls_for_events_with_notify_off:
+        Postgres, "notify_off_relay" => relay_polls_for_events_with_notify_off;
+);
 
 /// A raw listener on [`CHANNEL`] (its own connection, not the test's pool).
 async fn listener(ctx: &TestContext) -> PgListener {
@@ -196,19 +157,8 @@ async fn relay_polls_for_events_with_notify_off(ctx: &TestContext) {
         .poll_delay(Duration::from_secs(1))
         .drain(false);
     let publisher = Arc::new(InMemoryPublisher::new());
-    let worker = Arc::new(Worker::new(ctx.pool(4).await, publisher.clone(), cfg).expect("worker"));
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (worker, cancel) = (worker.clone(), cancel.clone());
-        async move { worker.run(cancel).await }
-    });
-    assert!(
-        wait_until(WAIT, Duration::from_millis(5), || async {
-            worker.summary().rounds >= 1
-        })
-        .await,
-        "the worker ran a first round"
-    );
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), [cfg]).await;
+    assert!(fleet.started(WAIT).await, "the worker ran a first round");
 
     let quiet = ctx
         .db
@@ -232,8 +182,7 @@ async fn relay_polls_for_events_with_notify_off(ctx: &TestContext) {
     .await;
     assert!(woken, "the default event is published");
 
-    cancel.cancel();
-    let s = task.await.expect("worker task");
+    let s = fleet.stop().await.remove(0);
     assert_eq!((s.published, s.errors), (2, 0), "{s:?}");
     let mut ids = publisher.distinct_ids().into_iter().collect::<Vec<_>>();
     ids.sort_unstable();

@@ -9,17 +9,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{order, Backend, TestContext};
+use common::{age, insert_many, new_event, order, Backend, Fleet, TestContext};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, NotSet,
-    PaginatorTrait, QueryFilter,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
 };
 use sea_orm_outbox::consumed_message::Entity as Consumed;
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
     consume_once, ops, CancellationToken, Consumed as Outcome, EventStatus, InMemoryPublisher,
-    Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, Worker, WorkerConfig,
+    Migrator, MigratorTrait, OutboxError, Publisher, Worker, WorkerConfig,
 };
 
 backend_tests!(
@@ -110,12 +109,6 @@ fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-async fn new_event(db: &impl ConnectionTrait, biz_no: &str) -> i64 {
-    db.with_event(NewEvent::raw(biz_no, "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert")
-}
-
 /// Puts event `id` into `status` directly (the state a relay would have left).
 async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
     let backend = db.get_database_backend();
@@ -134,17 +127,7 @@ async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
     update.exec(db).await.expect("set status");
 }
 
-/// Moves a timestamp column of event `id` to the database's now − `ago`.
-async fn age(db: &impl ConnectionTrait, id: i64, col: Column, ago: Duration) {
-    let backend = db.get_database_backend();
-    Events::update_many()
-        .col_expr(col, dialect::now_minus(backend, ago))
-        .filter(Column::Id.eq(id))
-        .exec(db)
-        .await
-        .expect("age");
-}
-
+/// The event `id`, if it is there.
 async fn event(db: &impl ConnectionTrait, id: i64) -> Option<event_record::Model> {
     store::find_event(db, id).await.expect("read")
 }
@@ -902,25 +885,12 @@ async fn relay_stops_cleanly_while_waiting_for_the_database() {
     assert!(!out.contains(SECRET) && !err.contains(SECRET), "{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_connects_once_postgres_appears() {
-    common::run_on(
-        Backend::Postgres,
-        "relay_connects_once_the_database_appears",
-        relay_connects_once_the_database_appears,
-    )
-    .await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_connects_once_mariadb_appears() {
-    common::run_on(
-        Backend::MySql,
-        "relay_connects_once_the_database_appears",
-        relay_connects_once_the_database_appears,
-    )
-    .await
-}
+backend_test!(
+    relay_connects_once_postgres_appears:
+        Postgres, "relay_connects_once_the_database_appears" => relay_connects_once_the_database_appears;
+    relay_connects_once_mariadb_appears:
+        MySql, "relay_connects_once_the_database_appears" => relay_connects_once_the_database_appears;
+);
 
 /// The relay starts while nothing answers at its URL's port, logs retries, and delivers once a
 /// forwarder to the real server starts listening there; SIGTERM then stops it with exit 0.
@@ -1126,14 +1096,10 @@ impl From<sea_orm::DbErr> for HandlerError {
 
 /// The handler of the tests: "adds points" by inserting an order row named after the message.
 async fn add_points<C: ConnectionTrait>(txn: &C, msg_id: &str) -> Result<(), sea_orm::DbErr> {
-    order::Entity::insert(order::ActiveModel {
-        id: NotSet,
-        order_no: Set(format!("points-{msg_id}")),
-        amount: Set(10),
-    })
-    .exec(txn)
-    .await
-    .map(|_| ())
+    order::Entity::insert(order::new(&format!("points-{msg_id}"), 10))
+        .exec(txn)
+        .await
+        .map(|_| ())
 }
 
 async fn orders(db: &DatabaseConnection) -> u64 {
@@ -1291,16 +1257,9 @@ async fn retry_all_dead_retries_each_dead_letter_once_while_relays_fail_them_aga
     ctx: &TestContext,
 ) {
     use common::ScriptedPublisher;
-    use sea_orm::TransactionTrait;
     const N: usize = 2_500;
     let db = &ctx.db;
-    let txn = db.begin().await.expect("begin");
-    for i in 0..N {
-        txn.with_event(NewEvent::raw(format!("DEAD-{i}"), "T", "{}"))
-            .await
-            .expect("insert");
-    }
-    txn.commit().await.expect("commit");
+    insert_many(db, "DEAD", N).await;
     Events::update_many()
         .col_expr(
             Column::Status,
@@ -1309,22 +1268,10 @@ async fn retry_all_dead_retries_each_dead_letter_once_while_relays_fail_them_aga
         .exec(db)
         .await
         .expect("dead-letter all");
-    let cancel = CancellationToken::new();
-    let mut relays = Vec::new();
-    for owner in ["a", "b"] {
-        let worker = Worker::new(
-            ctx.pool(4).await,
-            ScriptedPublisher::failing_all(true),
-            fast_config(owner).batch_size(100),
-        )
-        .expect("worker");
-        let cancel = cancel.clone();
-        relays.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
+    // Both relays' publisher refuses everything for good.
+    let configs = ["a", "b"].map(|owner| fast_config(owner).batch_size(100));
+    let relays = Fleet::start(ctx, 4, ScriptedPublisher::failing_all(true), configs).await;
     let retried = ops::retry_all_dead(db).await.expect("retry all");
-    cancel.cancel();
-    for relay in relays {
-        let _ = relay.await.expect("relay");
-    }
+    relays.stop().await;
     assert_eq!(retried, N as u64, "each dead letter retried exactly once");
 }

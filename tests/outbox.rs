@@ -1,7 +1,10 @@
 //! The foundation suite, run on Postgres, MariaDB and SQLite (see `tests/common`).
 mod common;
 
-use common::{count, event};
+use common::{
+    age, count, event, event_by_biz_no, insert_many, new_event, query_pairs, wait_for_success,
+    Fleet,
+};
 use sea_orm_outbox::test_support::wait_until;
 
 use std::sync::Arc;
@@ -9,8 +12,8 @@ use std::time::Duration;
 
 use common::{hooked_order, order, ScriptedPublisher, TestContext};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, NotSet, PaginatorTrait,
-    QueryFilter, QueryTrait, Statement, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryTrait,
+    Statement, TransactionTrait,
 };
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim, Transition};
@@ -40,17 +43,6 @@ fn fast_config(owner: &str) -> WorkerConfig {
     common::test_config(owner).claim_strategy(sea_orm_outbox::ClaimStrategy::PerRow)
 }
 
-/// Moves a timestamp column of event `id` to the database's now − `ago`.
-async fn age(db: &impl ConnectionTrait, id: i64, col: Column, ago: Duration) {
-    let backend = db.get_database_backend();
-    Events::update_many()
-        .col_expr(col, dialect::now_minus(backend, ago))
-        .filter(Column::Id.eq(id))
-        .exec(db)
-        .await
-        .expect("age");
-}
-
 async fn indexes(ctx: &TestContext) -> Vec<(String, String)> {
     let db = &ctx.db;
     let sql = match ctx.db_backend() {
@@ -65,17 +57,12 @@ async fn indexes(ctx: &TestContext) -> Vec<(String, String)> {
         _ => "SELECT m.name AS name, group_concat(ii.name, ',') AS cols FROM sqlite_master m, pragma_index_info(m.name) ii \
              WHERE m.type = 'index' AND m.tbl_name = 't_event_record' GROUP BY m.name ORDER BY 1",
     };
-    db.query_all_raw(Statement::from_string(ctx.db_backend(), sql))
-        .await
-        .expect("catalog")
-        .iter()
-        .map(|r| {
-            (
-                r.try_get::<String>("", "name").expect("name"),
-                r.try_get::<String>("", "cols").expect("cols"),
-            )
-        })
-        .collect()
+    query_pairs(
+        db,
+        Statement::from_string(ctx.db_backend(), sql),
+        ("name", "cols"),
+    )
+    .await
 }
 
 async fn migration_creates_table_and_indexes(ctx: &TestContext) {
@@ -108,11 +95,7 @@ async fn migration_creates_table_and_indexes(ctx: &TestContext) {
         );
     }
     // Microseconds survive a round trip where the backend's clock has them.
-    let id = ctx
-        .db
-        .with_event(NewEvent::raw("B-1", "T", "{}"))
-        .await
-        .expect("insert");
+    let id = new_event(&ctx.db, "B-1").await;
     let e = event(&ctx.db, id).await;
     assert_eq!(e.create_time, e.next_retry_time);
 
@@ -184,20 +167,10 @@ async fn with_event_commits_and_rolls_back(ctx: &TestContext) {
 
 async fn transactional_publish_is_atomic(ctx: &TestContext) {
     let db = &ctx.db;
-    let am = order::ActiveModel {
-        id: NotSet,
-        order_no: Set("ORD-7".into()),
-        amount: Set(70),
-    };
-    let (saved, event_id) = transactional_publish(db, am, |o: &order::Model| {
-        Ok(NewEvent::json(
-            &o.order_no,
-            "ORDER_CREATED",
-            &serde_json::json!({"orderId": o.id, "amount": o.amount}),
-        )?)
-    })
-    .await
-    .expect("publish");
+    let (saved, event_id) =
+        transactional_publish(db, order::new("ORD-7", 70), order::created_event)
+            .await
+            .expect("publish");
     let e = event(db, event_id).await;
     assert_eq!((e.biz_no.as_str(), e.status), ("ORD-7", EventStatus::Wait));
     assert_eq!(
@@ -207,12 +180,7 @@ async fn transactional_publish_is_atomic(ctx: &TestContext) {
     assert_eq!(order::Entity::find().count(db).await.expect("orders"), 1);
 
     // An invalid event (derived from the saved row) rolls the order back too.
-    let am = order::ActiveModel {
-        id: NotSet,
-        order_no: Set("".into()),
-        amount: Set(1),
-    };
-    let err = transactional_publish(db, am, |o: &order::Model| {
+    let err = transactional_publish(db, order::new("", 1), |o: &order::Model| {
         Ok(NewEvent::raw(&o.order_no, "ORDER_CREATED", "{}"))
     })
     .await
@@ -225,12 +193,7 @@ async fn transactional_publish_is_atomic(ctx: &TestContext) {
         "{err}"
     );
     // So does an error of the closure.
-    let am = order::ActiveModel {
-        id: NotSet,
-        order_no: Set("ORD-9".into()),
-        amount: Set(1),
-    };
-    let err = transactional_publish(db, am, |_o: &order::Model| {
+    let err = transactional_publish(db, order::new("ORD-9", 1), |_o: &order::Model| {
         Err(OutboxError::InvalidConfig("no".into()))
     })
     .await
@@ -260,38 +223,20 @@ async fn missing_table_says_to_migrate(ctx: &TestContext) {
 
 async fn three_workers_publish_each_event_once(ctx: &TestContext) {
     const N: usize = 1000;
-    let txn = ctx.db.begin().await.expect("begin");
-    for i in 0..N {
-        txn.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
-            .await
-            .expect("insert");
-    }
-    txn.commit().await.expect("commit");
+    insert_many(&ctx.db, "ORD", N).await;
 
     let publisher = Arc::new(InMemoryPublisher::new());
-    let cancel = CancellationToken::new();
-    let mut handles = Vec::new();
-    for w in 0..3 {
-        let worker = Worker::new(
-            ctx.pool(2).await,
-            publisher.clone() as Arc<dyn Publisher>,
-            fast_config(&format!("w{w}")),
-        )
-        .expect("worker");
-        let cancel = cancel.clone();
-        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
-    let drained = wait_until(
-        Duration::from_secs(240),
-        Duration::from_millis(50),
-        || async { count(&ctx.db, EventStatus::Success).await == N as u64 },
+    let fleet = Fleet::start(
+        ctx,
+        2,
+        publisher.clone(),
+        (0..3).map(|w| fast_config(&format!("w{w}"))),
     )
     .await;
-    cancel.cancel();
+    let drained = wait_for_success(&ctx.db, N as u64, Duration::from_secs(240)).await;
     let mut claimed = 0;
     let mut lost = 0;
-    for h in handles {
-        let s = h.await.expect("worker task");
+    for s in fleet.stop().await {
         claimed += s.claimed;
         lost += s.claim_lost;
         assert_eq!(s.errors, 0, "{s:?}");
@@ -313,10 +258,7 @@ async fn three_workers_publish_each_event_once(ctx: &TestContext) {
 
 async fn crash_after_claim_is_reclaimed(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db
-        .with_event(NewEvent::raw("ORD-C", "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert");
+    let id = new_event(db, "ORD-C").await;
     // Instance A claims, then "dies": it never finishes.
     assert_eq!(
         store::claim(db, id, 0, "dead-a").await.expect("claim"),
@@ -356,10 +298,7 @@ async fn crash_after_claim_is_reclaimed(ctx: &TestContext) {
 
 async fn late_ack_changes_nothing(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db
-        .with_event(NewEvent::raw("ORD-L", "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert");
+    let id = new_event(db, "ORD-L").await;
     assert_eq!(
         store::claim(db, id, 0, "a").await.expect("claim"),
         Claim::Won
@@ -411,10 +350,7 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
 
 async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
     let db = &ctx.db;
-    let id = db
-        .with_event(NewEvent::raw("ORD-F", "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert");
+    let id = new_event(db, "ORD-F").await;
     let config = fast_config("w-fail");
     let base = config.retry.backoff_base;
     let worker = Worker::new(
@@ -446,10 +382,7 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
     assert_eq!((e.status, e.retry_count), (EventStatus::Fail, 4));
 
     // A permanent error is a dead letter at once.
-    let id = db
-        .with_event(NewEvent::raw("ORD-P", "ORDER_CREATED", "{}"))
-        .await
-        .expect("insert");
+    let id = new_event(db, "ORD-P").await;
     let worker = Worker::new(
         ctx.pool(2).await,
         ScriptedPublisher::failing_all(true),
@@ -465,11 +398,7 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
 
 async fn one_failure_does_not_stop_the_round(ctx: &TestContext) {
     let db = &ctx.db;
-    for i in 0..20 {
-        db.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
-            .await
-            .expect("insert");
-    }
+    insert_many(db, "ORD", 20).await;
     let publisher = ScriptedPublisher::failing("ORD-7");
     let worker =
         Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("w")).expect("worker");
@@ -479,12 +408,7 @@ async fn one_failure_does_not_stop_the_round(ctx: &TestContext) {
         .expect("round");
     assert_eq!((round.claimed, round.published, round.retried), (20, 19, 1));
     assert_eq!(count(db, EventStatus::Success).await, 19);
-    let failed = Events::find()
-        .filter(Column::BizNo.eq("ORD-7"))
-        .one(db)
-        .await
-        .expect("read")
-        .expect("row");
+    let failed = event_by_biz_no(db, "ORD-7").await;
     assert_eq!((failed.status, failed.retry_count), (EventStatus::Wait, 1));
 }
 
@@ -534,9 +458,7 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     };
     db.execute_unprepared(fill).await.expect("fill");
     for i in 0..5 {
-        db.with_event(NewEvent::raw(format!("W-{i}"), "T", "{}"))
-            .await
-            .expect("insert");
+        new_event(db, &format!("W-{i}")).await;
     }
     db.execute_unprepared(match backend {
         DbBackend::Postgres => "ANALYZE t_event_record",
@@ -637,26 +559,20 @@ async fn hook_writes_the_event_in_the_same_transaction(ctx: &TestContext) {
     use sea_orm::ActiveModelTrait;
     let db = &ctx.db;
     let txn = db.begin().await.expect("begin");
-    let saved = hooked_order::ActiveModel {
-        id: NotSet,
-        order_no: Set("ORD-H1".into()),
-    }
-    .insert(&txn)
-    .await
-    .expect("insert");
+    let saved = hooked_order::new("ORD-H1")
+        .insert(&txn)
+        .await
+        .expect("insert");
     txn.commit().await.expect("commit");
     let events = Events::find().all(db).await.expect("events");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, format!(r#"{{"orderId":{}}}"#, saved.id));
 
     let txn = db.begin().await.expect("begin");
-    hooked_order::ActiveModel {
-        id: NotSet,
-        order_no: Set("ORD-H2".into()),
-    }
-    .insert(&txn)
-    .await
-    .expect("insert");
+    hooked_order::new("ORD-H2")
+        .insert(&txn)
+        .await
+        .expect("insert");
     txn.rollback().await.expect("rollback");
     assert_eq!(
         hooked_order::Entity::find()
@@ -669,13 +585,10 @@ async fn hook_writes_the_event_in_the_same_transaction(ctx: &TestContext) {
 
     // An invalid event fails the save, and the transaction writes nothing.
     let txn = db.begin().await.expect("begin");
-    let err = hooked_order::ActiveModel {
-        id: NotSet,
-        order_no: Set("".into()),
-    }
-    .insert(&txn)
-    .await
-    .expect_err("empty biz_no");
+    let err = hooked_order::new("")
+        .insert(&txn)
+        .await
+        .expect_err("empty biz_no");
     assert!(err.to_string().contains("biz_no"), "{err}");
     drop(txn);
     assert_eq!(
@@ -709,23 +622,13 @@ impl Publisher for SlowPublisher {
 
 async fn cancellation_finishes_the_send_in_flight(ctx: &TestContext) {
     let db = &ctx.db;
-    for i in 0..10 {
-        db.with_event(NewEvent::raw(format!("ORD-{i}"), "ORDER_CREATED", "{}"))
-            .await
-            .expect("insert");
-    }
+    insert_many(db, "ORD", 10).await;
     let publisher = Arc::new(SlowPublisher {
         delay: Duration::from_millis(300),
         started: Default::default(),
         inner: InMemoryPublisher::new(),
     });
-    let worker =
-        Worker::new(ctx.pool(2).await, publisher.clone(), fast_config("w-stop")).expect("worker");
-    let cancel = CancellationToken::new();
-    let run = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
+    let fleet = Fleet::start(ctx, 2, publisher.clone(), [fast_config("w-stop")]).await;
     let started = wait_until(
         Duration::from_secs(10),
         Duration::from_millis(5),
@@ -734,8 +637,7 @@ async fn cancellation_finishes_the_send_in_flight(ctx: &TestContext) {
     .await;
     assert!(started);
     let cancelled_at = std::time::Instant::now();
-    cancel.cancel();
-    let summary = run.await.expect("worker task");
+    let summary = fleet.stop().await.remove(0);
     // The send in flight finished and was recorded; no new send started; the claimed but
     // unsent events went back to WAIT at once (not after the 10 s lease); nothing is SENDING.
     eprintln!(

@@ -12,34 +12,29 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{order, Backend, TestContext};
+use common::{
+    event_by_biz_no, insert_many, new_event, order, wait_for_success, Backend, Fleet, TestContext,
+};
 use rmq_support::{
-    broker_available, count, namesrv_addr, publisher, receive_all, unique, worker_config,
+    broker_available, count, namesrv_addr, receive_all, unique, worker_config, Clients,
 };
-use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, NotSet, QueryFilter,
-    Statement, TransactionTrait,
-};
-use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
-    transactional_publish, CancellationToken, EventStatus, NewEvent, OutboxError, OutboxExt,
-    Publisher, RetryPolicy, RocketMqConfig, RocketMqPublisher, Worker, DEFAULT_MAX_PAYLOAD_BYTES,
+    transactional_publish, EventStatus, NewEvent, OutboxError, OutboxExt, Publisher, RetryPolicy,
+    RocketMqConfig, RocketMqPublisher, DEFAULT_MAX_PAYLOAD_BYTES,
 };
 
+/// Runs `f` on a fresh database of `backend` with the shared broker's name server, unless the
+/// backend is not selected or no broker answers (see `tests/rmq_support`).
 pub async fn run_on<F>(backend: Backend, name: &str, f: F)
 where
     F: for<'a> AsyncFn(&'a TestContext, &'a str),
 {
-    if !backend.enabled() {
-        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+    if !common::selected(backend, name) {
         return;
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
     let addr = namesrv_addr();
     if !broker_available(&addr, name).await {
         return;
@@ -68,74 +63,33 @@ fn retry() -> RetryPolicy {
     RetryPolicy::new(10, Duration::from_millis(200), Duration::from_secs(2))
 }
 
-/// Runs `n` workers over `ctx` with `publisher` until `cancel` fires.
-async fn spawn_workers(
-    ctx: &TestContext,
-    publisher: &Arc<RocketMqPublisher>,
-    n: usize,
-    cancel: &CancellationToken,
-) -> Vec<tokio::task::JoinHandle<sea_orm_outbox::WorkerSummary>> {
-    let mut handles = Vec::new();
-    for w in 0..n {
-        let worker = Worker::new(
-            ctx.pool(3).await,
-            publisher.clone() as Arc<dyn Publisher>,
-            worker_config(&format!("rmq-w{w}"), retry()),
-        )
-        .expect("worker");
-        let cancel = cancel.clone();
-        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
-    handles
+/// `n` workers over `ctx` publishing with `publisher` (instance ids `rmq-w<i>`).
+async fn start_workers(ctx: &TestContext, publisher: &Arc<RocketMqPublisher>, n: usize) -> Fleet {
+    let configs = (0..n).map(|w| worker_config(&format!("rmq-w{w}"), retry()));
+    Fleet::start(ctx, 3, publisher.clone(), configs).await
 }
 
 async fn order_reaches_a_real_consumer_exactly_once(ctx: &TestContext, addr: &str) {
-    let topic = unique("OUTBOX_E2E");
-    let consumer = rmq_support::consumer(addr, &topic).await;
-    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+    let clients = Clients::start(addr, "OUTBOX_E2E", Duration::from_secs(3)).await;
 
-    let am = order::ActiveModel {
-        id: NotSet,
-        order_no: Set("ORD-E2E-1".into()),
-        amount: Set(4200),
-    };
-    let (saved, event_id) = transactional_publish(&ctx.db, am, |o: &order::Model| {
-        Ok(NewEvent::json(
-            &o.order_no,
-            "ORDER_CREATED",
-            &serde_json::json!({"orderId": o.id, "amount": o.amount}),
-        )?)
-    })
-    .await
-    .expect("transactional_publish");
+    let (saved, event_id) =
+        transactional_publish(&ctx.db, order::new("ORD-E2E-1", 4200), order::created_event)
+            .await
+            .expect("transactional_publish");
     let payload = format!(r#"{{"amount":4200,"orderId":{}}}"#, saved.id);
 
-    let cancel = CancellationToken::new();
-    let handles = spawn_workers(ctx, &publisher, 1, &cancel).await;
-    let delivered = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(50),
-        || async { count(&ctx.db, EventStatus::Success).await == 1 },
-    )
-    .await;
-    let received = receive_all(
-        &consumer,
-        &HashSet::from([event_id]),
-        Duration::from_secs(90),
-        Duration::from_secs(3),
-    )
-    .await;
-    cancel.cancel();
-    for h in handles {
-        let s = h.await.expect("worker task");
+    let fleet = start_workers(ctx, &clients.publisher, 1).await;
+    let delivered = wait_for_success(&ctx.db, 1, Duration::from_secs(60)).await;
+    let (received, summaries) = clients
+        .receive_and_stop(fleet, &HashSet::from([event_id]))
+        .await;
+    for s in summaries {
         assert_eq!(
             (s.published, s.retried, s.dead_lettered, s.errors),
             (1, 0, 0, 0),
             "{s:?}"
         );
     }
-    consumer.shutdown().await;
-    rmq_support::shutdown_publisher(publisher).await;
 
     assert!(delivered, "row not SUCCESS");
     let row = store::find_event(&ctx.db, event_id)
@@ -164,51 +118,20 @@ async fn order_reaches_a_real_consumer_exactly_once(ctx: &TestContext, addr: &st
 
 async fn three_workers_deliver_1000_events_once_each(ctx: &TestContext, addr: &str) {
     const N: usize = 1000;
-    let topic = unique("OUTBOX_RACE");
-    let consumer = rmq_support::consumer(addr, &topic).await;
-    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+    let clients = Clients::start(addr, "OUTBOX_RACE", Duration::from_secs(3)).await;
 
-    let txn = ctx.db.begin().await.expect("begin");
-    let mut ids = HashSet::new();
-    for i in 0..N {
-        let id = txn
-            .with_event(NewEvent::raw(
-                format!("ORD-{i}"),
-                "ORDER_CREATED",
-                format!(r#"{{"n":{i}}}"#),
-            ))
-            .await
-            .expect("insert");
-        ids.insert(id);
-    }
-    txn.commit().await.expect("commit");
+    let ids: HashSet<i64> = insert_many(&ctx.db, "ORD", N).await.into_iter().collect();
 
     let started = std::time::Instant::now();
-    let cancel = CancellationToken::new();
-    let handles = spawn_workers(ctx, &publisher, 3, &cancel).await;
-    let drained = wait_until(
-        Duration::from_secs(240),
-        Duration::from_millis(100),
-        || async { count(&ctx.db, EventStatus::Success).await == N as u64 },
-    )
-    .await;
+    let fleet = start_workers(ctx, &clients.publisher, 3).await;
+    let drained = wait_for_success(&ctx.db, N as u64, Duration::from_secs(240)).await;
     let drain_time = started.elapsed();
-    let received = receive_all(
-        &consumer,
-        &ids,
-        Duration::from_secs(120),
-        Duration::from_secs(3),
-    )
-    .await;
-    cancel.cancel();
+    let (received, summaries) = clients.receive_and_stop(fleet, &ids).await;
     let mut published = 0;
-    for h in handles {
-        let s = h.await.expect("worker task");
+    for s in summaries {
         assert_eq!((s.dead_lettered, s.errors, s.late_acks), (0, 0, 0), "{s:?}");
         published += s.published;
     }
-    consumer.shutdown().await;
-    rmq_support::shutdown_publisher(publisher).await;
 
     assert!(
         drained,
@@ -216,13 +139,7 @@ async fn three_workers_deliver_1000_events_once_each(ctx: &TestContext, addr: &s
         count(&ctx.db, EventStatus::Success).await
     );
     assert_eq!(published, N as u64);
-    let got = received.distinct();
-    let missing: Vec<_> = ids.difference(&got).take(10).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of {N} never arrived, e.g. {missing:?}",
-        ids.difference(&got).count()
-    );
+    received.assert_all_arrived(&ids);
     assert_eq!(
         received.duplicates(),
         0,
@@ -237,9 +154,7 @@ async fn three_workers_deliver_1000_events_once_each(ctx: &TestContext, addr: &s
 }
 
 async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, addr: &str) {
-    let topic = unique("OUTBOX_BIG");
-    let consumer = rmq_support::consumer(addr, &topic).await;
-    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+    let clients = Clients::start(addr, "OUTBOX_BIG", Duration::from_secs(3)).await;
     let db = &ctx.db;
 
     // One byte over the broker's (and client's) 4 MiB limit; written by raw SQL, because
@@ -273,24 +188,13 @@ async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, a
     ))
     .await
     .expect("raw insert");
-    let big_id = Events::find()
-        .filter(Column::BizNo.eq("BIG-1"))
-        .one(db)
-        .await
-        .expect("read")
-        .expect("raw row")
-        .id;
+    let big_id = event_by_biz_no(db, "BIG-1").await.id;
     let mut small = HashSet::new();
     for i in 0..5 {
-        small.insert(
-            db.with_event(NewEvent::raw(format!("SMALL-{i}"), "ORDER_CREATED", "{}"))
-                .await
-                .expect("insert"),
-        );
+        small.insert(new_event(db, &format!("SMALL-{i}")).await);
     }
 
-    let cancel = CancellationToken::new();
-    let handles = spawn_workers(ctx, &publisher, 1, &cancel).await;
+    let fleet = start_workers(ctx, &clients.publisher, 1).await;
     let settled = wait_until(
         Duration::from_secs(60),
         Duration::from_millis(50),
@@ -299,24 +203,14 @@ async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, a
         },
     )
     .await;
-    let received = receive_all(
-        &consumer,
-        &small,
-        Duration::from_secs(90),
-        Duration::from_secs(2),
-    )
-    .await;
-    cancel.cancel();
-    for h in handles {
-        let s = h.await.expect("worker task");
+    let (received, summaries) = clients.receive_and_stop(fleet, &small).await;
+    for s in summaries {
         assert_eq!(
             (s.published, s.dead_lettered, s.retried),
             (5, 1, 0),
             "{s:?}"
         );
     }
-    consumer.shutdown().await;
-    rmq_support::shutdown_publisher(publisher).await;
 
     assert!(settled, "expected 5 SUCCESS and 1 FAIL");
     let row = store::find_event(db, big_id)
@@ -417,23 +311,18 @@ async fn unresolvable_name_server_is_a_clear_error() {
     assert!(matches!(err, OutboxError::Broker(_)), "{err}");
 }
 
-/// A send whose name servers are one that resolves nowhere and one that accepts connections
-/// and closes them at once (a stand-in in this test: no broker needed), through a real worker:
-/// the client marks the unresolvable one unavailable (no panic), the send fails with a
-/// retryable error within the send timeout, and the event is back in `WAIT` with `retry_count`
-/// 1, its lease cleared and the reason recorded; nothing else moved. Then `outbox relay` with
-/// the unresolvable name server alone, a malformed or an empty one, exits 1 at start with a
-/// clear error and leaves the event alone (an empty address used to mean "relay to the log",
-/// which marks events delivered).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn send_through_an_unresolvable_name_server_keeps_the_event_waiting() {
-    common::run_on(
-        Backend::Postgres,
-        "rmq_unresolvable_name_server_send",
-        unresolvable_name_server_send,
-    )
-    .await
-}
+backend_test!(
+    /// A send whose name servers are one that resolves nowhere and one that accepts connections
+    /// and closes them at once (a stand-in in this test: no broker needed), through a real worker:
+    /// the client marks the unresolvable one unavailable (no panic), the send fails with a
+    /// retryable error within the send timeout, and the event is back in `WAIT` with `retry_count`
+    /// 1, its lease cleared and the reason recorded; nothing else moved. Then `outbox relay` with
+    /// the unresolvable name server alone, a malformed or an empty one, exits 1 at start with a
+    /// clear error and leaves the event alone (an empty address used to mean "relay to the log",
+    /// which marks events delivered).
+    send_through_an_unresolvable_name_server_keeps_the_event_waiting:
+        Postgres, "rmq_unresolvable_name_server_send" => unresolvable_name_server_send;
+);
 
 async fn unresolvable_name_server_send(ctx: &TestContext) {
     let closer = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -455,26 +344,13 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
             .expect("start does not hang")
             .expect("one name server accepts connections"),
     );
-    let id = ctx
-        .db
-        .with_event(NewEvent::raw("ORD-DNS-1", "ORDER_CREATED", "{}"))
-        .await
-        .expect("event");
-    let worker = Worker::new(
-        ctx.pool(3).await,
-        publisher.clone() as Arc<dyn Publisher>,
-        // A long back-off: one failed attempt is all this test looks at.
-        worker_config(
-            "rmq-dns",
-            RetryPolicy::new(3, Duration::from_secs(600), Duration::from_secs(600)),
-        ),
-    )
-    .expect("worker");
-    let cancel = CancellationToken::new();
-    let handle = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { worker.run(cancel).await }
-    });
+    let id = new_event(&ctx.db, "ORD-DNS-1").await;
+    // A long back-off: one failed attempt is all this test looks at.
+    let config = worker_config(
+        "rmq-dns",
+        RetryPolicy::new(3, Duration::from_secs(600), Duration::from_secs(600)),
+    );
+    let fleet = Fleet::start(ctx, 3, publisher.clone(), [config]).await;
     let started = std::time::Instant::now();
     let failed_once = wait_until(
         Duration::from_secs(30),
@@ -489,11 +365,10 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
     )
     .await;
     let took = started.elapsed();
-    cancel.cancel();
-    let summary = tokio::time::timeout(Duration::from_secs(30), handle)
+    let summary = tokio::time::timeout(Duration::from_secs(30), fleet.stop())
         .await
         .expect("worker stops")
-        .expect("worker task did not panic");
+        .remove(0);
     rmq_support::shutdown_publisher(publisher).await;
     closing.abort();
     assert!(failed_once, "event never went back to WAIT: {summary:?}");
@@ -560,6 +435,19 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
     }
 }
 
+/// What `clients`' consumer receives until event `id` arrived (at most 90 s), and `linger`
+/// longer.
+async fn receive_event(clients: &Clients, id: i64, linger: Duration) -> rmq_support::Received {
+    let expected = HashSet::from([id]);
+    receive_all(
+        &clients.consumer,
+        &expected,
+        Duration::from_secs(90),
+        linger,
+    )
+    .await
+}
+
 /// Adds 10 points to user 7 in the consumer's transaction.
 async fn add_points(txn: &sea_orm::DatabaseTransaction) -> Result<(), OutboxError> {
     txn.execute_unprepared("UPDATE user_points SET points = points + 10 WHERE user_id = 7")
@@ -593,9 +481,7 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
     db.execute_unprepared("INSERT INTO user_points (user_id, points) VALUES (7, 0)")
         .await
         .expect("user");
-    let topic = unique("OUTBOX_POINTS");
-    let consumer = rmq_support::consumer(addr, &topic).await;
-    let publisher = publisher(addr, &topic, Duration::from_secs(3)).await;
+    let clients = Clients::start(addr, "OUTBOX_POINTS", Duration::from_secs(3)).await;
     let id = db
         .with_event(NewEvent::raw("ORD-P-1", "ORDER_CREATED", r#"{"userId":7}"#))
         .await
@@ -603,15 +489,9 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
     let row = store::find_event(db, id).await.expect("read").expect("row");
     let message = OutboxMessage::from(&row);
     for _ in 0..3 {
-        publisher.publish(&message).await.expect("send");
+        clients.publisher.publish(&message).await.expect("send");
     }
-    let received = receive_all(
-        &consumer,
-        &HashSet::from([id]),
-        Duration::from_secs(90),
-        Duration::from_secs(3),
-    )
-    .await;
+    let received = receive_event(&clients, id, Duration::from_secs(3)).await;
     assert_eq!(
         received.all.len(),
         3,
@@ -642,17 +522,12 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .await
         .expect("read")
         .expect("row");
-    publisher
+    clients
+        .publisher
         .publish(&OutboxMessage::from(&row2))
         .await
         .expect("send");
-    let got = receive_all(
-        &consumer,
-        &HashSet::from([id2]),
-        Duration::from_secs(90),
-        Duration::from_secs(1),
-    )
-    .await;
+    let got = receive_event(&clients, id2, Duration::from_secs(1)).await;
     let m2 = got
         .all
         .iter()
@@ -694,6 +569,5 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .expect("redelivery");
     assert_eq!(again, Consumed::Processed(()));
     assert_eq!(points(db).await, 20);
-    consumer.shutdown().await;
-    rmq_support::shutdown_publisher(publisher).await;
+    clients.shutdown().await;
 }

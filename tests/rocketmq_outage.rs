@@ -15,17 +15,13 @@ mod rmq_support;
 use sea_orm_outbox::test_support::wait_until;
 use std::collections::HashSet;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Backend, TestContext};
-use rmq_support::{count, in_ci, publisher, receive_all, script, unique, worker_config};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
+use common::{event_by_biz_no, insert_many, wait_for_success, Backend, Fleet, TestContext};
+use rmq_support::{count, in_ci, script, unique, worker_config, Clients};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::{
-    CancellationToken, EventStatus, NewEvent, OutboxExt, OutboxMessage, Publisher, RetryPolicy,
-    Worker,
-};
+use sea_orm_outbox::{EventStatus, OutboxMessage, Publisher, RetryPolicy};
 
 const NAMESRV_PORT: u16 = 19876;
 const BROKER_PORT: u16 = 20911;
@@ -96,10 +92,7 @@ impl Drop for PrivateCluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_outage_backs_off_then_delivers_everything() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    common::init_tracing();
     let Some(cluster) = PrivateCluster::start() else {
         return;
     };
@@ -120,54 +113,33 @@ fn outage_retry() -> RetryPolicy {
     RetryPolicy::new(60, Duration::from_millis(100), Duration::from_secs(2))
 }
 
+/// `n` events `<prefix>-<i>` in one transaction: their ids.
 async fn insert(ctx: &TestContext, prefix: &str, n: usize) -> HashSet<i64> {
-    let txn = ctx.db.begin().await.expect("begin");
-    let mut ids = HashSet::new();
-    for i in 0..n {
-        ids.insert(
-            txn.with_event(NewEvent::raw(
-                format!("{prefix}-{i}"),
-                "ORDER_CREATED",
-                format!(r#"{{"n":{i}}}"#),
-            ))
-            .await
-            .expect("insert"),
-        );
-    }
-    txn.commit().await.expect("commit");
-    ids
+    insert_many(&ctx.db, prefix, n).await.into_iter().collect()
+}
+
+/// Fails the test on any dead letter: the retry budget outlasts the outage.
+async fn assert_no_fail(db: &sea_orm::DatabaseConnection) {
+    assert_eq!(
+        count(db, EventStatus::Fail).await,
+        0,
+        "no FAIL within the retry budget"
+    );
 }
 
 async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
     const N: usize = 100;
     let addr = cluster.addr();
     let db = &ctx.db;
-    let topic = unique("OUTBOX_OUTAGE");
-    let consumer = rmq_support::consumer(&addr, &topic).await;
     let send_timeout = Duration::from_secs(2);
-    let publisher = publisher(&addr, &topic, send_timeout).await;
+    let clients = Clients::start(&addr, "OUTBOX_OUTAGE", send_timeout).await;
 
     // Phase A: broker up, everything flows.
     let mut ids = insert(ctx, "A", N).await;
-    let cancel = CancellationToken::new();
-    let mut handles = Vec::new();
-    for w in 0..2 {
-        let worker = Worker::new(
-            ctx.pool(3).await,
-            publisher.clone() as Arc<dyn Publisher>,
-            worker_config(&format!("outage-w{w}"), outage_retry()),
-        )
-        .expect("worker");
-        let cancel = cancel.clone();
-        handles.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
+    let configs = (0..2).map(|w| worker_config(&format!("outage-w{w}"), outage_retry()));
+    let fleet = Fleet::start(ctx, 3, clients.publisher.clone(), configs).await;
     assert!(
-        wait_until(
-            Duration::from_secs(60),
-            Duration::from_millis(50),
-            || async { count(db, EventStatus::Success).await == N as u64 }
-        )
-        .await,
+        wait_for_success(db, N as u64, Duration::from_secs(60)).await,
         "phase A not delivered"
     );
 
@@ -181,7 +153,11 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
     let mut slowest = Duration::ZERO;
     for _ in 0..5 {
         let t = Instant::now();
-        let err = publisher.publish(&probe).await.expect_err("broker is down");
+        let err = clients
+            .publisher
+            .publish(&probe)
+            .await
+            .expect_err("broker is down");
         slowest = slowest.max(t.elapsed());
         assert!(err.is_retryable(), "{err}");
     }
@@ -201,11 +177,7 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
         Duration::from_secs(60),
         Duration::from_millis(200),
         || async {
-            assert_eq!(
-                count(db, EventStatus::Fail).await,
-                0,
-                "no FAIL within the retry budget"
-            );
+            assert_no_fail(db).await;
             let b_rows = Events::find()
                 .filter(Column::BizNo.starts_with("B-"))
                 .all(db)
@@ -218,12 +190,7 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
     )
     .await;
     assert!(backed_off, "phase B events did not reach retry_count >= 3");
-    let sample = Events::find()
-        .filter(Column::BizNo.eq("B-0"))
-        .one(db)
-        .await
-        .expect("row")
-        .expect("B-0");
+    let sample = event_by_biz_no(db, "B-0").await;
     eprintln!(
         "{:?}: after {:?} of outage B-0 is {:?} retry_count={} last_error={:?}",
         ctx.backend,
@@ -245,32 +212,18 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
         Duration::from_secs(180),
         Duration::from_millis(200),
         || async {
-            assert_eq!(
-                count(db, EventStatus::Fail).await,
-                0,
-                "no FAIL within the retry budget"
-            );
+            assert_no_fail(db).await;
             count(db, EventStatus::Success).await == 2 * N as u64
         },
     )
     .await;
     let recovery = restarted.elapsed();
-    let received = receive_all(
-        &consumer,
-        &ids,
-        Duration::from_secs(120),
-        Duration::from_secs(3),
-    )
-    .await;
-    cancel.cancel();
+    let (received, summaries) = clients.receive_and_stop(fleet, &ids).await;
     let mut retried = 0;
-    for h in handles {
-        let s = h.await.expect("worker task");
+    for s in summaries {
         assert_eq!(s.dead_lettered, 0, "{s:?}");
         retried += s.retried;
     }
-    consumer.shutdown().await;
-    rmq_support::shutdown_publisher(publisher).await;
 
     assert!(
         delivered,
@@ -295,11 +248,5 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
         received.duplicates()
     );
     assert!(retried >= N as u64, "every phase-B event was retried");
-    let got = received.distinct();
-    let missing: Vec<_> = ids.difference(&got).take(10).collect();
-    assert!(
-        missing.is_empty(),
-        "{} events never arrived, e.g. {missing:?}",
-        ids.difference(&got).count()
-    );
+    received.assert_all_arrived(&ids);
 }

@@ -13,6 +13,14 @@ pub struct Model {
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
 
+/// A new hooked order `order_no`, its id left to the database.
+pub fn new(order_no: &str) -> ActiveModel {
+    ActiveModel {
+        id: sea_orm::NotSet,
+        order_no: sea_orm::ActiveValue::Set(order_no.to_owned()),
+    }
+}
+
 #[async_trait::async_trait]
 impl ActiveModelBehavior for ActiveModel {
     async fn after_save<C: ConnectionTrait>(

@@ -7,14 +7,26 @@
 //! every backend always runs.
 #![allow(dead_code)]
 
+pub mod events;
+pub mod fleet;
 pub mod hooked_order;
 pub mod order;
+
+// Each suite uses a part of these (and of the rest of this module, see `allow(dead_code)`).
+#[allow(unused_imports)]
+pub use events::{
+    age, age_many, count, event, event_by_biz_no, insert_many, new_event, wait_for_success,
+};
+#[allow(unused_imports)]
+pub use fleet::Fleet;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Schema};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, EntityTrait, Schema,
+};
 use sea_orm_outbox::MigratorTrait;
 use sea_orm_outbox::{Migrator, OutboxMessage, PublishError, Publisher};
 
@@ -83,6 +95,8 @@ pub fn with_database(url: &str, db: &str) -> String {
     out
 }
 
+/// A pool of at most `max` connections to `url` (none kept idle, 10 s to connect, no statement
+/// logs); panics when the server does not answer.
 pub async fn connect(url: &str, max: u32) -> DatabaseConnection {
     let mut opt = ConnectOptions::new(url.to_owned());
     opt.max_connections(max)
@@ -98,24 +112,19 @@ impl TestContext {
     /// Creates and migrates a database named after `label`.
     pub async fn new(backend: Backend, label: &str) -> Self {
         let ctx = Self::new_empty(backend, label).await;
-        let db = &ctx.db;
-        Migrator::up(db, None).await.expect("migration up");
-        let schema = Schema::new(db.get_database_backend());
-        db.execute(
-            schema
-                .create_table_from_entity(order::Entity)
-                .if_not_exists(),
-        )
-        .await
-        .expect("create orders");
-        db.execute(
-            schema
-                .create_table_from_entity(hooked_order::Entity)
-                .if_not_exists(),
-        )
-        .await
-        .expect("create hooked_orders");
+        Migrator::up(&ctx.db, None).await.expect("migration up");
+        ctx.create_table(order::Entity).await;
+        ctx.create_table(hooked_order::Entity).await;
         ctx
+    }
+
+    /// Creates `entity`'s table unless it exists.
+    async fn create_table(&self, entity: impl EntityTrait) {
+        let schema = Schema::new(self.db.get_database_backend());
+        self.db
+            .execute(schema.create_table_from_entity(entity).if_not_exists())
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", entity.table_name()));
     }
 
     /// Another pool on the same database (a separate "instance").
@@ -129,6 +138,7 @@ impl TestContext {
         db
     }
 
+    /// The database's backend.
     pub fn db_backend(&self) -> DbBackend {
         self.db.get_database_backend()
     }
@@ -172,6 +182,45 @@ macro_rules! backend_tests {
     };
 }
 
+/// Rows of `stmt` as pairs of its columns `a` and `b`.
+pub async fn query_pairs<A, B>(
+    db: &impl ConnectionTrait,
+    stmt: sea_orm::Statement,
+    (a, b): (&str, &str),
+) -> Vec<(A, B)>
+where
+    A: sea_orm::TryGetable,
+    B: sea_orm::TryGetable,
+{
+    db.query_all_raw(stmt)
+        .await
+        .expect("query")
+        .iter()
+        .map(|r| {
+            (
+                r.try_get::<A>("", a).expect(a),
+                r.try_get::<B>("", b).expect(b),
+            )
+        })
+        .collect()
+}
+
+/// One `#[tokio::test]` per entry `test_name: Backend, "label" => body;` (doc comments and
+/// attributes before an entry go to its test) that runs `async fn body(ctx: &TestContext)` on
+/// that one backend ([`run_on`]), for the tests that do not run everywhere.
+#[macro_export]
+macro_rules! backend_test {
+    ($($(#[$meta:meta])* $test:ident: $backend:ident, $label:expr => $body:path;)+) => {
+        $(
+            $(#[$meta])*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                $crate::common::run_on($crate::common::Backend::$backend, $label, $body).await
+            }
+        )+
+    };
+}
+
 /// A publisher that fails (retryable or permanent) for chosen biz_nos and records the rest.
 pub struct ScriptedPublisher {
     pub inner: sea_orm_outbox::InMemoryPublisher,
@@ -181,6 +230,7 @@ pub struct ScriptedPublisher {
 }
 
 impl ScriptedPublisher {
+    /// Publishes everything.
     pub fn ok() -> Arc<Self> {
         Arc::new(ScriptedPublisher {
             inner: Default::default(),
@@ -189,6 +239,7 @@ impl ScriptedPublisher {
             fail_all: false,
         })
     }
+    /// Fails every send, for good when `permanent`.
     pub fn failing_all(permanent: bool) -> Arc<Self> {
         Arc::new(ScriptedPublisher {
             inner: Default::default(),
@@ -197,6 +248,7 @@ impl ScriptedPublisher {
             fail_all: true,
         })
     }
+    /// Fails (retryably) the sends of `biz_no`, publishes the rest.
     pub fn failing(biz_no: &str) -> Arc<Self> {
         Arc::new(ScriptedPublisher {
             inner: Default::default(),
@@ -221,6 +273,25 @@ impl Publisher for ScriptedPublisher {
     }
 }
 
+/// Installs the suites' log output (`RUST_LOG`, captured per test) unless it is there.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// Whether the test `name` runs on `backend` ([`Backend::enabled`]; says so when it does
+/// not), with the log output installed ([`init_tracing`]).
+pub fn selected(backend: Backend, name: &str) -> bool {
+    if !backend.enabled() {
+        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+        return false;
+    }
+    init_tracing();
+    true
+}
+
 /// Runs `f` on a fresh database of `backend` (skipped, loudly, only outside CI when
 /// `OUTBOX_TEST_BACKENDS` leaves the backend out).
 pub async fn run_on<F>(backend: Backend, name: &str, f: F)
@@ -235,14 +306,9 @@ async fn run_with<F>(backend: Backend, name: &str, migrated: bool, f: F)
 where
     F: for<'a> AsyncFn(&'a TestContext),
 {
-    if !backend.enabled() {
-        eprintln!("{name}: {backend:?} not selected by OUTBOX_TEST_BACKENDS");
+    if !selected(backend, name) {
         return;
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
     let ctx = if migrated {
         TestContext::new(backend, name).await
     } else {
@@ -266,25 +332,6 @@ pub fn test_config(owner: &str) -> sea_orm_outbox::WorkerConfig {
             Duration::from_secs(60),
         ))
         .instance_id(owner)
-}
-
-/// Rows of `t_event_record` in `status`.
-pub async fn count(db: &impl ConnectionTrait, status: sea_orm_outbox::EventStatus) -> u64 {
-    use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
-    use sea_orm_outbox::event_record::{Column, Entity};
-    Entity::find()
-        .filter(Column::Status.eq(status.as_str()))
-        .count(db)
-        .await
-        .expect("count")
-}
-
-/// The event `id`, which must exist.
-pub async fn event(db: &impl ConnectionTrait, id: i64) -> sea_orm_outbox::event_record::Model {
-    sea_orm_outbox::store::find_event(db, id)
-        .await
-        .expect("read")
-        .expect("event exists")
 }
 
 impl TestContext {

@@ -11,10 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm_outbox::publisher::{ReceivedMessage, RocketMqConsumer};
-use sea_orm_outbox::{RetryPolicy, RocketMqConfig, RocketMqPublisher, WorkerConfig};
+use sea_orm_outbox::{RetryPolicy, RocketMqConfig, RocketMqPublisher, WorkerConfig, WorkerSummary};
 
+use crate::common::Fleet;
+
+/// The shared broker's default name server.
 pub const DEFAULT_NAMESRV_ADDR: &str = "127.0.0.1:9876";
 
+/// The name server of the shared broker: `ROCKETMQ_NAMESRV_ADDR`, else [`DEFAULT_NAMESRV_ADDR`].
 pub fn namesrv_addr() -> String {
     std::env::var("ROCKETMQ_NAMESRV_ADDR")
         .ok()
@@ -22,6 +26,7 @@ pub fn namesrv_addr() -> String {
         .unwrap_or_else(|| DEFAULT_NAMESRV_ADDR.to_owned())
 }
 
+/// Whether this runs under CI (`CI=true`), where a missing broker fails the tests.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
@@ -103,10 +108,12 @@ pub use crate::common::count;
 /// What a consumer got, indexed by event id.
 #[derive(Debug, Default)]
 pub struct Received {
+    /// Every message, in the order received.
     pub all: Vec<ReceivedMessage>,
 }
 
 impl Received {
+    /// The messages received per event id.
     pub fn by_event(&self) -> HashMap<i64, Vec<&ReceivedMessage>> {
         let mut map: HashMap<i64, Vec<&ReceivedMessage>> = HashMap::new();
         for m in &self.all {
@@ -116,11 +123,24 @@ impl Received {
         }
         map
     }
+    /// The event ids received.
     pub fn distinct(&self) -> HashSet<i64> {
         self.all.iter().filter_map(|m| m.event_id).collect()
     }
+    /// Messages beyond the first per event id.
     pub fn duplicates(&self) -> usize {
         self.all.len() - self.distinct().len()
+    }
+    /// Asserts that every event of `expected` arrived, naming up to ten that did not.
+    pub fn assert_all_arrived(&self, expected: &HashSet<i64>) {
+        let got = self.distinct();
+        let missing: Vec<_> = expected.difference(&got).take(10).collect();
+        assert!(
+            missing.is_empty(),
+            "{} of {} events never arrived, e.g. {missing:?}",
+            expected.difference(&got).count(),
+            expected.len()
+        );
     }
 }
 
@@ -140,6 +160,47 @@ pub async fn receive_all(
         .await;
     all.extend(consumer.collect_until(linger, |_| false).await);
     Received { all }
+}
+
+/// A consumer and a publisher on a topic of their own.
+pub struct Clients {
+    /// The consumer, in a group of its own.
+    pub consumer: RocketMqConsumer,
+    /// The publisher, with a producer group of its own.
+    pub publisher: Arc<RocketMqPublisher>,
+}
+
+impl Clients {
+    /// A consumer and then a publisher (send timeout `send_timeout`) on the topic
+    /// `<prefix>_<random>` at the name server `addr`.
+    pub async fn start(addr: &str, prefix: &str, send_timeout: Duration) -> Self {
+        let topic = unique(prefix);
+        let consumer = consumer(addr, &topic).await;
+        Clients {
+            consumer,
+            publisher: publisher(addr, &topic, send_timeout).await,
+        }
+    }
+
+    /// [`receive_all`] (`expected` within 120 s, then 3 s more for late duplicates), then
+    /// stops `fleet` and shuts both clients down: what arrived and the workers' summaries.
+    pub async fn receive_and_stop(
+        self,
+        fleet: Fleet,
+        expected: &HashSet<i64>,
+    ) -> (Received, Vec<WorkerSummary>) {
+        let (deadline, linger) = (Duration::from_secs(120), Duration::from_secs(3));
+        let received = receive_all(&self.consumer, expected, deadline, linger).await;
+        let summaries = fleet.stop().await;
+        self.shutdown().await;
+        (received, summaries)
+    }
+
+    /// Shuts the consumer and the publisher down (see [`shutdown_publisher`]).
+    pub async fn shutdown(self) {
+        self.consumer.shutdown().await;
+        shutdown_publisher(self.publisher).await;
+    }
 }
 
 /// `scripts/rocketmq.sh` in this repository.
