@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{count, event, TestContext};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::maintenance::{
     GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig,
 };
-use sea_orm_outbox::store::{self, dialect};
+use sea_orm_outbox::store;
 use sea_orm_outbox::{EventStatus, NewEvent, OutboxExt, WorkerConfig};
 
 backend_tests!(
@@ -22,15 +22,9 @@ backend_tests!(
     gauge_refresher_reads_the_backlog,
 );
 
-/// Inserts `n` events in one transaction and claims them all for `owner`; returns their ids.
+/// Writes `n` events and claims them all for `owner`; returns their ids.
 async fn claimed(ctx: &TestContext, n: usize, owner: &str) -> Vec<i64> {
-    let txn = ctx.db.begin().await.expect("begin");
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let e = NewEvent::raw(format!("M-{i}"), "ORDER_CREATED", "{}").notify_relays(false);
-        ids.push(txn.with_event(e).await.expect("insert"));
-    }
-    txn.commit().await.expect("commit");
+    let ids = common::insert_many(&ctx.db, "M", n).await;
     let got = store::claim_batch(&ctx.db, owner, n as u64)
         .await
         .expect("claim");
@@ -40,16 +34,7 @@ async fn claimed(ctx: &TestContext, n: usize, owner: &str) -> Vec<i64> {
 
 /// Ages the leases of `ids` by a minute (database clock).
 async fn expire(ctx: &TestContext, ids: &[i64]) {
-    let backend = ctx.db_backend();
-    Events::update_many()
-        .col_expr(
-            Column::ClaimedAt,
-            dialect::now_minus(backend, Duration::from_secs(60)),
-        )
-        .filter(Column::Id.is_in(ids.to_vec()))
-        .exec(&ctx.db)
-        .await
-        .expect("age");
+    common::age_many(&ctx.db, ids, Column::ClaimedAt, Duration::from_secs(60)).await
 }
 
 /// 25 expired leases, batches of 10: all reclaimed by one `run_once`, in three batches (each a

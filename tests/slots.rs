@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{count, event, TestContext};
-use sea_orm::TransactionTrait;
 use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
-    CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
-    OutboxMessage, PublishError, Publisher, Worker,
+    CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, OutboxMessage, PublishError,
+    Publisher, Worker,
 };
 
 backend_tests!(
@@ -23,18 +22,6 @@ backend_tests!(
     a_worker_claims_no_more_than_its_free_slots,
     a_round_sends_its_batch_through_the_slots,
 );
-
-/// Inserts `n` events `<prefix>-<i>` in one transaction; returns their ids.
-async fn insert(ctx: &TestContext, n: usize, prefix: &str) -> Vec<i64> {
-    let txn = ctx.db.begin().await.expect("begin");
-    let mut ids = Vec::with_capacity(n);
-    for i in 0..n {
-        let e = NewEvent::raw(format!("{prefix}-{i}"), "ORDER_CREATED", "{}").notify_relays(false);
-        ids.push(txn.with_event(e).await.expect("insert"));
-    }
-    txn.commit().await.expect("commit");
-    ids
-}
 
 /// Hangs on chosen biz_nos until released (30 s at most), publishes the others at once.
 #[derive(Default)]
@@ -97,21 +84,17 @@ async fn hung_sends_hold_only_their_own_slots_per_row(ctx: &TestContext) {
 
 async fn hung_sends_hold_only_their_own(ctx: &TestContext, strategy: ClaimStrategy) {
     const N: usize = 500;
-    let ids = insert(ctx, N, "SLOT").await;
+    let ids = common::insert_many(&ctx.db, "SLOT", N).await;
     let publisher = HangingPublisher::new(["SLOT-7".to_owned(), "SLOT-300".to_owned()]);
-    let cancel = CancellationToken::new();
-    let mut workers = Vec::new();
-    for w in 0..2 {
-        let config = common::test_config(&format!("slots-{w}"))
+    let configs = (0..2).map(|w| {
+        common::test_config(&format!("slots-{w}"))
             .claim_strategy(strategy)
             .batch_size(20)
             .send_concurrency(8)
             .send_timeout(Duration::from_secs(60))
-            .lease(Duration::from_secs(90));
-        let worker = Worker::new(ctx.pool(4).await, publisher.clone(), config).expect("worker");
-        let cancel = cancel.clone();
-        workers.push(tokio::spawn(async move { worker.run(cancel).await }));
-    }
+            .lease(Duration::from_secs(90))
+    });
+    let fleet = common::Fleet::start(ctx, 4, publisher.clone(), configs).await;
     let others_done = wait_until(
         Duration::from_secs(120),
         Duration::from_millis(50),
@@ -129,9 +112,7 @@ async fn hung_sends_hold_only_their_own(ctx: &TestContext, strategy: ClaimStrate
         || async { count(&ctx.db, EventStatus::Success).await == N as u64 },
     )
     .await;
-    cancel.cancel();
-    for w in workers {
-        let s = w.await.expect("worker task");
+    for s in fleet.stop().await {
         assert_eq!((s.errors, s.late_acks), (0, 0), "{s:?}");
     }
     assert!(
@@ -157,20 +138,14 @@ async fn hung_sends_hold_only_their_own(ctx: &TestContext, strategy: ClaimStrate
 
 /// A worker with 4 slots and sends that all hang holds 4 leases, not a batch of 20.
 async fn a_worker_claims_no_more_than_its_free_slots(ctx: &TestContext) {
-    insert(ctx, 30, "FREE").await;
+    common::insert_many(&ctx.db, "FREE", 30).await;
     let publisher = HangingPublisher::new((0..30).map(|i| format!("FREE-{i}")));
     let config = common::test_config("slots-free")
         .batch_size(20)
         .send_concurrency(4)
         .send_timeout(Duration::from_secs(60))
         .lease(Duration::from_secs(90));
-    let worker =
-        Arc::new(Worker::new(ctx.pool(4).await, publisher.clone(), config).expect("worker"));
-    let cancel = CancellationToken::new();
-    let run = tokio::spawn({
-        let (worker, cancel) = (worker.clone(), cancel.clone());
-        async move { worker.run(cancel).await }
-    });
+    let fleet = common::Fleet::start(ctx, 4, publisher.clone(), [config]).await;
     let four = wait_until(
         Duration::from_secs(30),
         Duration::from_millis(20),
@@ -180,7 +155,7 @@ async fn a_worker_claims_no_more_than_its_free_slots(ctx: &TestContext) {
     // Several poll delays (20 ms) later, still only the four slots' events are claimed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sending = count(&ctx.db, EventStatus::Sending).await;
-    let claimed = worker.summary().claimed;
+    let claimed = fleet.workers()[0].summary().claimed;
     publisher.release();
     let drained = wait_until(
         Duration::from_secs(30),
@@ -188,8 +163,7 @@ async fn a_worker_claims_no_more_than_its_free_slots(ctx: &TestContext) {
         || async { count(&ctx.db, EventStatus::Success).await == 30 },
     )
     .await;
-    cancel.cancel();
-    let s = run.await.expect("worker task");
+    let s = fleet.stop().await[0];
     assert!(four, "four sends did not start");
     assert_eq!(
         (sending, claimed),
@@ -203,7 +177,7 @@ async fn a_worker_claims_no_more_than_its_free_slots(ctx: &TestContext) {
 /// `run_once` claims a batch and sends it through the slots: all of it is recorded when it
 /// returns, with at most `send_concurrency` sends in flight.
 async fn a_round_sends_its_batch_through_the_slots(ctx: &TestContext) {
-    insert(ctx, 25, "ROUND").await;
+    common::insert_many(&ctx.db, "ROUND", 25).await;
     let publisher = Arc::new(InMemoryPublisher::new());
     let config = common::test_config("slots-round")
         .batch_size(20)

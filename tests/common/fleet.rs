@@ -41,6 +41,11 @@ impl Fleet {
         }
     }
 
+    /// The workers, in the order of their configs.
+    pub fn workers(&self) -> &[Arc<Worker>] {
+        &self.workers
+    }
+
     /// Whether every worker has run a first round within `deadline` (checked every 5 ms).
     pub async fn started(&self, deadline: Duration) -> bool {
         wait_until(deadline, Duration::from_millis(5), || async {
