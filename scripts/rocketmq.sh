@@ -149,7 +149,7 @@ start_namesrv() {
     }
 }
 
-# rocketmq-rust 1.0 broker defect (found by examples/chaos.rs; evidence in RELIABILITY.md): a
+# rocketmq-rust 1.0 broker defect (found by examples/chaos/; evidence in RELIABILITY.md): a
 # message appended to the commit log while the broker shuts down can be left out of its consume
 # queue ("shutdown ReputMessageService, but CommitLog have not finish to be dispatched"). At the
 # next start the broker computes each queue's next offset from the consume queues BEFORE it

@@ -1,4 +1,4 @@
-//! Fault injection for the chaos harness (`examples/chaos.rs`, `.ci/chaos-smoke`); only in a
+//! Fault injection for the chaos harness (`examples/chaos/`, `.ci/chaos-smoke`); only in a
 //! build with the `chaos-testing` feature, never in production.
 //!
 //! `outbox relay --chaos-send-stall N:DURATION` (or `OUTBOX_CHAOS_SEND_STALL`) wraps the
