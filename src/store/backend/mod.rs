@@ -18,7 +18,7 @@ mod unsupported;
 use std::time::Duration;
 
 use sea_orm::sea_query::{InsertStatement, IntoIden, OnConflict};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement, TransactionTrait};
 use sea_orm_outbox_entity::event_record::Model;
 
 /// The SQL dialect of one backend: which file answers.
@@ -154,6 +154,18 @@ impl Dialect {
             Dialect::Unsupported => unsupported::claim_batch(db, owner, n).await,
         }
     }
+}
+
+/// Runs an `UPDATE ... RETURNING *` claim (Postgres, SQLite) and reads the claimed rows;
+/// transient conflicts are retried.
+async fn claim_returning<C: ConnectionTrait>(
+    db: &C,
+    stmt: &sea_orm::sea_query::UpdateStatement,
+) -> Result<Vec<Model>, DbErr> {
+    let rows = crate::store::retry_transient(|| db.query_all(stmt)).await?;
+    rows.iter()
+        .map(|r| Model::from_query_result(r, ""))
+        .collect()
 }
 
 /// `INSERT ... ON CONFLICT (key) DO NOTHING` (Postgres, SQLite 3.24+).

@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use sea_orm::sea_query::UpdateStatement;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use sea_orm_outbox_entity::event_record::Model;
 
 /// The crate feature serving SQLite, and whether this build has it.
@@ -49,9 +49,5 @@ pub(super) async fn claim_batch<C: ConnectionTrait>(
     owner: &str,
     n: u64,
 ) -> Result<Vec<Model>, DbErr> {
-    let stmt = claim_batch_statement(owner, n);
-    let rows = crate::store::retry_transient(|| db.query_all(&stmt)).await?;
-    rows.iter()
-        .map(|r| Model::from_query_result(r, ""))
-        .collect()
+    super::claim_returning(db, &claim_batch_statement(owner, n)).await
 }
