@@ -24,7 +24,7 @@ pub fn relay_bin(given: Option<&Path>) -> Result<PathBuf, BoxError> {
     };
     if !relay_bin.is_file() {
         return Err(format!(
-            "{} not found: build it first (`cargo build --release --bin outbox`) or pass --relay-bin",
+            "{} not found: build it first (`cargo build --release --features chaos-testing --bin outbox`) or pass --relay-bin",
             relay_bin.display()
         )
         .into());
