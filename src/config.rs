@@ -74,7 +74,8 @@ pub struct WorkerConfig {
     /// How rounds claim (default [`ClaimStrategy::Batch`]; [`ClaimStrategy::PerRow`] is the
     /// seed's).
     pub claim_strategy: ClaimStrategy,
-    /// Sends of one round in flight at once (default 1: one after the other, as the seed).
+    /// Send slots: sends in flight at once, each in a task of its own (default 1: one after
+    /// the other, as the seed). The worker claims only as many events as it has free slots.
     pub send_concurrency: usize,
     /// Start the next round at once when a round found a full batch (default true); the poll
     /// delay then applies only when the backlog is drained.

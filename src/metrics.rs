@@ -9,7 +9,8 @@
 //! | `outbox_dead_letters_total` | counter | events marked `FAIL` |
 //! | `outbox_reclaimed_total` | counter | expired leases reclaimed |
 //! | `outbox_late_acks_total` | counter | outcomes dropped because the lease was lost |
-//! | `outbox_errors_total{op}` | counter | database errors met by the relay, per step (`claim`, `record`, `renew`, `reclaim`, `gauges`) |
+//! | `outbox_released_total` | counter | claimed events handed back to `WAIT` unsent (shutdown, or too little lease left) |
+//! | `outbox_errors_total{op}` | counter | errors met by the relay, per step (`claim`, `record`, `renew`, `reclaim`, `gauges`; `send` for a send task that died) |
 //! | `outbox_send_duration_seconds` | histogram | one publish call, seconds |
 //! | `outbox_sending_dwell_seconds` | histogram | claim to outcome, seconds |
 //! | `outbox_backlog{status}` | gauge | rows per status (`WAIT`, `SENDING`, `FAIL`) |
@@ -27,6 +28,8 @@ pub const DEAD_LETTERS: &str = "outbox_dead_letters_total";
 pub const RECLAIMED: &str = "outbox_reclaimed_total";
 /// Counter: late acknowledgements.
 pub const LATE_ACKS: &str = "outbox_late_acks_total";
+/// Counter: claimed events handed back to `WAIT` unsent.
+pub const RELEASED: &str = "outbox_released_total";
 /// Counter: database errors met by the relay, labelled `op` (the step).
 pub const ERRORS: &str = "outbox_errors_total";
 /// Histogram: publish duration in seconds.
@@ -55,6 +58,9 @@ pub(crate) fn reclaimed(n: u64) {
 }
 pub(crate) fn late_acks(n: u64) {
     metrics::counter!(LATE_ACKS).increment(n);
+}
+pub(crate) fn released(n: u64) {
+    metrics::counter!(RELEASED).increment(n);
 }
 pub(crate) fn error(op: &'static str) {
     metrics::counter!(ERRORS, "op" => op).increment(1);

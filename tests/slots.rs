@@ -21,7 +21,13 @@ backend_tests!(
     hung_sends_hold_only_their_own_slots_per_row,
     a_worker_claims_no_more_than_its_free_slots,
     a_round_sends_its_batch_through_the_slots,
+    a_cancelled_round_claims_nothing,
 );
+
+backend_test! {
+    /// Postgres only: the read is broken by changing a column's type under the worker.
+    postgres_per_row_claims_won_before_a_failed_read_are_sent: Postgres, "slots_read_error" => per_row_claims_won_before_a_failed_read_are_sent;
+}
 
 /// Hangs on chosen biz_nos until released (30 s at most), publishes the others at once.
 #[derive(Default)]
@@ -200,4 +206,61 @@ async fn a_round_sends_its_batch_through_the_slots(ctx: &TestContext) {
         .expect("round");
     assert_eq!(round.published, 5);
     assert_eq!(worker.summary().published, 25);
+}
+
+/// `run_once` with a token already cancelled claims nothing.
+async fn a_cancelled_round_claims_nothing(ctx: &TestContext) {
+    common::insert_many(&ctx.db, "C", 3).await;
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let worker =
+        Worker::new(ctx.pool(4).await, publisher, common::test_config("slots-c")).expect("worker");
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let round = worker.run_once(&cancel).await.expect("round");
+    assert_eq!((round.claimed, round.released), (0, 0), "{round:?}");
+    assert_eq!(count(&ctx.db, EventStatus::Wait).await, 3);
+}
+
+/// Per-row claiming with cached candidates: 4 slots, batch 5, all sends held. When the slots
+/// free up, the next claim wins the cached candidate and then its re-read of the table fails
+/// (the candidate SELECT no longer decodes; the UPDATEs still work). The event it won is sent
+/// all the same, never left `SENDING` unsent (found by review).
+async fn per_row_claims_won_before_a_failed_read_are_sent(ctx: &TestContext) {
+    use sea_orm::ConnectionTrait;
+    common::insert_many(&ctx.db, "L", 5).await;
+    let publisher = HangingPublisher::new((0..5).map(|i| format!("L-{i}")));
+    let config = common::test_config("slots-read-error")
+        .claim_strategy(ClaimStrategy::PerRow)
+        .batch_size(5)
+        .send_concurrency(4)
+        .poll_delay(Duration::from_secs(10))
+        .wake_on_commit(false)
+        .gauge_interval(None);
+    let fleet = common::Fleet::start(ctx, 5, publisher.clone(), [config]).await;
+    let four = wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || async { publisher.hanging.load(Ordering::SeqCst) == 4 },
+    )
+    .await;
+    assert!(four, "four sends did not start");
+    common::new_event(&ctx.db, "late").await;
+    ctx.db
+        .execute_unprepared(
+            "ALTER TABLE t_event_record ALTER COLUMN biz_no TYPE integer USING length(biz_no)",
+        )
+        .await
+        .expect("break the candidate read");
+    publisher.release();
+    let all_five = wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || async { count(&ctx.db, EventStatus::Success).await == 5 },
+    )
+    .await;
+    let sending = count(&ctx.db, EventStatus::Sending).await;
+    let s = fleet.stop().await[0];
+    assert!(all_five, "the cached claim was not sent: {s:?}");
+    assert_eq!(sending, 0, "a claimed event left SENDING: {s:?}");
+    assert!(s.errors >= 1, "the failed read was counted: {s:?}");
 }

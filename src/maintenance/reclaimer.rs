@@ -9,7 +9,7 @@ use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
 use crate::store::{self, Reclaimed};
 
-/// Default expired leases per statement: 1,000 ([`crate::store`]'s batch).
+/// Default expired leases per statement: 1,000.
 pub const DEFAULT_RECLAIM_BATCH: u64 = store::RECLAIM_BATCH;
 
 /// What the [`Reclaimer`] does and how often.
@@ -76,7 +76,7 @@ impl ReclaimerConfig {
 }
 
 /// Puts every expired lease back to `WAIT` with `retry_count + 1`, or marks it `FAIL` once its
-/// retries are used up (see [`crate::store`]'s `reclaim_statement` for the SQL: the expired
+/// retries are used up (the SQL is the store's `reclaim_statement`: the expired
 /// ids are read without locks, then updated through the primary key with the guards checked
 /// again).
 #[derive(Debug, Clone)]

@@ -54,6 +54,12 @@ impl<'w> Claimer<'w> {
         inflight: &Inflight,
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
+        if cancel.is_cancelled() {
+            return Ok(Claimed {
+                events: Vec::new(),
+                more: false,
+            });
+        }
         s.rounds += 1;
         let w = self.worker;
         let claimed = match w.config.claim_strategy {
@@ -84,12 +90,26 @@ impl<'w> Claimer<'w> {
         }
         let mut events = Vec::new();
         let mut read = false;
+        let mut failed = false;
         while (events.len() as u64) < want && !cancel.is_cancelled() {
             let Some(event) = self.candidates.pop_front() else {
                 if read {
                     break;
                 }
-                let got = store::select_candidates(&w.db, w.config.batch_size).await?;
+                let got = match store::select_candidates(&w.db, w.config.batch_size).await {
+                    Ok(got) => got,
+                    Err(e) if !events.is_empty() => {
+                        w.observer.error(
+                            s,
+                            Op::Claim,
+                            &e.into(),
+                            "candidate read failed; sending what was claimed",
+                        );
+                        failed = true;
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 s.candidates += got.len() as u64;
                 self.read_short = (got.len() as u64) < w.config.batch_size;
                 self.read_at = Instant::now();
@@ -103,15 +123,18 @@ impl<'w> Claimer<'w> {
             match store::claim(&w.db, event.id, event.retry_count, &w.owner).await {
                 Ok(Claim::Won) => events.push(event),
                 Ok(Claim::Lost) => w.observer.claim_lost(s, event.id),
-                Err(e) => w.observer.error(
-                    s,
-                    Op::Claim,
-                    &e.into(),
-                    "claim failed; skipping the event this round",
-                ),
+                Err(e) => {
+                    failed = true;
+                    w.observer.error(
+                        s,
+                        Op::Claim,
+                        &e.into(),
+                        "claim failed; skipping the event this round",
+                    )
+                }
             }
         }
-        let more = !(self.candidates.is_empty() && self.read_short);
+        let more = !failed && !(self.candidates.is_empty() && self.read_short);
         Ok(Claimed { events, more })
     }
 }

@@ -22,6 +22,7 @@ pub(crate) enum Op {
     /// Refreshing the backlog gauges.
     Gauges,
 }
+// (`send`, for a send task that died, is counted by `Observer::send_task_died`.)
 
 impl Op {
     /// The metric label.
@@ -121,10 +122,20 @@ impl Observer {
         tracing::error!(retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
     }
 
-    /// `n` claimed events handed back unsent.
+    /// `n` claimed events handed back unsent (shutdown began, or without lease renewal too
+    /// little of their lease was left for a send).
     pub(crate) fn released(&self, s: &mut WorkerSummary, n: u64) {
         s.released += n;
-        tracing::info!(owner = %self.owner, released = n, "claimed events handed back unsent at shutdown");
+        m::released(n);
+        tracing::info!(owner = %self.owner, released = n, "claimed events handed back to WAIT unsent (shutdown, or too little lease left for a send)");
+    }
+
+    /// A send task that ended without an outcome (the runtime is shutting down): its event
+    /// stays `SENDING` under this worker's lease, for the reclaim.
+    pub(crate) fn send_task_died(&self, s: &mut WorkerSummary, event_id: Option<i64>, why: &str) {
+        s.errors += 1;
+        m::error("send");
+        tracing::error!(owner = %self.owner, ?event_id, error = %why, "send task ended without an outcome; left to the reclaim");
     }
 
     /// A reclaim pass's result (lease `lease`).

@@ -122,9 +122,16 @@ impl<'w> Recorder<'w> {
         }
         let w = self.worker;
         let released = store::release_unsent(&w.db, ids, &w.owner).await;
-        self.inflight.finish(ids);
+        self.finish(ids);
         match released {
-            Ok(n) => w.observer.released(s, n),
+            Ok(n) => {
+                w.observer.released(s, n);
+                let lost = (ids.len() as u64).saturating_sub(n);
+                if lost > 0 {
+                    w.observer
+                        .late_acks(s, lost, "leases reclaimed before the hand-back");
+                }
+            }
             Err(e) => w.observer.error(
                 s,
                 Op::Record,

@@ -106,14 +106,7 @@ impl<'w> Slots<'w> {
                     // A send task that died (the runtime is shutting down): its event stays
                     // SENDING under our lease, for the reclaim.
                     let id = self.ids.remove(&e.id());
-                    self.worker.observer.error(
-                        s,
-                        Op::Record,
-                        &crate::OutboxError::InvalidConfig(format!("send task ended: {e}")),
-                        &format!(
-                            "send of event {id:?} ended without an outcome; left to the reclaim"
-                        ),
-                    );
+                    self.worker.observer.send_task_died(s, id, &e.to_string());
                     if let Some(id) = id {
                         self.ctx.inflight.finish(&[id]);
                     }
@@ -179,7 +172,7 @@ impl<'w> Slots<'w> {
                     self.collect(joined, &mut s).await;
                 }
                 () = sleep_until(flush_at), if flush_at.is_some() => self.recorder.flush(&mut s).await,
-                () = sleep_until(refill_by), if refill_by.is_some() && due => {}
+                () = sleep_until(refill_by), if refill_by.is_some() && due && !stopping => {}
                 () = signals.due.notified(), if !due && !stopping => due = true,
                 () = cancel.cancelled(), if !stopping => {}
             }
