@@ -134,7 +134,10 @@ impl<'w> Claimer<'w> {
                 }
             }
         }
-        let more = !failed && !(self.candidates.is_empty() && self.read_short);
+        // More may be due unless a claim failed (then wait the poll delay, not spin) or the
+        // table had no more due rows.
+        let exhausted = self.candidates.is_empty() && self.read_short;
+        let more = !failed && !exhausted;
         Ok(Claimed { events, more })
     }
 }
