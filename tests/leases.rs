@@ -172,13 +172,16 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             .send_concurrency(8);
         let worker = Worker::new(ctx.pool(3).await, publisher.clone(), cfg).expect("worker");
         let task = tokio::spawn(async move { worker.run(CancellationToken::new()).await });
-        // Wait until it hangs on the poison event with everything else of its round recorded.
+        // Wait until it hangs on the poison event with every other event recorded.
         let claimed = wait_until(
             Duration::from_secs(20),
             Duration::from_millis(10),
             || async {
+                // Nothing left WAIT either: with 7 of its 8 slots free the worker claims the
+                // rest in its next claims, which must not race the kill below.
                 event(db, poison).await.claim_owner.as_deref() == Some(owner.as_str())
                     && count(db, EventStatus::Sending).await == 1
+                    && count(db, EventStatus::Wait).await == 0
             },
         )
         .await;

@@ -114,6 +114,14 @@ impl<'w> Claimer<'w> {
                 self.read_short = (got.len() as u64) < w.config.batch_size;
                 self.read_at = Instant::now();
                 self.candidates = got.into();
+                // Every instance reads the same oldest-due candidates; each starts at a
+                // random one of them, so that racing instances mostly try different rows
+                // instead of losing the same claims to each other (claims stay conditional;
+                // the order within one read is not a promise).
+                if !self.candidates.is_empty() {
+                    let start = uuid::Uuid::new_v4().as_u128() as usize % self.candidates.len();
+                    self.candidates.rotate_left(start);
+                }
                 read = true;
                 if self.candidates.is_empty() {
                     break;

@@ -15,7 +15,7 @@ use crate::relay::outcome::Recorder;
 use crate::relay::send::{Done, SendContext};
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 
-/// Longest a claim waits for half the slots to come free before it claims for fewer (so that
+/// Longest a claim waits for all its slots to come free before it claims for fewer (so that
 /// sends finishing one by one do not each cost a claim statement, and a slow send still does
 /// not hold the others back for long).
 const REFILL_LINGER: Duration = Duration::from_millis(20);
@@ -94,6 +94,11 @@ impl<'w> Slots<'w> {
     /// Records the send that just finished (`first`, from `join_next_with_id`, which is
     /// cancel-safe) together with every other one already done.
     async fn collect(&mut self, first: Option<Joined>, s: &mut WorkerSummary) {
+        // Let the sends that are about to finish finish, so that one record (and one mark)
+        // covers them all.
+        if self.tasks.len() > 1 {
+            tokio::task::yield_now().await;
+        }
         let mut done = Vec::new();
         let mut next = first;
         while let Some(joined) = next {
@@ -123,7 +128,10 @@ impl<'w> Slots<'w> {
     pub(crate) async fn run(mut self, cancel: &CancellationToken, signals: &Signals) {
         let w = self.worker;
         let c = &w.config;
-        let refill_at = (c.send_concurrency.min(c.batch_size as usize) / 2).max(1);
+        // A full claim's worth of free slots, or whatever is free after REFILL_LINGER: fast
+        // sends keep claims (and their marks) full-sized; a slow or hung send delays the
+        // others' next claim by 20 ms at most.
+        let refill_at = c.send_concurrency.min(c.batch_size as usize).max(1);
         let mut claimer = Claimer::new(w);
         let mut due = true;
         let mut refill_by: Option<Instant> = None;
