@@ -1,11 +1,11 @@
 //! The send slots: up to `send_concurrency` sends in flight, each in a task of its own. A send
 //! that hangs (or blocks its thread) holds its own slot and nothing else; the worker claims only
 //! as many events as it has free slots and refills them as sends finish.
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use sea_orm_outbox_entity::event_record::Model;
-use tokio::task::{Id, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -20,8 +20,8 @@ use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 /// not hold the others back for long).
 const REFILL_LINGER: Duration = Duration::from_millis(20);
 
-/// A finished send task, as `JoinSet::join_next_with_id` returns it.
-type Joined = Result<(Id, Done), tokio::task::JoinError>;
+/// A finished send task, as `JoinSet::join_next` returns it.
+type Joined = Result<Done, tokio::task::JoinError>;
 
 /// The signals between the pump and the poll timer ([`crate::wake::Wake`]).
 #[derive(Default)]
@@ -48,8 +48,6 @@ impl Signals {
 pub(crate) struct Slots<'w> {
     worker: &'w Worker,
     tasks: JoinSet<Done>,
-    /// Which event each task sends (to account for a task that died).
-    ids: HashMap<Id, i64>,
     ctx: SendContext,
     pub(crate) recorder: Recorder<'w>,
 }
@@ -60,7 +58,6 @@ impl<'w> Slots<'w> {
         Slots {
             worker,
             tasks: JoinSet::new(),
-            ids: HashMap::new(),
             ctx: SendContext {
                 publisher: worker.publisher.clone(),
                 timeout: c.send_timeout,
@@ -84,40 +81,23 @@ impl<'w> Slots<'w> {
     /// Starts the send of `event` in a task of its own.
     fn spawn(&mut self, event: Model) {
         let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner);
-        let id = event.id;
-        let handle = self
-            .tasks
-            .spawn(self.ctx.clone().run(event).instrument(span));
-        self.ids.insert(handle.id(), id);
+        self.tasks.spawn(self.ctx.clone().run(event).instrument(span));
     }
 
-    /// Records the send that just finished (`first`, from `join_next_with_id`, which is
+    /// Records the send that just finished (`first`, from `join_next`, which is
     /// cancel-safe) together with every other one already done.
     async fn collect(&mut self, first: Option<Joined>, s: &mut WorkerSummary) {
-        // Let the sends that are about to finish finish, so that one record (and one mark)
-        // covers them all.
-        if self.tasks.len() > 1 {
-            tokio::task::yield_now().await;
-        }
         let mut done = Vec::new();
         let mut next = first;
         while let Some(joined) = next {
             match joined {
-                Ok((task, d)) => {
-                    self.ids.remove(&task);
-                    done.push(d);
-                }
-                Err(e) => {
-                    // A send task that died (the runtime is shutting down): its event stays
-                    // SENDING under our lease, for the reclaim.
-                    let id = self.ids.remove(&e.id());
-                    self.worker.observer.send_task_died(s, id, &e.to_string());
-                    if let Some(id) = id {
-                        self.ctx.inflight.finish(&[id]);
-                    }
-                }
+                Ok(d) => done.push(d),
+                // A send task ends without its outcome only when it is aborted (the runtime is
+                // shutting down; the publish call itself runs under `catch_unwind`): its event
+                // stays SENDING under this worker's lease, for the reclaim.
+                Err(e) => self.worker.observer.send_task_died(s, None, &e.to_string()),
             }
-            next = self.tasks.try_join_next_with_id();
+            next = self.tasks.try_join_next();
         }
         self.recorder.record(done, s).await;
     }
@@ -176,7 +156,7 @@ impl<'w> Slots<'w> {
             }
             let flush_at = self.recorder.flush_at();
             tokio::select! {
-                joined = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     self.collect(joined, &mut s).await;
                 }
                 () = sleep_until(flush_at), if flush_at.is_some() => self.recorder.flush(&mut s).await,
@@ -216,7 +196,7 @@ impl<'w> Slots<'w> {
             }
             let flush_at = self.recorder.flush_at();
             tokio::select! {
-                joined = self.tasks.join_next_with_id() => self.collect(joined, s).await,
+                joined = self.tasks.join_next() => self.collect(joined, s).await,
                 () = sleep_until(flush_at), if flush_at.is_some() => self.recorder.flush(s).await,
             }
         }
