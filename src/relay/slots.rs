@@ -81,7 +81,8 @@ impl<'w> Slots<'w> {
     /// Starts the send of `event` in a task of its own.
     fn spawn(&mut self, event: Model) {
         let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner);
-        self.tasks.spawn(self.ctx.clone().run(event).instrument(span));
+        self.tasks
+            .spawn(self.ctx.clone().run(event).instrument(span));
     }
 
     /// Records the send that just finished (`first`, from `join_next`, which is
