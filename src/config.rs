@@ -80,9 +80,10 @@ pub struct WorkerConfig {
     /// Start the next round at once when a round found a full batch (default true); the poll
     /// delay then applies only when the backlog is drained.
     pub drain: bool,
-    /// Renew the leases of a round's events every lease/3 while its sends are in flight
-    /// (default true). With renewal a send may outlive the lease without being reclaimed, so the
-    /// send timeout is no longer bounded by the lease.
+    /// Renew the leases of the events this worker holds every lease/3, from claim until their
+    /// outcome is recorded (default true). With renewal the worker's `send_timeout` may exceed
+    /// a third of the lease; a publisher's own client timeout should still stay within
+    /// [`WorkerConfig::publisher_send_timeout_limit`] (see there why).
     pub lease_renewal: bool,
     /// On Postgres, also wait on `LISTEN sea_orm_outbox` between rounds, so an event committed
     /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
@@ -194,8 +195,10 @@ impl WorkerConfig {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, the batch
     /// size is over [`MAX_BATCH_SIZE`], a duration is zero or over [`MAX_DURATION`], the send
-    /// timeout is more than a third of the lease while lease renewal is off, the service name is
-    /// empty or over 100 characters, or the instance id is empty or longer than 128 characters.
+    /// timeout is more than a third of the lease while lease renewal is off, the gauge interval is
+    /// zero, the lease is too short for a renewal interval (lease/3) of at least 1 ns, the
+    /// service name is empty or over 100 characters, the instance id is empty or longer than 128
+    /// characters, or the retry policy fails [`RetryPolicy::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
@@ -254,6 +257,15 @@ impl WorkerConfig {
                 ));
             }
         }
+        if self
+            .gauge_interval
+            .is_some_and(|d| d.is_zero() || d > MAX_DURATION)
+        {
+            return bad("gauge_interval must be greater than zero and at most 7 days".into());
+        }
+        // The maintenance services the worker builds from these settings.
+        crate::maintenance::ReclaimerConfig::for_worker(self).validate()?;
+        crate::maintenance::LeaseRenewerConfig::for_worker(self).validate()?;
         self.retry.validate()
     }
 
@@ -265,8 +277,12 @@ impl WorkerConfig {
     /// - over the worker's `send_timeout`, the worker gives up first and records a send that
     ///   then succeeds as a failure (the event is sent again);
     /// - over a third of the lease, a send still running when the lease ends is sent again by
-    ///   another instance (lease renewal does not save it: a send past the worker's send timeout
-    ///   is taken for hung and no longer renewed).
+    ///   another instance. With lease renewal on, the lease ends only when renewals fail (the
+    ///   database unreachable for a while); a send whose client gives up within a third of the
+    ///   lease is over before that, so the rule holds whatever the renewal setting. The worker's
+    ///   own `send_timeout` may be longer with renewal on (it only bounds how long the worker
+    ///   waits); the `outbox` tool, whose RocketMQ client uses that timeout, applies the rule to
+    ///   it.
     pub fn publisher_send_timeout_limit(&self) -> Duration {
         self.send_timeout
             .min(self.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE)
@@ -336,5 +352,29 @@ mod tests {
         assert!(c.validate().is_err());
         let c = WorkerConfig::default().instance_id("");
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn validate_covers_what_the_worker_builds() {
+        // Refused here, not first by `Worker::new` (found by an adopter).
+        let zero_gauges = WorkerConfig::default().gauge_interval(Some(Duration::ZERO));
+        assert!(matches!(
+            zero_gauges.validate(),
+            Err(OutboxError::InvalidConfig(_))
+        ));
+        let tiny_lease = WorkerConfig::default()
+            .lease(Duration::from_nanos(2))
+            .send_timeout(Duration::from_nanos(1));
+        assert!(tiny_lease.validate().is_err());
+        let huge_backoff = WorkerConfig::default().retry(RetryPolicy::new(
+            3,
+            Duration::from_secs(u64::MAX / 4),
+            Duration::MAX,
+        ));
+        assert!(huge_backoff.validate().is_err());
+        assert!(WorkerConfig::default()
+            .gauge_interval(None)
+            .validate()
+            .is_ok());
     }
 }

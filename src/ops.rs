@@ -180,12 +180,21 @@ pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), OutboxError> 
 ///
 /// SQL: `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
 ///
+/// A `limit` of 0 returns nothing.
+///
 /// # Errors
+/// [`OutboxError::InvalidArgument`] when `limit` is over `i64::MAX` (no database takes it);
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn dead_letters<C: ConnectionTrait>(
     db: &C,
     limit: u64,
 ) -> Result<Vec<Model>, OutboxError> {
+    if i64::try_from(limit).is_err() {
+        return Err(OutboxError::InvalidArgument(format!(
+            "dead-letter limit must be at most {}",
+            i64::MAX
+        )));
+    }
     Ok(admin::dead_letters_query(limit).all(db).await?)
 }
 
@@ -316,7 +325,8 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// allows no `LIMIT` inside `IN (subquery)`.)
 ///
 /// # Errors
-/// [`OutboxError::InvalidArgument`] when `batch` is 0; [`OutboxError::TableMissing`] without
+/// [`OutboxError::InvalidArgument`] when `batch` is 0 or over
+/// [`crate::config::MAX_BATCH_SIZE`] (its ids are bound as statement parameters); [`OutboxError::TableMissing`] without
 /// the migration; [`OutboxError::Db`] otherwise. A batch meeting a transient conflict (deadlock,
 /// SQLite busy) runs again up to 4 times first. Batches committed before an error stay deleted.
 pub async fn purge_delivered<C>(
@@ -327,10 +337,11 @@ pub async fn purge_delivered<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    if batch == 0 {
-        return Err(OutboxError::InvalidArgument(
-            "purge batch size must be at least 1".into(),
-        ));
+    if batch == 0 || batch > crate::config::MAX_BATCH_SIZE {
+        return Err(OutboxError::InvalidArgument(format!(
+            "purge batch size must be 1 to {}",
+            crate::config::MAX_BATCH_SIZE
+        )));
     }
     let mut total = 0;
     loop {

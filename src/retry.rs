@@ -88,8 +88,16 @@ impl RetryPolicy {
     /// Checks the policy.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `max_backoff` is smaller than `backoff_base`.
+    /// [`OutboxError::InvalidConfig`] when `max_backoff` is smaller than `backoff_base`, or
+    /// either is over 7 days ([`crate::config::MAX_DURATION`]).
     pub fn validate(&self) -> Result<(), OutboxError> {
+        if self.backoff_base > crate::config::MAX_DURATION
+            || self.max_backoff > crate::config::MAX_DURATION
+        {
+            return Err(OutboxError::InvalidConfig(
+                "retry.backoff_base and retry.max_backoff must be at most 7 days".into(),
+            ));
+        }
         if self.max_backoff < self.backoff_base {
             return Err(OutboxError::InvalidConfig(
                 "retry.max_backoff must not be smaller than retry.backoff_base".into(),

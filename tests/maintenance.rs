@@ -20,7 +20,33 @@ backend_tests!(
     reclaimer_reclaims_more_than_a_batch_in_several_statements,
     lease_renewer_renews_and_reports_lost_leases,
     gauge_refresher_reads_the_backlog,
+    bad_arguments_are_refused_not_panicked_on,
 );
+
+/// Limits no database takes and an owner the column cannot hold are clear errors (found by an
+/// adopter: `dead_letters(u64::MAX)` panicked in the driver).
+async fn bad_arguments_are_refused_not_panicked_on(ctx: &TestContext) {
+    use sea_orm_outbox::{ops, OutboxError};
+    let e = ops::dead_letters(&ctx.db, u64::MAX)
+        .await
+        .expect_err("limit");
+    assert!(matches!(e, OutboxError::InvalidArgument(_)), "{e}");
+    assert!(ops::dead_letters(&ctx.db, 0)
+        .await
+        .expect("zero")
+        .is_empty());
+    for batch in [0, u64::MAX] {
+        let e = ops::purge_delivered(&ctx.db, Duration::from_secs(1), batch)
+            .await
+            .expect_err("batch");
+        assert!(matches!(e, OutboxError::InvalidArgument(_)), "{e}");
+    }
+    let config = LeaseRenewerConfig::for_worker(&WorkerConfig::default());
+    for owner in ["", " ", &"x".repeat(129)] {
+        let e = LeaseRenewer::new(ctx.db.clone(), owner, config.clone()).expect_err("owner");
+        assert!(matches!(e, OutboxError::InvalidConfig(_)), "{e}");
+    }
+}
 
 /// Writes `n` events and claims them all for `owner`; returns their ids.
 async fn claimed(ctx: &TestContext, n: usize, owner: &str) -> Vec<i64> {

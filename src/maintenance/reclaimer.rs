@@ -76,9 +76,13 @@ impl ReclaimerConfig {
 }
 
 /// Puts every expired lease back to `WAIT` with `retry_count + 1`, or marks it `FAIL` once its
-/// retries are used up (the SQL is the store's `reclaim_statement`: the expired
-/// ids are read without locks, then updated through the primary key with the guards checked
-/// again).
+/// retries are used up. Per batch: `SELECT id FROM t_event_record WHERE status = 'SENDING' AND
+/// claimed_at < now - :lease ORDER BY claimed_at LIMIT :batch` (no locks), then `UPDATE
+/// t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at = NULL,
+/// retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now WHERE id
+/// IN (:ids) AND status = 'SENDING' AND claimed_at < now - :lease AND retry_count < | >=
+/// :max_retries`, through the primary key; `now` is the database clock.
+/// The guards are checked again on each row, so a lease renewed since the read is left alone.
 #[derive(Debug, Clone)]
 pub struct Reclaimer {
     db: DatabaseConnection,

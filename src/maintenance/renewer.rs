@@ -76,18 +76,22 @@ impl LeaseRenewer {
     /// A renewer of `owner`'s leases over `db`.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`].
+    /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`], or when `owner`
+    /// is empty or longer than the `claim_owner` column (128 characters).
     pub fn new(
         db: DatabaseConnection,
         owner: impl Into<String>,
         config: LeaseRenewerConfig,
     ) -> Result<Self, OutboxError> {
         config.validate()?;
-        Ok(LeaseRenewer {
-            db,
-            owner: owner.into(),
-            config,
-        })
+        let owner = owner.into();
+        let max = sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN;
+        if owner.trim().is_empty() || owner.chars().count() > max {
+            return Err(OutboxError::InvalidConfig(format!(
+                "lease renewer owner must be 1 to {max} characters"
+            )));
+        }
+        Ok(LeaseRenewer { db, owner, config })
     }
 
     /// Renews the leases of `ids` in batches of `batch_size`; where a batch renews fewer rows

@@ -7,6 +7,7 @@ use crate::error::OutboxError;
 use crate::metrics as m;
 use crate::relay::WorkerSummary;
 use crate::store::Reclaimed;
+use sea_orm_outbox_entity::event_record::Model;
 
 /// The step that met a database error: the `op` label of `outbox_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,26 +101,30 @@ impl Observer {
     pub(crate) fn retried(
         &self,
         s: &mut WorkerSummary,
+        event: &Model,
         attempt: i32,
         backoff: Duration,
         error: &str,
     ) {
         s.retried += 1;
         m::retry();
-        tracing::warn!(retry_count = attempt, backoff_ms = backoff.as_millis() as u64, %error, "send failed; will retry");
+        // The event's id and biz_no are in the line itself, not only in its (INFO) span, so that a
+        // WARN-level filter still says which event.
+        tracing::warn!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, backoff_ms = backoff.as_millis() as u64, %error, "send failed; will retry");
     }
 
     /// A failed send marked `FAIL` (a dead letter).
     pub(crate) fn dead_lettered(
         &self,
         s: &mut WorkerSummary,
+        event: &Model,
         attempt: i32,
         permanent: bool,
         error: &str,
     ) {
         s.dead_lettered += 1;
         m::dead_letters(1);
-        tracing::error!(retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
+        tracing::error!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
     }
 
     /// `n` claimed events handed back unsent (shutdown began, or without lease renewal too

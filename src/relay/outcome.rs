@@ -168,7 +168,7 @@ impl<'w> Recorder<'w> {
                     store::release_for_retry(&w.db, event.id, &w.owner, n, backoff, &err.message)
                         .await?;
                 if t == Transition::Applied {
-                    w.observer.retried(s, n, backoff, &err.message);
+                    w.observer.retried(s, event, n, backoff, &err.message);
                 }
                 t
             }
@@ -176,7 +176,7 @@ impl<'w> Recorder<'w> {
                 let t = store::mark_fail(&w.db, event.id, &w.owner, n, &err.message).await?;
                 if t == Transition::Applied {
                     w.observer
-                        .dead_lettered(s, n, !err.is_retryable(), &err.message);
+                        .dead_lettered(s, event, n, !err.is_retryable(), &err.message);
                 }
                 t
             }

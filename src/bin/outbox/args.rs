@@ -119,8 +119,8 @@ pub(crate) struct RelayArgs {
     /// Lease of a claimed event [default: 10m].
     #[arg(long, env = "OUTBOX_LEASE", value_parser = humantime::parse_duration)]
     pub(crate) lease: Option<Duration>,
-    /// Longest a single send may take [default: 3s]; at most a third of the lease when lease
-    /// renewal is off.
+    /// Longest a single send may take [default: 3s]; at most a third of the lease (the RocketMQ
+    /// client uses it as its own timeout).
     #[arg(long, env = "OUTBOX_SEND_TIMEOUT", value_parser = humantime::parse_duration)]
     pub(crate) send_timeout: Option<Duration>,
     /// Renew leases every lease/3 while sends are in flight [default: true].
