@@ -57,7 +57,7 @@ impl<'w> Recorder<'w> {
                 crate::metrics::send_duration(took.as_secs_f64());
             }
             if self.inflight.is_lost(event.id) {
-                self.inflight.finish(&[event.id]);
+                self.finish(&[event.id]);
                 w.observer.late_acks(s, 1, "lease lost while sending");
                 continue;
             }

@@ -190,6 +190,7 @@ impl<'w> Slots<'w> {
         s: &mut WorkerSummary,
     ) {
         let mut queue: VecDeque<Model> = events.into();
+        let mut flush_timer = Timer::new();
         loop {
             if cancel.is_cancelled() && !queue.is_empty() {
                 let unsent: Vec<i64> = queue.drain(..).map(|e| e.id).collect();
@@ -205,9 +206,10 @@ impl<'w> Slots<'w> {
                 break;
             }
             let flush_at = self.recorder.flush_at();
+            flush_timer.set(flush_at);
             tokio::select! {
                 joined = self.tasks.join_next() => self.collect(joined, s).await,
-                () = sleep_until(flush_at), if flush_at.is_some() => self.recorder.flush(s).await,
+                () = flush_timer.wait(), if flush_at.is_some() => self.recorder.flush(s).await,
             }
         }
         self.recorder.flush(s).await;
@@ -241,13 +243,5 @@ impl Timer {
     /// Waits for the deadline (cancel-safe: the timer survives a dropped wait).
     async fn wait(&mut self) {
         self.sleep.as_mut().await
-    }
-}
-
-/// Sleeps until `at` (never, for `None`; callers guard that branch).
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
