@@ -2,6 +2,7 @@
 use std::time::Duration;
 
 use crate::error::OutboxError;
+use crate::pool::RelayPool;
 use crate::retry::RetryPolicy;
 
 /// Default wait after a round before the next one: 5 s (a fixed delay, not a fixed rate).
@@ -66,7 +67,8 @@ pub struct WorkerConfig {
     pub send_timeout: Duration,
     /// Retry limit and back-off.
     pub retry: RetryPolicy,
-    /// The instance id stored in `claim_owner`; `None` generates one with
+    /// The instance id stored in `claim_owner` (as `<instance id>#<claim token>`, see
+    /// [`crate::instance`]; at most 111 characters, no `#`); `None` generates one with
     /// [`crate::instance_id`] from `service_name` and the process id.
     pub instance_id: Option<String>,
     /// Service name used in a generated instance id (default `outbox`).
@@ -92,6 +94,11 @@ pub struct WorkerConfig {
     /// How often the worker refreshes the backlog gauges (`outbox_backlog{status}`,
     /// `outbox_oldest_wait_age_seconds`); default 15 s, `None` turns it off.
     pub gauge_interval: Option<Duration>,
+    /// Which connections the relay uses (default [`RelayPool::Own`] with
+    /// [`crate::pool::DEFAULT_RELAY_POOL_CONNECTIONS`]: a pool of its own, opened with the
+    /// options of the pool handed to [`crate::Worker::new`], whose connections are checked for
+    /// leaked transactions; see [`crate::pool`] for why).
+    pub relay_pool: RelayPool,
 }
 
 impl Default for WorkerConfig {
@@ -111,11 +118,17 @@ impl Default for WorkerConfig {
             lease_renewal: true,
             wake_on_commit: true,
             gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
+            relay_pool: RelayPool::default(),
         }
     }
 }
 
 impl WorkerConfig {
+    /// Sets which connections the relay uses ([`RelayPool`]).
+    pub fn relay_pool(mut self, p: RelayPool) -> Self {
+        self.relay_pool = p;
+        self
+    }
     /// Sets the wait after each round.
     pub fn poll_delay(mut self, d: Duration) -> Self {
         self.poll_delay = d;
@@ -146,10 +159,11 @@ impl WorkerConfig {
         self.retry = r;
         self
     }
-    /// Sets a fixed instance id (at most 128 characters). It must be unique per running
-    /// instance: the owner guards cannot tell two instances with the same id apart (after a
-    /// reclaim, one's late acknowledgement would apply to the other's claim). Prefer the
-    /// generated id, whose random suffix differs on every start.
+    /// Sets a fixed instance id (at most 111 characters, no `#`). Unique per running instance is
+    /// best, for the logs and `claim_owner` to tell instances apart; a reused id is still safe,
+    /// because every claim adds a token of its own to `claim_owner` and every later transition
+    /// checks it (see [`crate::instance`]), so one instance's late acknowledgement never
+    /// applies to another's claim. The generated id's random suffix differs on every start.
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
@@ -197,8 +211,8 @@ impl WorkerConfig {
     /// size is over [`MAX_BATCH_SIZE`], a duration is zero or over [`MAX_DURATION`], the send
     /// timeout is more than a third of the lease while lease renewal is off, the gauge interval is
     /// zero, the lease is too short for a renewal interval (lease/3) of at least 1 ns, the
-    /// service name is empty or over 100 characters, the instance id is empty or longer than 128
-    /// characters, or the retry policy fails [`RetryPolicy::validate`].
+    /// service name is empty or over 90 characters, the instance id is empty, longer than 111
+    /// characters or holds a `#`, the relay pool fails [`RelayPool::validate`], or the retry policy fails [`RetryPolicy::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
@@ -223,9 +237,11 @@ impl WorkerConfig {
                 return bad(format!("{name} must be at most 7 days"));
             }
         }
-        if self.service_name.trim().is_empty() || self.service_name.chars().count() > 100 {
+        // 90 + `-` + a pid or port (at most 10 digits) + `-` + 6 hex stays within
+        // INSTANCE_ID_MAX_LEN (111).
+        if self.service_name.trim().is_empty() || self.service_name.chars().count() > 90 {
             return bad(
-                "service_name must be 1 to 100 characters (it starts the instance id)".into(),
+                "service_name must be 1 to 90 characters (it starts the instance id)".into(),
             );
         }
         for (name, d) in [
@@ -249,11 +265,13 @@ impl WorkerConfig {
         }
         if let Some(id) = &self.instance_id {
             if id.trim().is_empty()
-                || id.chars().count() > sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN
+                || id.chars().count() > crate::instance::INSTANCE_ID_MAX_LEN
+                || id.contains('#')
             {
                 return bad(format!(
-                    "instance_id must be 1 to {} characters",
-                    sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN
+                    "instance_id must be 1 to {} characters without '#' (claim_owner holds the \
+                     instance id, '#' and a claim token of 16 hex digits)",
+                    crate::instance::INSTANCE_ID_MAX_LEN
                 ));
             }
         }
@@ -266,6 +284,7 @@ impl WorkerConfig {
         // The maintenance services the worker builds from these settings.
         crate::maintenance::ReclaimerConfig::for_worker(self).validate()?;
         crate::maintenance::LeaseRenewerConfig::for_worker(self).validate()?;
+        self.relay_pool.validate()?;
         self.retry.validate()
     }
 

@@ -27,6 +27,7 @@ pub mod instance;
 pub mod maintenance;
 pub mod metrics;
 pub mod ops;
+pub mod pool;
 pub mod publisher;
 pub mod redact;
 pub mod relay;
@@ -57,6 +58,7 @@ pub use event::{EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use ext::{transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
 pub use ops::{DeadLetterOutcome, OutboxStats};
+pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 #[cfg(feature = "rocketmq")]
 pub use publisher::{RocketMqConfig, RocketMqPublisher};

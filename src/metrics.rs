@@ -10,6 +10,7 @@
 //! | `outbox_reclaimed_total` | counter | expired leases reclaimed |
 //! | `outbox_late_acks_total` | counter | outcomes dropped because the lease was lost |
 //! | `outbox_released_total` | counter | claimed events handed back to `WAIT` unsent (shutdown, or too little lease left) |
+//! | `outbox_leaked_transactions_total` | counter | relay-pool connections given back inside an open transaction, closed (see [`crate::pool`]) |
 //! | `outbox_errors_total{op}` | counter | errors met by the relay, per step (`claim`, `record`, `renew`, `reclaim`, `gauges`; `send` for a send task that died) |
 //! | `outbox_send_duration_seconds` | histogram | one publish call, seconds |
 //! | `outbox_sending_dwell_seconds` | histogram | claim to outcome, seconds |
@@ -30,6 +31,8 @@ pub const RECLAIMED: &str = "outbox_reclaimed_total";
 pub const LATE_ACKS: &str = "outbox_late_acks_total";
 /// Counter: claimed events handed back to `WAIT` unsent.
 pub const RELEASED: &str = "outbox_released_total";
+/// Counter: pooled connections found inside an open transaction when given back, and closed.
+pub const LEAKED_TRANSACTIONS: &str = "outbox_leaked_transactions_total";
 /// Counter: database errors met by the relay, labelled `op` (the step).
 pub const ERRORS: &str = "outbox_errors_total";
 /// Histogram: publish duration in seconds.
@@ -58,6 +61,10 @@ pub(crate) fn reclaimed(n: u64) {
 }
 pub(crate) fn late_acks(n: u64) {
     metrics::counter!(LATE_ACKS).increment(n);
+}
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn leaked_transaction() {
+    metrics::counter!(LEAKED_TRANSACTIONS).increment(1);
 }
 pub(crate) fn released(n: u64) {
     metrics::counter!(RELEASED).increment(n);

@@ -179,7 +179,12 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             || async {
                 // Nothing left WAIT either: with 7 of its 8 slots free the worker claims the
                 // rest in its next claims, which must not race the kill below.
-                event(db, poison).await.claim_owner.as_deref() == Some(owner.as_str())
+                event(db, poison)
+                    .await
+                    .claim_owner
+                    .as_deref()
+                    .map(sea_orm_outbox::instance::instance_of)
+                    == Some(owner.as_str())
                     && count(db, EventStatus::Sending).await == 1
                     && count(db, EventStatus::Wait).await == 0
             },

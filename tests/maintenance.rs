@@ -42,9 +42,10 @@ async fn bad_arguments_are_refused_not_panicked_on(ctx: &TestContext) {
         assert!(matches!(e, OutboxError::InvalidArgument(_)), "{e}");
     }
     let config = LeaseRenewerConfig::for_worker(&WorkerConfig::default());
+    let renewer = LeaseRenewer::new(ctx.db.clone(), config).expect("renewer");
     for owner in ["", " ", &"x".repeat(129)] {
-        let e = LeaseRenewer::new(ctx.db.clone(), owner, config.clone()).expect_err("owner");
-        assert!(matches!(e, OutboxError::InvalidConfig(_)), "{e}");
+        let e = renewer.run_once(owner, &[1]).await.expect_err("owner");
+        assert!(matches!(e, OutboxError::InvalidArgument(_)), "{e}");
     }
 }
 
@@ -120,8 +121,8 @@ async fn lease_renewer_renews_and_reports_lost_leases(ctx: &TestContext) {
         .expect("steal");
     let mut config = LeaseRenewerConfig::for_worker(&WorkerConfig::default());
     config.batch_size = 2;
-    let renewer = LeaseRenewer::new(ctx.db.clone(), "me", config).expect("renewer");
-    let r = renewer.run_once(&ids).await.expect("renew");
+    let renewer = LeaseRenewer::new(ctx.db.clone(), config).expect("renewer");
+    let r = renewer.run_once("me", &ids).await.expect("renew");
     assert_eq!((r.renewed, r.lost.clone()), (4, vec![ids[2]]));
     // Renewed by the database clock: no longer expired for a 30 s lease.
     let reclaimer = Reclaimer::new(

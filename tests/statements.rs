@@ -96,12 +96,12 @@ fn outcomes() {
         "release_for_retry",
         render(|b| by_id(
             b,
-            &store::release_for_retry_statement(b, 7, "me", 2, Duration::from_secs(20), "boom")
+            &store::release_for_retry_statement(b, 7, "me", Duration::from_secs(20), "boom")
         ))
     );
     insta::assert_snapshot!(
         "mark_fail",
-        render(|b| by_id(b, &store::mark_fail_statement(b, 7, "me", 4, "boom")))
+        render(|b| by_id(b, &store::mark_fail_statement(b, 7, "me", "boom")))
     );
     insta::assert_snapshot!(
         "mark_success_many",

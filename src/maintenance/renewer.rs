@@ -64,49 +64,46 @@ pub struct Renewal {
 }
 
 /// Renews leases with `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status
-/// = 'SENDING' AND claim_owner = :owner` (database clock, owner-guarded).
+/// = 'SENDING' AND claim_owner = :claim_owner` (database clock, guarded by the claim's whole
+/// `claim_owner` value, fencing token included: see [`crate::instance`]).
 #[derive(Debug, Clone)]
 pub struct LeaseRenewer {
     db: DatabaseConnection,
-    owner: String,
     config: LeaseRenewerConfig,
 }
 
 impl LeaseRenewer {
-    /// A renewer of `owner`'s leases over `db`.
+    /// A lease renewer over `db`.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`], or when `owner`
-    /// is empty or longer than the `claim_owner` column (128 characters).
-    pub fn new(
-        db: DatabaseConnection,
-        owner: impl Into<String>,
-        config: LeaseRenewerConfig,
-    ) -> Result<Self, OutboxError> {
+    /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`].
+    pub fn new(db: DatabaseConnection, config: LeaseRenewerConfig) -> Result<Self, OutboxError> {
         config.validate()?;
-        let owner = owner.into();
-        let max = sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN;
-        if owner.trim().is_empty() || owner.chars().count() > max {
-            return Err(OutboxError::InvalidConfig(format!(
-                "lease renewer owner must be 1 to {max} characters"
-            )));
-        }
-        Ok(LeaseRenewer { db, owner, config })
+        Ok(LeaseRenewer { db, config })
     }
 
-    /// Renews the leases of `ids` in batches of `batch_size`; where a batch renews fewer rows
-    /// than it names, reads which ids are still ours and reports the others lost.
+    /// Renews the leases of `ids`, claimed under `claim_owner` (the `claim_owner` value the
+    /// claim wrote), in batches of `batch_size`; where a batch renews fewer rows than it names,
+    /// reads which ids are still held by that claim and reports the others lost.
     ///
     /// # Errors
-    /// A database error (batches done before it stay done).
-    pub async fn run_once(&self, ids: &[i64]) -> Result<Renewal, OutboxError> {
+    /// [`OutboxError::InvalidArgument`] when `claim_owner` is empty or longer than the
+    /// `claim_owner` column (128 characters); a database error (batches done before it stay
+    /// done).
+    pub async fn run_once(&self, claim_owner: &str, ids: &[i64]) -> Result<Renewal, OutboxError> {
+        let max = sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN;
+        if claim_owner.trim().is_empty() || claim_owner.chars().count() > max {
+            return Err(OutboxError::InvalidArgument(format!(
+                "claim_owner must be 1 to {max} characters"
+            )));
+        }
         let mut r = Renewal::default();
         let chunk = usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
         for ids in ids.chunks(chunk.max(1)) {
-            let n = store::renew_leases(&self.db, ids, &self.owner).await?;
+            let n = store::renew_leases(&self.db, ids, claim_owner).await?;
             r.renewed += n;
             if n < ids.len() as u64 {
-                let still: HashSet<i64> = store::owned_ids(&self.db, ids, &self.owner)
+                let still: HashSet<i64> = store::owned_ids(&self.db, ids, claim_owner)
                     .await?
                     .into_iter()
                     .collect();
@@ -122,18 +119,16 @@ impl LeaseRenewer {
         let mut s = WorkerSummary::default();
         loop {
             tokio::time::sleep(self.config.interval).await;
-            let ids = inflight.renewable(self.config.hung_after);
-            if ids.is_empty() {
-                continue;
-            }
-            match self.run_once(&ids).await {
-                Ok(r) => {
-                    inflight.lose(&r.lost);
-                    observer.renewed(r.renewed, &r.lost);
-                }
-                Err(e) => {
-                    observer.error(&mut s, Op::Renew, &e, "lease renewal failed; retrying");
-                    observer.commit(&mut s);
+            for claim in inflight.renewable(self.config.hung_after) {
+                match self.run_once(&claim.owner, &claim.ids).await {
+                    Ok(r) => {
+                        inflight.lose(&claim.owner, &r.lost);
+                        observer.renewed(r.renewed, &r.lost);
+                    }
+                    Err(e) => {
+                        observer.error(&mut s, Op::Renew, &e, "lease renewal failed; retrying");
+                        observer.commit(&mut s);
+                    }
                 }
             }
         }

@@ -62,17 +62,19 @@ impl<'w> Claimer<'w> {
         }
         s.rounds += 1;
         let w = self.worker;
+        // A fencing token of this claim's own (see `crate::instance`).
+        let owner = crate::instance::claim_owner(&w.owner);
         let claimed = match w.config.claim_strategy {
             ClaimStrategy::Batch => {
-                let events = store::claim_batch(&w.db, &w.owner, want).await?;
+                let events = store::claim_batch(&w.db, &owner, want).await?;
                 s.candidates += events.len() as u64;
                 let more = events.len() as u64 == want;
                 Claimed { events, more }
             }
-            ClaimStrategy::PerRow => self.claim_per_row(want, cancel, s).await?,
+            ClaimStrategy::PerRow => self.claim_per_row(&owner, want, cancel, s).await?,
         };
         s.claimed += claimed.events.len() as u64;
-        inflight.claimed(claimed.events.iter().map(|e| e.id));
+        inflight.claimed(&owner, claimed.events.iter().map(|e| e.id));
         Ok(claimed)
     }
 
@@ -80,6 +82,7 @@ impl<'w> Claimer<'w> {
     /// `UPDATE` decided by `rows_affected`.
     async fn claim_per_row(
         &mut self,
+        owner: &str,
         want: u64,
         cancel: &CancellationToken,
         s: &mut WorkerSummary,
@@ -128,8 +131,12 @@ impl<'w> Claimer<'w> {
                 }
                 continue;
             };
-            match store::claim(&w.db, event.id, event.retry_count, &w.owner).await {
-                Ok(Claim::Won) => events.push(event),
+            match store::claim(&w.db, event.id, event.retry_count, owner).await {
+                Ok(Claim::Won) => events.push(Model {
+                    status: sea_orm_outbox_entity::EventStatus::Sending,
+                    claim_owner: Some(owner.to_owned()),
+                    ..event
+                }),
                 Ok(Claim::Lost) => w.observer.claim_lost(s, event.id),
                 Err(e) => {
                     failed = true;

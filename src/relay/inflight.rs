@@ -4,9 +4,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The events a worker holds a lease on, shared by the send slots and the lease renewer.
+/// The events a worker holds a lease on, shared by the send slots and the lease renewer, by
+/// claim: each claim's `claim_owner` value (instance id and claim token) maps the ids it took.
+/// An event claimed again after its lease lapsed (even by this worker) is another entry, so
+/// the earlier attempt's outcome is recorded (and fenced off) under its own claim.
 #[derive(Clone, Default)]
-pub(crate) struct Inflight(Arc<Mutex<HashMap<i64, Phase>>>);
+pub(crate) struct Inflight(Arc<Mutex<HashMap<String, HashMap<i64, Phase>>>>);
 
 #[derive(Clone, Copy)]
 enum Phase {
@@ -20,29 +23,55 @@ enum Phase {
     Lost(Instant),
 }
 
+impl Phase {
+    fn claimed_at(self) -> Instant {
+        match self {
+            Phase::Queued(c) | Phase::Sending(c, _) | Phase::Sent(c) | Phase::Lost(c) => c,
+        }
+    }
+}
+
+/// The `claim_owner` value a claimed event was claimed under (set by every claim).
+pub(crate) fn owner_of(event: &sea_orm_outbox_entity::event_record::Model) -> &str {
+    event.claim_owner.as_deref().unwrap_or_default()
+}
+
+/// The leases of one claim that are due for renewal.
+pub(crate) struct Renewable {
+    /// The claim's `claim_owner` value.
+    pub(crate) owner: String,
+    /// Its event ids, ascending.
+    pub(crate) ids: Vec<i64>,
+}
+
 impl Inflight {
-    fn lock(&self) -> MutexGuard<'_, HashMap<i64, Phase>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, HashMap<i64, Phase>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts holding `ids`, claimed now.
-    pub(crate) fn claimed(&self, ids: impl IntoIterator<Item = i64>) {
+    /// Starts holding `ids`, claimed now under `owner` (the claim's `claim_owner` value).
+    pub(crate) fn claimed(&self, owner: &str, ids: impl IntoIterator<Item = i64>) {
         let now = Instant::now();
         self.lock()
+            .entry(owner.to_owned())
+            .or_default()
             .extend(ids.into_iter().map(|id| (id, Phase::Queued(now))));
     }
 
-    /// Marks the send of `id` started; false when its lease is already lost, or when (with
-    /// `deadline`, i.e. without lease renewal) the claim is so old that the send could outlive
-    /// the lease: such an event is handed back unsent rather than sent twice.
-    pub(crate) fn start(&self, id: i64, deadline: Option<Duration>) -> bool {
+    /// Marks the send of `id` (claimed under `owner`) started; false when its lease is already
+    /// lost, or when (with `deadline`, i.e. without lease renewal) the claim is so old that the
+    /// send could outlive the lease: such an event is handed back unsent rather than sent twice.
+    pub(crate) fn start(&self, owner: &str, id: i64, deadline: Option<Duration>) -> bool {
         let mut map = self.lock();
-        match map.get(&id).copied() {
+        let Some(claim) = map.get_mut(owner) else {
+            return false;
+        };
+        match claim.get(&id).copied() {
             Some(Phase::Queued(claimed)) if deadline.is_some_and(|d| claimed.elapsed() > d) => {
                 false
             }
             Some(Phase::Queued(claimed)) => {
-                map.insert(id, Phase::Sending(claimed, Instant::now()));
+                claim.insert(id, Phase::Sending(claimed, Instant::now()));
                 true
             }
             _ => false,
@@ -50,57 +79,78 @@ impl Inflight {
     }
 
     /// Marks the send of `id` returned; the lease stays renewed until [`Inflight::finish`].
-    pub(crate) fn sent(&self, id: i64) {
+    pub(crate) fn sent(&self, owner: &str, id: i64) {
         let mut map = self.lock();
-        if let Some(Phase::Sending(claimed, _)) = map.get(&id).copied() {
-            map.insert(id, Phase::Sent(claimed));
+        if let Some(claim) = map.get_mut(owner) {
+            if let Some(Phase::Sending(claimed, _)) = claim.get(&id).copied() {
+                claim.insert(id, Phase::Sent(claimed));
+            }
         }
     }
 
-    /// Whether the lease of `id` was found lost.
-    pub(crate) fn is_lost(&self, id: i64) -> bool {
-        matches!(self.lock().get(&id), Some(Phase::Lost(_)))
+    /// Whether the lease of `id` under `owner` was found lost (or is not held at all).
+    pub(crate) fn is_lost(&self, owner: &str, id: i64) -> bool {
+        self.lock()
+            .get(owner)
+            .and_then(|claim| claim.get(&id))
+            .is_none_or(|phase| matches!(phase, Phase::Lost(_)))
     }
 
-    /// Stops holding `ids` (their outcome is recorded, or dropped) and returns each one's
-    /// claim-to-now time.
-    pub(crate) fn finish(&self, ids: &[i64]) -> Vec<Duration> {
+    /// Stops holding `ids` of `owner`'s claim (their outcome is recorded, or dropped) and
+    /// returns each one's claim-to-now time.
+    pub(crate) fn finish(&self, owner: &str, ids: &[i64]) -> Vec<Duration> {
         let mut map = self.lock();
-        ids.iter()
-            .filter_map(|id| map.remove(id))
-            .map(|phase| match phase {
-                Phase::Queued(c) | Phase::Sending(c, _) | Phase::Sent(c) | Phase::Lost(c) => {
-                    c.elapsed()
-                }
-            })
-            .collect()
+        let Some(claim) = map.get_mut(owner) else {
+            return Vec::new();
+        };
+        let took = ids
+            .iter()
+            .filter_map(|id| claim.remove(id))
+            .map(|phase| phase.claimed_at().elapsed())
+            .collect();
+        if claim.is_empty() {
+            map.remove(owner);
+        }
+        took
     }
 
-    /// Ids whose lease should be renewed now: queued, sent and awaiting their record, or
-    /// sending for less than `hung_after` (a send running longer is hung: its lease must
-    /// expire so that another instance can take over).
-    pub(crate) fn renewable(&self, hung_after: Duration) -> Vec<i64> {
-        let mut ids: Vec<i64> = self
+    /// The leases to renew now, by claim: queued, sent and awaiting their record, or sending
+    /// for less than `hung_after` (a send running longer is hung: its lease must expire so
+    /// that another instance can take over).
+    pub(crate) fn renewable(&self, hung_after: Duration) -> Vec<Renewable> {
+        let mut out: Vec<Renewable> = self
             .lock()
             .iter()
-            .filter_map(|(id, phase)| match phase {
-                Phase::Queued(_) | Phase::Sent(_) => Some(*id),
-                Phase::Sending(_, started) if started.elapsed() < hung_after => Some(*id),
-                _ => None,
+            .map(|(owner, claim)| {
+                let mut ids: Vec<i64> = claim
+                    .iter()
+                    .filter_map(|(id, phase)| match phase {
+                        Phase::Queued(_) | Phase::Sent(_) => Some(*id),
+                        Phase::Sending(_, started) if started.elapsed() < hung_after => Some(*id),
+                        _ => None,
+                    })
+                    .collect();
+                ids.sort_unstable();
+                Renewable {
+                    owner: owner.clone(),
+                    ids,
+                }
             })
+            .filter(|r| !r.ids.is_empty())
             .collect();
-        ids.sort_unstable();
-        ids
+        out.sort_by(|a, b| a.ids[0].cmp(&b.ids[0]));
+        out
     }
 
-    /// Marks `ids` lost: they are neither sent nor recorded.
-    pub(crate) fn lose(&self, ids: &[i64]) {
+    /// Marks `ids` of `owner`'s claim lost: they are neither sent nor recorded.
+    pub(crate) fn lose(&self, owner: &str, ids: &[i64]) {
         let mut map = self.lock();
+        let Some(claim) = map.get_mut(owner) else {
+            return;
+        };
         for id in ids {
-            if let Some(Phase::Queued(c) | Phase::Sending(c, _) | Phase::Sent(c)) =
-                map.get(id).copied()
-            {
-                map.insert(*id, Phase::Lost(c));
+            if let Some(phase) = claim.get(id).copied() {
+                claim.insert(*id, Phase::Lost(phase.claimed_at()));
             }
         }
     }
@@ -108,7 +158,7 @@ impl Inflight {
     /// Events held.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().values().map(HashMap::len).sum()
     }
 }
 
@@ -119,16 +169,37 @@ mod tests {
     #[test]
     fn an_event_is_renewed_from_claim_until_its_record() {
         let f = Inflight::default();
-        f.claimed([1, 2, 3]);
-        assert!(f.start(1, None));
-        assert!(f.start(2, None));
-        f.sent(2);
-        assert_eq!(f.renewable(Duration::from_secs(60)), vec![1, 2, 3]);
+        f.claimed("me#1", [1, 2, 3]);
+        assert!(f.start("me#1", 1, None));
+        assert!(f.start("me#1", 2, None));
+        f.sent("me#1", 2);
+        let ids = |r: Vec<Renewable>| r.into_iter().map(|r| (r.owner, r.ids)).collect::<Vec<_>>();
+        assert_eq!(
+            ids(f.renewable(Duration::from_secs(60))),
+            vec![("me#1".to_owned(), vec![1, 2, 3])]
+        );
         // A send running past `hung_after` is no longer renewed; a sent one still is.
-        assert_eq!(f.renewable(Duration::ZERO), vec![2, 3]);
-        f.lose(&[3]);
-        assert!(f.is_lost(3) && !f.start(3, None));
-        assert_eq!(f.finish(&[1, 2, 3]).len(), 3);
+        assert_eq!(
+            ids(f.renewable(Duration::ZERO)),
+            vec![("me#1".to_owned(), vec![2, 3])]
+        );
+        f.lose("me#1", &[3]);
+        assert!(f.is_lost("me#1", 3) && !f.start("me#1", 3, None));
+        assert_eq!(f.finish("me#1", &[1, 2, 3]).len(), 3);
         assert_eq!(f.len(), 0);
+    }
+
+    #[test]
+    fn a_second_claim_of_one_event_is_held_apart_from_the_first() {
+        let f = Inflight::default();
+        f.claimed("me#1", [7]);
+        assert!(f.start("me#1", 7, None));
+        // The lease lapsed, the event was reclaimed and claimed again by the same instance.
+        f.claimed("me#2", [7]);
+        assert!(!f.is_lost("me#2", 7) && !f.is_lost("me#1", 7));
+        assert_eq!(f.finish("me#1", &[7]).len(), 1);
+        assert!(f.is_lost("me#1", 7), "the first claim is no longer held");
+        assert!(f.start("me#2", 7, None), "the second claim is untouched");
+        assert!(f.is_lost("other#9", 7));
     }
 }

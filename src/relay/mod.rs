@@ -38,11 +38,10 @@ pub(crate) use inflight::Inflight;
 pub(crate) use observe::{Observer, Op};
 pub use summary::WorkerSummary;
 
-/// A relay instance. Run one per service instance (or several, each with its own id); they
-/// coordinate through the table alone. A pool of 4 connections is enough for one worker (a
-/// round, the lease renewal, the reclaim pass and the gauge refresh each use one at a time), 5
-/// on Postgres with wake-on-commit (the `LISTEN` connection holds one); fewer only makes them
-/// wait for each other.
+/// A relay instance. Run one per service instance (or several); they coordinate through the
+/// table alone. It opens a pool of its own (at most 5 connections by default: a round, the
+/// lease renewal, the reclaim pass and the gauge refresh each use one at a time, and on
+/// Postgres with wake-on-commit the `LISTEN` connection holds one); see [`crate::pool`].
 ///
 /// ```no_run
 /// # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
@@ -79,7 +78,13 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A worker over `db` sending through `publisher`.
+    /// A worker over the database of `db`, sending through `publisher`.
+    ///
+    /// By default ([`crate::RelayPool::Own`], `config.relay_pool`) the worker opens a pool of
+    /// its own with `db`'s connect and pool options (lazily: no connection is opened here), so
+    /// that the application can neither leave one of the relay's connections inside a
+    /// transaction nor hold every connection the relay needs to renew leases and record
+    /// outcomes; see [`crate::pool`]. SQLite keeps `db` itself.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`], or when
@@ -92,16 +97,13 @@ impl Worker {
     ) -> Result<Self, OutboxError> {
         config.validate()?;
         crate::store::dialect::check_backend_feature(db.get_database_backend())?;
+        let db = config.relay_pool.connections(&db)?;
         let owner = config
             .instance_id
             .clone()
             .unwrap_or_else(|| instance_id(&config.service_name, None));
         let reclaimer = Reclaimer::new(db.clone(), ReclaimerConfig::for_worker(&config))?;
-        let renewer = LeaseRenewer::new(
-            db.clone(),
-            owner.clone(),
-            LeaseRenewerConfig::for_worker(&config),
-        )?;
+        let renewer = LeaseRenewer::new(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
         let gauges = config
             .gauge_interval
             .map(|every| GaugeRefresher::new(db.clone(), every))
@@ -118,7 +120,8 @@ impl Worker {
         })
     }
 
-    /// The instance id this worker writes into `claim_owner`.
+    /// The instance id this worker writes into `claim_owner` (each claim adds `#` and a claim
+    /// token of its own: see [`crate::instance`]).
     pub fn owner(&self) -> &str {
         &self.owner
     }
@@ -128,7 +131,7 @@ impl Worker {
         &self.config
     }
 
-    /// The pool this worker uses.
+    /// The pool this worker uses (its own unless configured [`crate::RelayPool::Shared`]).
     pub fn db(&self) -> &DatabaseConnection {
         &self.db
     }

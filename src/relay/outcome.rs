@@ -1,12 +1,16 @@
-//! Recording outcomes with owner-guarded statements: deliveries marked `SUCCESS` in groups,
-//! failures put back with back-off or dead-lettered one by one, unsent events handed back.
-//! An event stays in [`Inflight`] (its lease renewed) until its outcome is recorded here.
+//! Recording outcomes with owner-guarded statements: deliveries marked `SUCCESS` in groups (one
+//! statement per claim; when a group's statement fails, one by one, so that a row that cannot
+//! be marked spoils only itself), failures put back with back-off or dead-lettered one by one,
+//! unsent events handed back. An event stays in [`Inflight`] (its lease renewed) until its
+//! outcome is recorded here. Every statement is guarded by the event's own claim
+//! (`claim_owner`, with its fencing token).
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{OutboxError, PublishError};
+use crate::error::{is_connection_error, OutboxError, PublishError};
+use crate::relay::inflight::owner_of;
 use crate::relay::send::{Done, Sent};
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 use crate::retry::RetryDecision;
@@ -21,7 +25,7 @@ pub(crate) struct Recorder<'w> {
     worker: &'w Worker,
     inflight: Inflight,
     /// Delivered, not yet marked.
-    delivered: Vec<i64>,
+    delivered: Vec<Model>,
     /// When the oldest of `delivered` has waited [`MARK_LINGER`].
     flush_at: Option<Instant>,
 }
@@ -56,25 +60,25 @@ impl<'w> Recorder<'w> {
             if let Some(took) = took {
                 crate::metrics::send_duration(took.as_secs_f64());
             }
-            if self.inflight.is_lost(event.id) {
-                self.finish(&[event.id]);
+            if self.inflight.is_lost(owner_of(&event), event.id) {
+                self.finish(&event);
                 w.observer.late_acks(s, 1, "lease lost while sending");
                 continue;
             }
             match sent {
                 Sent::Ok => {
-                    self.delivered.push(event.id);
+                    self.delivered.push(event);
                     self.flush_at
                         .get_or_insert_with(|| Instant::now() + MARK_LINGER);
                 }
-                Sent::Skipped => skipped.push(event.id),
+                Sent::Skipped => skipped.push(event),
                 Sent::Failed(err) => {
                     let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner);
                     let recorded = self
                         .record_failure(&event, &err, s)
                         .instrument(span.clone())
                         .await;
-                    self.finish(&[event.id]);
+                    self.finish(&event);
                     if let Err(e) = recorded {
                         let _enter = span.enter();
                         w.observer.error(
@@ -87,63 +91,140 @@ impl<'w> Recorder<'w> {
                 }
             }
         }
-        self.release(&skipped, s).await;
+        self.release(skipped, s).await;
         if self.delivered.len() as u64 >= w.config.batch_size {
             self.flush(s).await;
         }
     }
 
-    /// Marks the waiting deliveries `SUCCESS` in one owner-guarded statement; rows whose lease
-    /// was reclaimed meanwhile are late acks.
+    /// Marks the waiting deliveries `SUCCESS`, one owner-guarded statement per claim; rows
+    /// whose lease was reclaimed meanwhile are late acks. When a group's statement fails for
+    /// another reason than a lost connection (a trigger or constraint on one row, say), its
+    /// events are marked one by one ([`Recorder::mark_one_by_one`]).
     pub(crate) async fn flush(&mut self, s: &mut WorkerSummary) {
         self.flush_at = None;
-        if self.delivered.is_empty() {
-            return;
-        }
-        let ids = std::mem::take(&mut self.delivered);
-        let w = self.worker;
-        let marked = store::mark_success_many(&w.db, &ids, &w.owner).await;
-        self.finish(&ids);
-        match marked {
-            Ok(applied) => w.observer.published(s, &ids, applied),
-            Err(e) => w.observer.error(
-                s,
-                Op::Record,
-                &e.into(),
-                &format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them"),
-            ),
-        }
-    }
-
-    /// Hands claimed, unsent events back to `WAIT` in one owner-guarded statement.
-    pub(crate) async fn release(&mut self, ids: &[i64], s: &mut WorkerSummary) {
-        if ids.is_empty() {
-            return;
-        }
-        let w = self.worker;
-        let released = store::release_unsent(&w.db, ids, &w.owner).await;
-        self.finish(ids);
-        match released {
-            Ok(n) => {
-                w.observer.released(s, n);
-                let lost = (ids.len() as u64).saturating_sub(n);
-                if lost > 0 {
-                    w.observer
-                        .late_acks(s, lost, "leases reclaimed before the hand-back");
+        for (owner, events) in by_claim(std::mem::take(&mut self.delivered)) {
+            let w = self.worker;
+            let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+            match store::mark_success_many(&w.db, &ids, &owner).await {
+                Ok(applied) => {
+                    self.finish_all(&owner, &ids);
+                    w.observer.published(s, &ids, applied);
+                }
+                Err(e) if is_connection_error(&e) || ids.len() == 1 => {
+                    self.mark_failed(&events, e.into(), s).await;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e, owner = %owner, event_ids = ?ids,
+                        "marking events SUCCESS together failed; marking them one by one"
+                    );
+                    self.mark_one_by_one(events, s).await;
                 }
             }
-            Err(e) => w.observer.error(
+        }
+    }
+
+    /// Marks each of `events` (one claim's) `SUCCESS` on its own: only a row whose statement
+    /// fails is affected, and it records that error ([`Recorder::mark_failed`]).
+    async fn mark_one_by_one(&mut self, events: Vec<Model>, s: &mut WorkerSummary) {
+        let w = self.worker;
+        for event in events {
+            let owner = owner_of(&event);
+            match store::mark_success(&w.db, event.id, owner).await {
+                Ok(t) => {
+                    self.finish(&event);
+                    let applied = u64::from(t == Transition::Applied);
+                    w.observer.published(s, &[event.id], applied);
+                }
+                Err(e) => {
+                    self.mark_failed(std::slice::from_ref(&event), e.into(), s)
+                        .await
+                }
+            }
+        }
+    }
+
+    /// The `SUCCESS` mark of `events` failed with `e`. A lost connection leaves them to the
+    /// reclaim (nothing could be recorded). Any other error is a fault of the row itself: the
+    /// event (delivered, but not markable) is released for retry, or dead-lettered once its
+    /// retries are used up, with the database's error in `last_error`, like a failed send.
+    async fn mark_failed(&mut self, events: &[Model], e: OutboxError, s: &mut WorkerSummary) {
+        let w = self.worker;
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        let connection = matches!(&e, OutboxError::Db(db) if is_connection_error(db));
+        if connection || events.len() != 1 {
+            for event in events {
+                self.finish(event);
+            }
+            w.observer.error(
                 s,
                 Op::Record,
-                &e.into(),
-                "could not hand back unsent events; the reclaim will",
+                &e,
+                &format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them"),
+            );
+            return;
+        }
+        let event = &events[0];
+        let err = PublishError::retryable(format!("delivered, but the SUCCESS mark failed: {e}"));
+        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner);
+        let recorded = self
+            .record_failure(event, &err, s)
+            .instrument(span.clone())
+            .await;
+        self.finish(event);
+        let _enter = span.enter();
+        match recorded {
+            Ok(()) => w.observer.error(
+                s,
+                Op::Record,
+                &e,
+                "delivered, but the SUCCESS mark failed; the event is put back like a failed send",
+            ),
+            Err(e2) => w.observer.error(
+                s,
+                Op::Record,
+                &e2,
+                "delivered, but neither the SUCCESS mark nor the retry could be recorded; the \
+                 event is left to the reclaim",
             ),
         }
     }
 
-    /// Stops holding `ids` and records their claim-to-outcome time.
-    fn finish(&self, ids: &[i64]) {
-        for dwell in self.inflight.finish(ids) {
+    /// Hands claimed, unsent events back to `WAIT`, one owner-guarded statement per claim.
+    pub(crate) async fn release(&mut self, events: Vec<Model>, s: &mut WorkerSummary) {
+        for (owner, events) in by_claim(events) {
+            let w = self.worker;
+            let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+            let released = store::release_unsent(&w.db, &ids, &owner).await;
+            self.finish_all(&owner, &ids);
+            match released {
+                Ok(n) => {
+                    w.observer.released(s, n);
+                    let lost = (ids.len() as u64).saturating_sub(n);
+                    if lost > 0 {
+                        w.observer
+                            .late_acks(s, lost, "leases reclaimed before the hand-back");
+                    }
+                }
+                Err(e) => w.observer.error(
+                    s,
+                    Op::Record,
+                    &e.into(),
+                    "could not hand back unsent events; the reclaim will",
+                ),
+            }
+        }
+    }
+
+    /// Stops holding `event` and records its claim-to-outcome time.
+    fn finish(&self, event: &Model) {
+        self.finish_all(owner_of(event), &[event.id]);
+    }
+
+    /// Stops holding `ids` of `owner`'s claim and records their claim-to-outcome times.
+    fn finish_all(&self, owner: &str, ids: &[i64]) {
+        for dwell in self.inflight.finish(owner, ids) {
             crate::metrics::sending_dwell(dwell.as_secs_f64());
         }
     }
@@ -164,16 +245,16 @@ impl<'w> Recorder<'w> {
         };
         let t = match decision {
             RetryDecision::Retry(backoff) => {
+                let owner = owner_of(event);
                 let t =
-                    store::release_for_retry(&w.db, event.id, &w.owner, n, backoff, &err.message)
-                        .await?;
+                    store::release_for_retry(&w.db, event.id, owner, backoff, &err.message).await?;
                 if t == Transition::Applied {
                     w.observer.retried(s, event, n, backoff, &err.message);
                 }
                 t
             }
             RetryDecision::DeadLetter => {
-                let t = store::mark_fail(&w.db, event.id, &w.owner, n, &err.message).await?;
+                let t = store::mark_fail(&w.db, event.id, owner_of(event), &err.message).await?;
                 if t == Transition::Applied {
                     w.observer
                         .dead_lettered(s, event, n, !err.is_retryable(), &err.message);
@@ -187,4 +268,17 @@ impl<'w> Recorder<'w> {
         }
         Ok(())
     }
+}
+
+/// `events` grouped by the claim they were taken in (their `claim_owner`), in first-seen order.
+fn by_claim(events: Vec<Model>) -> Vec<(String, Vec<Model>)> {
+    let mut groups: Vec<(String, Vec<Model>)> = Vec::new();
+    for event in events {
+        let owner = owner_of(&event);
+        match groups.iter_mut().find(|(o, _)| o == owner) {
+            Some((_, group)) => group.push(event),
+            None => groups.push((owner.to_owned(), vec![event])),
+        }
+    }
+    groups
 }

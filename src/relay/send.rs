@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::PublishError;
 use crate::publisher::{OutboxMessage, Publisher};
+use crate::relay::inflight::owner_of;
 use crate::relay::Inflight;
 
 /// What became of one send.
@@ -46,7 +47,11 @@ pub(crate) struct SendContext {
 impl SendContext {
     /// Sends `event` unless shutdown began or its lease cannot cover the send.
     pub(crate) async fn run(self, event: Model) -> Done {
-        if self.cancel.is_cancelled() || !self.inflight.start(event.id, self.start_by) {
+        if self.cancel.is_cancelled()
+            || !self
+                .inflight
+                .start(owner_of(&event), event.id, self.start_by)
+        {
             return Done {
                 event,
                 sent: Sent::Skipped,
@@ -55,7 +60,7 @@ impl SendContext {
         }
         let started = Instant::now();
         let sent = self.send(&event).await;
-        self.inflight.sent(event.id);
+        self.inflight.sent(owner_of(&event), event.id);
         Done {
             event,
             sent,

@@ -193,8 +193,8 @@ impl<'w> Slots<'w> {
         let mut flush_timer = Timer::new();
         loop {
             if cancel.is_cancelled() && !queue.is_empty() {
-                let unsent: Vec<i64> = queue.drain(..).map(|e| e.id).collect();
-                self.recorder.release(&unsent, s).await;
+                let unsent: Vec<Model> = queue.drain(..).collect();
+                self.recorder.release(unsent, s).await;
             }
             while self.free() > 0 {
                 let Some(event) = queue.pop_front() else {

@@ -1,7 +1,11 @@
 //! The owner-guarded transitions of a claimed event, and lease renewal.
+//!
+//! `owner` is always the claim's whole `claim_owner` value (`<instance id>#<claim token>`, see
+//! [`crate::instance`]), so each guard fences off every other claim of the row, this
+//! instance's earlier ones included.
 use std::time::Duration;
 
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect, Select,
     UpdateMany,
@@ -41,8 +45,9 @@ pub fn mark_success_statement(backend: DbBackend, id: i64, owner: &str) -> Updat
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
-/// retry_count = :retry_count, next_retry_time = now + :backoff, last_error = :reason,
-/// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`.
+/// retry_count = retry_count + 1, next_retry_time = now + :backoff, last_error = :reason,
+/// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`. The count
+/// moves relative to the row, never from a copy read earlier.
 ///
 /// # Errors
 /// Any database error.
@@ -50,12 +55,11 @@ pub async fn release_for_retry<C: ConnectionTrait>(
     db: &C,
     id: i64,
     owner: &str,
-    retry_count: i32,
     backoff: Duration,
     reason: &str,
 ) -> Result<Transition, DbErr> {
     let backend = db.get_database_backend();
-    let stmt = release_for_retry_statement(backend, id, owner, retry_count, backoff, reason);
+    let stmt = release_for_retry_statement(backend, id, owner, backoff, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
@@ -64,7 +68,6 @@ pub fn release_for_retry_statement(
     backend: DbBackend,
     id: i64,
     owner: &str,
-    retry_count: i32,
     backoff: Duration,
     reason: &str,
 ) -> UpdateMany<Entity> {
@@ -72,15 +75,20 @@ pub fn release_for_retry_statement(
         .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
         .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
         .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::RetryCount, Expr::val(retry_count))
+        .col_expr(Column::RetryCount, retry_count_plus_one())
         .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
         .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
         .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
-/// `UPDATE t_event_record SET status = 'FAIL', retry_count = :retry_count, last_error = :reason,
-/// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`: a dead
-/// letter.
+/// `retry_count + 1`, the row's own count moved on.
+fn retry_count_plus_one() -> Expr {
+    Expr::col(Column::RetryCount).add(1)
+}
+
+/// `UPDATE t_event_record SET status = 'FAIL', retry_count = retry_count + 1, last_error =
+/// :reason, update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`: a
+/// dead letter.
 ///
 /// # Errors
 /// Any database error.
@@ -88,10 +96,9 @@ pub async fn mark_fail<C: ConnectionTrait>(
     db: &C,
     id: i64,
     owner: &str,
-    retry_count: i32,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let stmt = mark_fail_statement(db.get_database_backend(), id, owner, retry_count, reason);
+    let stmt = mark_fail_statement(db.get_database_backend(), id, owner, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
@@ -100,12 +107,11 @@ pub fn mark_fail_statement(
     backend: DbBackend,
     id: i64,
     owner: &str,
-    retry_count: i32,
     reason: &str,
 ) -> UpdateMany<Entity> {
     owned(id, owner)
         .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
-        .col_expr(Column::RetryCount, Expr::val(retry_count))
+        .col_expr(Column::RetryCount, retry_count_plus_one())
         .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
         .col_expr(Column::UpdateTime, dialect::now(backend))
 }

@@ -1,0 +1,224 @@
+//! The relay's connections: a pool of its own, and the guard against connections that come back
+//! to a pool inside an open transaction.
+//!
+//! Why: sqlx 0.9.0 (the release SeaORM 2.0 uses; the fix is not released) can return a
+//! connection to its pool with a transaction still open on the server when a `begin()` is
+//! cancelled mid-round-trip, which happens whenever a web handler's future is dropped (a client
+//! hung up, a timeout). The next user of that connection then works inside a transaction it did
+//! not open: on Postgres its statements are undone when the connection closes (a relay's
+//! `SUCCESS` marks vanish, and the events are sent again), and inside it `CURRENT_TIMESTAMP`
+//! stands still (nothing looks due, no lease expires); on MariaDB the relay's claim transaction
+//! fails with error 1568. So:
+//!
+//! - A [`crate::Worker`] runs on a pool of its own by default ([`RelayPool::Own`]), opened with
+//!   the options of the pool the application hands it: the application cannot leave one of its
+//!   connections in a transaction, and cannot hold every connection the relay needs to renew its
+//!   leases and record its outcomes.
+//! - Every connection of that pool is checked when it is given back ([`guarded_pool`]): one
+//!   found inside a transaction is closed (the server rolls the transaction back) with a WARN
+//!   and counted in `outbox_leaked_transactions_total`. The check is one round trip per use
+//!   (it replaces sqlx's ping before each acquire).
+//!
+//! An application can build its own pool the same way (`guarded_pool(&db, n)`), so that its
+//! handlers never inherit a leaked transaction either.
+use sea_orm::DatabaseConnection;
+
+use crate::error::OutboxError;
+
+/// Connections of the relay's own pool by default: a round, the outcome marks, the lease
+/// renewal, the reclaim pass and the gauge refresh each use one at a time, and the `LISTEN` of
+/// wake-on-commit (Postgres) holds one.
+pub const DEFAULT_RELAY_POOL_CONNECTIONS: u32 = 5;
+
+/// Fewest connections a relay pool may have: the `LISTEN` connection and one for statements.
+pub const MIN_RELAY_POOL_CONNECTIONS: u32 = 2;
+
+/// Most connections a relay pool may have.
+pub const MAX_RELAY_POOL_CONNECTIONS: u32 = 1000;
+
+/// `application_name` of the relay's own Postgres connections (in `pg_stat_activity`).
+pub const RELAY_APPLICATION_NAME: &str = "sea-orm-outbox relay";
+
+/// Which connections a [`crate::Worker`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RelayPool {
+    /// A pool of the relay's own (the default, [`DEFAULT_RELAY_POOL_CONNECTIONS`]), opened
+    /// lazily with the connect and pool options of the pool handed to [`crate::Worker::new`]
+    /// and at most `max_connections` connections, each checked for a leaked transaction when
+    /// it is given back ([`guarded_pool`]); on Postgres its connections carry
+    /// `application_name` [`RELAY_APPLICATION_NAME`]. SQLite keeps the pool handed over (an
+    /// in-memory database exists once per pool, and SQLite has one writer at a time anyway).
+    Own {
+        /// Most connections the relay opens (2 to 1,000).
+        max_connections: u32,
+    },
+    /// The pool handed to [`crate::Worker::new`] itself, shared with the application: the
+    /// relay is then exposed to the application's leaked transactions and can wait for a
+    /// connection while the application holds them all (its leases may lapse meanwhile). For
+    /// a pool that serves the relay alone.
+    Shared,
+}
+
+impl Default for RelayPool {
+    fn default() -> Self {
+        RelayPool::Own {
+            max_connections: DEFAULT_RELAY_POOL_CONNECTIONS,
+        }
+    }
+}
+
+impl RelayPool {
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when `max_connections` is outside
+    /// [`MIN_RELAY_POOL_CONNECTIONS`]..=[`MAX_RELAY_POOL_CONNECTIONS`].
+    pub fn validate(&self) -> Result<(), OutboxError> {
+        match *self {
+            RelayPool::Own { max_connections }
+                if !(MIN_RELAY_POOL_CONNECTIONS..=MAX_RELAY_POOL_CONNECTIONS)
+                    .contains(&max_connections) =>
+            {
+                Err(OutboxError::InvalidConfig(format!(
+                    "relay pool max_connections must be {MIN_RELAY_POOL_CONNECTIONS} to \
+                     {MAX_RELAY_POOL_CONNECTIONS}"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The connections a worker configured with `self` uses, given the application's `db`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] from [`RelayPool::validate`], or when `db` is a backend
+    /// this crate was built without.
+    pub(crate) fn connections(
+        &self,
+        db: &DatabaseConnection,
+    ) -> Result<DatabaseConnection, OutboxError> {
+        self.validate()?;
+        match *self {
+            RelayPool::Shared => Ok(db.clone()),
+            RelayPool::Own { max_connections } => guarded_pool(db, max_connections),
+        }
+    }
+}
+
+/// A new pool with the connect and pool options of `db`'s (same server, credentials, TLS,
+/// timeouts, `after_connect` hook), at most `max_connections` connections opened lazily, none
+/// kept when idle for 60 s, and every connection checked when it is given back: one found
+/// inside an open transaction is closed with a WARN, its transaction rolled back by the server,
+/// and counted in `outbox_leaked_transactions_total`.
+///
+/// The check runs, on the connection given back:
+/// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the
+///   two are equal in a statement of its own, and differ inside a transaction opened earlier);
+///   the connections carry `application_name` [`RELAY_APPLICATION_NAME`].
+/// - MySQL/MariaDB: `SELECT CAST(@@in_transaction AS SIGNED)`.
+/// - SQLite: returns `db` itself (nothing to check: one writer, and the pool may be an
+///   in-memory database that a second pool would not see).
+///
+/// Opens no connection itself: the first statement does.
+///
+/// # Errors
+/// [`OutboxError::InvalidConfig`] when `db` is a backend this crate was built without.
+///
+/// # Panics
+/// When `db` is a SeaORM mock or proxy connection (no sqlx pool to take options from); give
+/// such a connection to a worker with [`RelayPool::Shared`].
+pub fn guarded_pool(
+    db: &DatabaseConnection,
+    max_connections: u32,
+) -> Result<DatabaseConnection, OutboxError> {
+    let max = max_connections.max(1);
+    match db.get_database_backend() {
+        #[cfg(feature = "postgres")]
+        sea_orm::DbBackend::Postgres => Ok(postgres::pool(db, max)),
+        #[cfg(feature = "mysql")]
+        sea_orm::DbBackend::MySql => Ok(mysql::pool(db, max)),
+        sea_orm::DbBackend::Sqlite => Ok(db.clone()),
+        other => Err(OutboxError::InvalidConfig(format!(
+            "cannot open a relay pool of its own for this {other:?} connection (built without \
+             its feature); use RelayPool::Shared"
+        ))),
+    }
+}
+
+/// Logs and counts a connection found inside a transaction it was given back with.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+fn leaked() {
+    crate::metrics::leaked_transaction();
+    tracing::warn!(
+        "a pooled connection was given back inside an open transaction (a cancelled begin() or \
+         an unfinished transaction); closing it, the server rolls the transaction back"
+    );
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use sea_orm::sqlx::postgres::PgPoolOptions;
+    use sea_orm::sqlx::{self, Row};
+    use sea_orm::{DatabaseConnection, SqlxPostgresConnector};
+
+    /// See [`super::guarded_pool`].
+    pub(super) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
+        let app = db.get_postgres_connection_pool();
+        let connect = (*app.connect_options())
+            .clone()
+            .application_name(super::RELAY_APPLICATION_NAME);
+        let options: PgPoolOptions = app
+            .options()
+            .clone()
+            .max_connections(max)
+            .min_connections(0)
+            .idle_timeout(std::time::Duration::from_secs(60))
+            .test_before_acquire(false)
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    let row =
+                        sqlx::raw_sql("SELECT transaction_timestamp() = statement_timestamp()")
+                            .fetch_one(&mut *conn)
+                            .await?;
+                    let clean: bool = row.try_get(0)?;
+                    if !clean {
+                        super::leaked();
+                    }
+                    Ok(clean)
+                })
+            });
+        SqlxPostgresConnector::from_sqlx_postgres_pool(options.connect_lazy_with(connect))
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use sea_orm::sqlx::mysql::MySqlPoolOptions;
+    use sea_orm::sqlx::{self, Row};
+    use sea_orm::{DatabaseConnection, SqlxMySqlConnector};
+
+    /// See [`super::guarded_pool`].
+    pub(super) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
+        let app = db.get_mysql_connection_pool();
+        let connect = (*app.connect_options()).clone();
+        let options: MySqlPoolOptions = app
+            .options()
+            .clone()
+            .max_connections(max)
+            .min_connections(0)
+            .idle_timeout(std::time::Duration::from_secs(60))
+            .test_before_acquire(false)
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    let row = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    let open: i64 = row.try_get(0)?;
+                    if open != 0 {
+                        super::leaked();
+                    }
+                    Ok(open == 0)
+                })
+            });
+        SqlxMySqlConnector::from_sqlx_mysql_pool(options.connect_lazy_with(connect))
+    }
+}
