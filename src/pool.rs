@@ -14,10 +14,11 @@
 //!   the options of the pool the application hands it: the application cannot leave one of its
 //!   connections in a transaction, and cannot hold every connection the relay needs to renew its
 //!   leases and record its outcomes.
-//! - Every connection of that pool is checked when it is given back ([`guarded_pool`]): one
-//!   found inside a transaction is closed (the server rolls the transaction back) with a WARN
-//!   and counted in `outbox_leaked_transactions_total`. The check is one round trip per use
-//!   (it replaces sqlx's ping before each acquire).
+//! - Every idle connection of that pool is checked before it is handed out ([`guarded_pool`]):
+//!   one found inside a transaction is closed (the server rolls the transaction back) with a
+//!   WARN and counted in `outbox_leaked_transactions_total`. The check is the one round trip
+//!   sqlx spends on its ping before each acquire anyway (it replaces the ping, and like the
+//!   ping it also discards a connection that died while idle).
 //!
 //! An application can build its own pool the same way (`guarded_pool(&db, n)`), so that its
 //! handlers never inherit a leaked transaction either.
@@ -45,8 +46,8 @@ pub const RELAY_APPLICATION_NAME: &str = "sea-orm-outbox relay";
 pub enum RelayPool {
     /// A pool of the relay's own (the default, [`DEFAULT_RELAY_POOL_CONNECTIONS`]), opened
     /// lazily with the connect and pool options of the pool handed to [`crate::Worker::new`]
-    /// and at most `max_connections` connections, each checked for a leaked transaction when
-    /// it is given back ([`guarded_pool`]); on Postgres its connections carry
+    /// and at most `max_connections` connections, each checked for a leaked transaction
+    /// before it is handed out ([`guarded_pool`]); on Postgres its connections carry
     /// `application_name` [`RELAY_APPLICATION_NAME`]. SQLite keeps the pool handed over (an
     /// in-memory database exists once per pool, and SQLite has one writer at a time anyway).
     Own {
@@ -106,11 +107,12 @@ impl RelayPool {
 
 /// A new pool with the connect and pool options of `db`'s (same server, credentials, TLS,
 /// timeouts, `after_connect` hook), at most `max_connections` connections opened lazily, none
-/// kept when idle for 60 s, and every connection checked when it is given back: one found
-/// inside an open transaction is closed with a WARN, its transaction rolled back by the server,
-/// and counted in `outbox_leaked_transactions_total`.
+/// kept when idle for 60 s, and every idle connection checked before it is handed out (in
+/// place of sqlx's ping): one found inside an open transaction is closed with a WARN, its
+/// transaction rolled back by the server, and counted in `outbox_leaked_transactions_total`;
+/// one that does not answer is closed too, and another is taken.
 ///
-/// The check runs, on the connection given back:
+/// The check runs, on the connection about to be handed out:
 /// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the
 ///   two are equal in a statement of its own, and differ inside a transaction opened earlier);
 ///   the connections carry `application_name` [`RELAY_APPLICATION_NAME`].
@@ -144,13 +146,14 @@ pub fn guarded_pool(
     }
 }
 
-/// Logs and counts a connection found inside a transaction it was given back with.
+/// Logs and counts a connection found inside a transaction before it was handed out.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 fn leaked() {
     crate::metrics::leaked_transaction();
     tracing::warn!(
-        "a pooled connection was given back inside an open transaction (a cancelled begin() or \
-         an unfinished transaction); closing it, the server rolls the transaction back"
+        "a pooled connection is inside an open transaction it did not open (a cancelled \
+         begin(), or a transaction left unfinished); closing it, the server rolls the \
+         transaction back"
     );
 }
 
@@ -173,7 +176,7 @@ mod postgres {
             .min_connections(0)
             .idle_timeout(std::time::Duration::from_secs(60))
             .test_before_acquire(false)
-            .after_release(|conn, _| {
+            .before_acquire(|conn, _| {
                 Box::pin(async move {
                     let row =
                         sqlx::raw_sql("SELECT transaction_timestamp() = statement_timestamp()")
@@ -207,7 +210,7 @@ mod mysql {
             .min_connections(0)
             .idle_timeout(std::time::Duration::from_secs(60))
             .test_before_acquire(false)
-            .after_release(|conn, _| {
+            .before_acquire(|conn, _| {
                 Box::pin(async move {
                     let row = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
                         .fetch_one(&mut *conn)

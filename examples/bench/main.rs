@@ -101,6 +101,10 @@ struct Args {
     /// Skip the write-throughput phase.
     #[arg(long)]
     skip_write: bool,
+    /// Run the workers on the bench's pools themselves (`RelayPool::Shared`: no check for
+    /// leaked transactions) instead of pools of their own (`RelayPool::Own`, the default).
+    #[arg(long)]
+    shared_pool: bool,
     /// Samples of each kind for the with_event overhead.
     #[arg(long, default_value_t = 500)]
     overhead_samples: usize,

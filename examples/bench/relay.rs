@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sea_orm::sea_query::PostgresQueryBuilder;
 use sea_orm::{DatabaseConnection, DbBackend};
+use sea_orm_outbox::pool::{RelayPool, MIN_RELAY_POOL_CONNECTIONS};
 use sea_orm_outbox::{
     store, CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, Worker,
     WorkerConfig, WorkerSummary,
@@ -106,10 +107,21 @@ pub async fn start_workers(
         // The LISTEN connection of wake-on-commit comes on top of the pool's working ones.
         let extra = u32::from(config.wake_on_commit && bench.backend == DbBackend::Postgres);
         let db = bench.pool(args.pool + extra).await?;
+        // The relay's own pool (guarded) of the same size, or the bench's pool itself.
+        let pool = if args.shared_pool {
+            RelayPool::Shared
+        } else {
+            RelayPool::Own {
+                max_connections: (args.pool + extra).max(MIN_RELAY_POOL_CONNECTIONS),
+            }
+        };
         let worker = Arc::new(Worker::new(
             db,
             publisher.clone() as Arc<dyn Publisher>,
-            config.clone().instance_id(format!("bench-{label}-{w}")),
+            config
+                .clone()
+                .instance_id(format!("bench-{label}-{w}"))
+                .relay_pool(pool),
         )?);
         workers.push(worker);
     }
