@@ -19,8 +19,6 @@ mod logging;
 /// The demo's own business table, `demo_orders`.
 #[path = "common/order.rs"]
 mod order;
-#[path = "common/pool.rs"]
-mod pool;
 
 use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::test_support::wait_until;
@@ -82,14 +80,19 @@ struct Args {
     metrics_addr: Option<std::net::SocketAddr>,
 }
 
-/// A pool of at most `max` connections (waiting up to sqlx's default 30 s for one); on SQLite,
-/// a writer waits up to 10 s for the database lock.
+/// A pool of at most `max` connections (waiting up to 30 s for one); on SQLite (the README's
+/// connect options) in WAL mode, each connection waiting up to 10 s for the write lock.
 async fn connect(url: &str, max: u32) -> Result<DatabaseConnection, sea_orm::DbErr> {
-    let db = pool::connect(url, max, Duration::from_secs(30)).await?;
-    if db.get_database_backend() == sea_orm::DbBackend::Sqlite {
-        db.execute_unprepared("PRAGMA busy_timeout = 10000").await?;
-    }
-    Ok(db)
+    let mut opt = sea_orm::ConnectOptions::new(url.to_owned());
+    opt.max_connections(max)
+        .min_connections(0)
+        .connect_timeout(Duration::from_secs(30))
+        .sqlx_logging(false)
+        .map_sqlx_sqlite_opts(|o| {
+            o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(10))
+        });
+    sea_orm::Database::connect(opt).await
 }
 
 #[tokio::main]
@@ -114,9 +117,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
 
     let db = connect(&url, 4).await?;
-    if db.get_database_backend() == sea_orm::DbBackend::Sqlite {
-        db.execute_unprepared("PRAGMA journal_mode = WAL").await?;
-    }
     Migrator::up(&db, None).await?;
     let schema = Schema::new(db.get_database_backend());
     db.execute(

@@ -1,8 +1,8 @@
 //! Writing events in the business transaction.
 use async_trait::async_trait;
 use sea_orm::{
-    ActiveModelBehavior, ActiveModelTrait, ConnectionTrait, EntityTrait, IntoActiveModel,
-    TransactionSession, TransactionTrait, TryIntoModel,
+    ActiveModelBehavior, ActiveModelTrait, ConnectionTrait, DbErr, EntityTrait, IntoActiveModel,
+    SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait, TryIntoModel,
 };
 
 use crate::error::OutboxError;
@@ -59,11 +59,57 @@ pub trait OutboxExt: ConnectionTrait + Sized {
 
 impl<C: ConnectionTrait> OutboxExt for C {}
 
+/// Begins a transaction that will write: `BEGIN IMMEDIATE` on SQLite, the same `BEGIN` as
+/// `db.begin()` on Postgres and MySQL/MariaDB, and a `SAVEPOINT` when `db` is itself a
+/// transaction (on every backend). Use it for business transactions that read before they
+/// write (select, insert the order, [`OutboxExt::with_event`], commit);
+/// [`transactional_publish`] uses it.
+///
+/// Why on SQLite: a transaction begun with `db.begin()` (`DEFERRED`) reads from a snapshot and
+/// asks for the database's single write lock only at its first write. When another connection
+/// holds that lock at that moment (a relay claiming or marking events), or has committed since
+/// the snapshot was taken, SQLite cannot let the transaction wait without risking a deadlock: the
+/// write fails at once with `database is locked` (`SQLITE_BUSY`, in WAL mode
+/// `SQLITE_BUSY_SNAPSHOT`), whatever the busy timeout. `BEGIN IMMEDIATE` takes the write lock
+/// at the start instead, waiting for it up to the connection's busy timeout (sqlx's default:
+/// 5 s), so the transaction queues behind the relays and the other writers rather than failing.
+/// Writers then run one at a time from `BEGIN` to `COMMIT`, which is how SQLite orders them
+/// anyway; readers are not blocked in WAL mode. The README's SQLite section has the
+/// recommended connect options.
+///
+/// ```no_run
+/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
+/// use sea_orm::TransactionSession;
+/// use sea_orm_outbox::{begin_write, NewEvent, OutboxExt};
+///
+/// let txn = begin_write(db).await?; // BEGIN IMMEDIATE on SQLite
+/// // ... read the customer, insert the order with `txn` ...
+/// txn.with_event(NewEvent::raw("ORD-1001", "ORDER_CREATED", r#"{"amount":42}"#))
+///     .await?;
+/// txn.commit().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// The database's error for `BEGIN`; on SQLite `database is locked` (`SQLITE_BUSY`) only when
+/// the write lock stayed taken for the whole busy timeout.
+pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, DbErr> {
+    // Postgres and MySQL ignore `sqlite_transaction_mode`, and a nested transaction (a
+    // savepoint) takes no mode: only a top-level SQLite `BEGIN` changes.
+    db.begin_with_options(TransactionOptions {
+        sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+        ..TransactionOptions::default()
+    })
+    .await
+}
+
 /// Saves `model` and the event `make_event` derives from the saved row in ONE transaction:
 /// either both rows exist afterwards or neither does.
 ///
-/// Opens a transaction on `db`, calls `ActiveModelTrait::save` (insert or update, running the
-/// model's `ActiveModelBehavior` hooks), builds the event from the saved model, inserts it with
+/// Opens a transaction on `db` with [`begin_write`] (`BEGIN IMMEDIATE` on SQLite: a hook that
+/// reads before the insert waits for running relays instead of failing with `database is
+/// locked`), calls `ActiveModelTrait::save` (insert or update, running the model's
+/// `ActiveModelBehavior` hooks), builds the event from the saved model, inserts it with
 /// [`OutboxExt::with_event_limited`] and commits. Returns the saved model and the event id.
 ///
 /// ```no_run
@@ -124,7 +170,7 @@ where
     <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
     F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
 {
-    let txn = db.begin().await?;
+    let txn = begin_write(db).await?;
     // On any early return `txn` is dropped, which rolls the transaction back.
     let saved = model.save(&txn).await?.try_into_model()?;
     let event = make_event(&saved)?;

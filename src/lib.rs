@@ -55,7 +55,7 @@ pub use consumer::{consume_once, Consumed};
 pub use db_error::{db_error_kind, DbErrorKind};
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES};
-pub use ext::{transactional_publish, transactional_publish_limited, OutboxExt};
+pub use ext::{begin_write, transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
 pub use ops::{DeadLetterOutcome, OutboxStats};
 pub use pool::{guarded_pool, RelayPool};

@@ -285,7 +285,9 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let backend = db.get_database_backend();
-    let txn = db.begin().await?;
+    // Reads, then deletes: `BEGIN IMMEDIATE` on SQLite, or the delete fails at once with
+    // `database is locked` whenever a relay or writer committed since the read.
+    let txn = crate::ext::begin_write(db).await?;
     let ids: Vec<i64> = admin::purge_ids_query(backend, older_than, batch)
         .into_tuple()
         .all(&txn)

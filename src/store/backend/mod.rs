@@ -138,8 +138,9 @@ impl Dialect {
         }
     }
 
-    /// Claims up to `n` due events for `owner` in one round trip (Postgres, SQLite) or one
-    /// short transaction (MySQL/MariaDB); see [`crate::store::claim_batch`].
+    /// Claims up to `n` due events for `owner` in one round trip (Postgres; SQLite after a
+    /// lock-free read of whether anything is due) or one short transaction (MySQL/MariaDB);
+    /// see [`crate::store::claim_batch`].
     ///
     /// # Errors
     /// Any database error; [`DbErr::Custom`] on an unsupported backend.
