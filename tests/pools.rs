@@ -138,7 +138,8 @@ async fn guard_closes_a_connection_left_in_a_transaction(ctx: &TestContext) {
 
 /// Issue 15, acceptance 1: the application shares its pool of 2 with a worker (as the README's
 /// `Worker::new(db.clone(), ..)` does) and runs 2,000 transactions (an order and its event),
-/// each `begin()` under a timeout of 0 to 3 ms, so that many are cancelled mid-`begin`. Every event whose
+/// each `begin()` under a timeout of 0 to 3 ms (up to twice the median `begin()`), so that many
+/// are cancelled mid-`begin`. Every event whose
 /// commit returned Ok is published, none twice, none is left `SENDING`, the relay meets no
 /// error, and no relay session is left inside a transaction.
 async fn cancelled_begins_do_not_reach_the_relay(ctx: &TestContext) {
@@ -153,11 +154,24 @@ async fn cancelled_begins_do_not_reach_the_relay(ctx: &TestContext) {
         let (w, c) = (worker.clone(), cancel.clone());
         async move { w.run(c).await }
     });
+    // Timeouts up to twice the median `begin()` (at most 3 ms), so that about half of them
+    // fire while the `BEGIN` is on its way (a fixed 0-3 ms cancels almost none on a quiet
+    // machine, and almost all while the pool is still connecting on a busy one).
+    let mut took = Vec::new();
+    for _ in 0..50 {
+        let t = std::time::Instant::now();
+        let txn = app.begin().await.expect("begin");
+        took.push(t.elapsed().as_micros() as u64);
+        txn.rollback().await.expect("rollback");
+    }
+    took.sort_unstable();
+    let span = (took[took.len() / 2] * 2).clamp(50, 3000);
+    println!("figure: cancelled_begins median_begin_us={} timeout_us=0..{span}", took[25]);
     let mut committed = HashSet::new();
     let mut cancelled = 0;
     for i in 0..N {
         let biz_no = format!("LEAK-{i}");
-        let micros = uuid::Uuid::new_v4().as_u128() as u64 % 3000;
+        let micros = uuid::Uuid::new_v4().as_u128() as u64 % span;
         // The timeout covers the `begin()` alone: a web handler dropped while it waits.
         let txn = match tokio::time::timeout(Duration::from_micros(micros), app.begin()).await {
             Ok(Ok(txn)) => txn,

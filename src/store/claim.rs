@@ -134,12 +134,14 @@ pub(crate) fn claim_update(
     update
 }
 
-/// Claims up to `n` due events for `owner` in one round trip without waiting on rows other
-/// instances are claiming, and returns them (status `SENDING`), oldest due first.
+/// Claims up to `n` due events for `owner` without waiting on rows other instances are
+/// claiming, and returns them (status `SENDING`), oldest due first.
 ///
 /// - Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))
 ///   RETURNING *` (the array form runs the locking subquery exactly once).
-/// - SQLite: the same statement without the lock clause (SQLite has one writer at a time).
+/// - SQLite: a lock-free read of whether anything is due, then (only when something is) the same
+///   statement without the lock clause (SQLite has one writer at a time; the read keeps idle
+///   relays off the write lock).
 /// - MySQL/MariaDB (no `UPDATE ... RETURNING`, no `LIMIT` in an `IN` subquery): one short
 ///   `READ COMMITTED` transaction: `SELECT ... FOR UPDATE SKIP LOCKED` (with the database's
 ///   clock), `UPDATE ... WHERE id IN (...)`, commit; the locked rows are returned with the claim
