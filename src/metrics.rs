@@ -16,6 +16,7 @@
 //! | `outbox_sending_dwell_seconds` | histogram | claim to outcome, seconds |
 //! | `outbox_backlog{status}` | gauge | rows per status (`WAIT`, `SENDING`, `FAIL`) |
 //! | `outbox_oldest_wait_age_seconds` | gauge | age of the oldest due `WAIT` row, seconds |
+//! | `outbox_wake_listening` | gauge | 1 while wake-on-commit is live (a `LISTEN` connection whose self-check passed), 0 while the worker only polls; with several workers in one process, how many of them listen |
 
 /// Counter: events published.
 pub const PUBLISHED: &str = "outbox_published_total";
@@ -43,6 +44,8 @@ pub const SENDING_DWELL: &str = "outbox_sending_dwell_seconds";
 pub const BACKLOG: &str = "outbox_backlog";
 /// Gauge: age of the oldest due `WAIT` row in seconds.
 pub const OLDEST_WAIT_AGE: &str = "outbox_oldest_wait_age_seconds";
+/// Gauge: workers of this process whose wake-on-commit is live (1 or 0 with one worker).
+pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 
 pub(crate) fn published(n: u64) {
     metrics::counter!(PUBLISHED).increment(n);
@@ -77,6 +80,11 @@ pub(crate) fn send_duration(seconds: f64) {
 }
 pub(crate) fn sending_dwell(seconds: f64) {
     metrics::histogram!(SENDING_DWELL).record(seconds);
+}
+/// Moves the wake-on-commit gauge by `delta`: +1 when a worker starts listening, -1 when it
+/// stops, 0 to register it.
+pub(crate) fn wake_listening(delta: f64) {
+    metrics::gauge!(WAKE_LISTENING).increment(delta);
 }
 
 /// Sets the backlog gauges from `b`.

@@ -156,7 +156,7 @@ impl Worker {
     /// in flight finish (bounded by the send timeout) and are recorded.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
-        let wake = Wake::new(&self.db, self.config.wake_on_commit).await;
+        let wake = Wake::new(&self.db, self.config.wake_on_commit);
         let inflight = Inflight::default();
         let signals = slots::Signals::default();
         let sending = async {
