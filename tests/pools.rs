@@ -166,7 +166,10 @@ async fn cancelled_begins_do_not_reach_the_relay(ctx: &TestContext) {
     }
     took.sort_unstable();
     let span = (took[took.len() / 2] * 2).clamp(50, 3000);
-    println!("figure: cancelled_begins median_begin_us={} timeout_us=0..{span}", took[25]);
+    println!(
+        "figure: cancelled_begins median_begin_us={} timeout_us=0..{span}",
+        took[25]
+    );
     let mut committed = HashSet::new();
     let mut cancelled = 0;
     for i in 0..N {
