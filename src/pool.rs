@@ -31,8 +31,9 @@ use crate::error::OutboxError;
 /// wake-on-commit (Postgres) holds one.
 pub const DEFAULT_RELAY_POOL_CONNECTIONS: u32 = 5;
 
-/// Fewest connections a relay pool may have: the `LISTEN` connection and one for statements.
-pub const MIN_RELAY_POOL_CONNECTIONS: u32 = 2;
+/// Fewest connections a relay pool may have: the `LISTEN` connection, the second one its
+/// self-check borrows for a moment, and one for statements.
+pub const MIN_RELAY_POOL_CONNECTIONS: u32 = 3;
 
 /// Most connections a relay pool may have.
 pub const MAX_RELAY_POOL_CONNECTIONS: u32 = 1000;
@@ -51,7 +52,7 @@ pub enum RelayPool {
     /// `application_name` [`RELAY_APPLICATION_NAME`]. SQLite keeps the pool handed over (an
     /// in-memory database exists once per pool, and SQLite has one writer at a time anyway).
     Own {
-        /// Most connections the relay opens (2 to 1,000).
+        /// Most connections the relay opens (3 to 1,000).
         max_connections: u32,
     },
     /// The pool handed to [`crate::Worker::new`] itself, shared with the application: the
@@ -116,7 +117,16 @@ impl RelayPool {
 /// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the
 ///   two are equal in a statement of its own, and differ inside a transaction opened earlier);
 ///   the connections carry `application_name` [`RELAY_APPLICATION_NAME`].
-/// - MySQL/MariaDB: `SELECT CAST(@@in_transaction AS SIGNED)`.
+/// - MySQL/MariaDB: `SELECT CAST(@@in_transaction AS SIGNED)` (MariaDB; MySQL proper has no
+///   such variable: there the connections are handed out unchecked, said once at WARN).
+///
+/// A connection inside a transaction that already failed (Postgres refuses every statement)
+/// counts as leaked too; one whose check fails otherwise is closed quietly (DEBUG).
+///
+/// What of `db`'s pool is not carried over: its own `before_acquire` hook and
+/// `test_before_acquire` setting (the check replaces them), its `idle_timeout` (60 s here), on
+/// Postgres its `application_name`, and SeaORM's metric callback of `db` (set one on the
+/// returned connection if you need it).
 /// - SQLite: returns `db` itself (nothing to check: one writer, and the pool may be an
 ///   in-memory database that a second pool would not see).
 ///
@@ -157,6 +167,14 @@ fn leaked() {
     );
 }
 
+/// A connection whose check failed for another reason (it died while idle, say): closed, like
+/// sqlx's own ping would, and another is taken. Returns false (do not hand it out).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn dead(e: &sea_orm::sqlx::Error) -> bool {
+    tracing::debug!(error = %e, "a pooled relay connection failed its check; closing it");
+    false
+}
+
 #[cfg(feature = "postgres")]
 mod postgres {
     use sea_orm::sqlx::postgres::PgPoolOptions;
@@ -178,15 +196,25 @@ mod postgres {
             .test_before_acquire(false)
             .before_acquire(|conn, _| {
                 Box::pin(async move {
-                    let row =
+                    let checked =
                         sqlx::raw_sql("SELECT transaction_timestamp() = statement_timestamp()")
                             .fetch_one(&mut *conn)
-                            .await?;
-                    let clean: bool = row.try_get(0)?;
-                    if !clean {
-                        super::leaked();
+                            .await;
+                    match checked {
+                        Ok(row) => {
+                            let clean: bool = row.try_get(0)?;
+                            if !clean {
+                                super::leaked();
+                            }
+                            Ok(clean)
+                        }
+                        // Inside a transaction that already failed: every statement is refused.
+                        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
+                            super::leaked();
+                            Ok(false)
+                        }
+                        Err(e) => Ok(super::dead(&e)),
                     }
-                    Ok(clean)
                 })
             });
         SqlxPostgresConnector::from_sqlx_postgres_pool(options.connect_lazy_with(connect))
@@ -195,9 +223,14 @@ mod postgres {
 
 #[cfg(feature = "mysql")]
 mod mysql {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use sea_orm::sqlx::mysql::MySqlPoolOptions;
     use sea_orm::sqlx::{self, Row};
     use sea_orm::{DatabaseConnection, SqlxMySqlConnector};
+
+    /// Whether a server without `@@in_transaction` was met (warned once per process).
+    static UNCHECKABLE: AtomicBool = AtomicBool::new(false);
 
     /// See [`super::guarded_pool`].
     pub(super) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
@@ -212,14 +245,31 @@ mod mysql {
             .test_before_acquire(false)
             .before_acquire(|conn, _| {
                 Box::pin(async move {
-                    let row = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
+                    let checked = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
                         .fetch_one(&mut *conn)
-                        .await?;
-                    let open: i64 = row.try_get(0)?;
-                    if open != 0 {
-                        super::leaked();
+                        .await;
+                    match checked {
+                        Ok(row) => {
+                            let open: i64 = row.try_get(0)?;
+                            if open != 0 {
+                                super::leaked();
+                            }
+                            Ok(open == 0)
+                        }
+                        // MySQL proper has no `@@in_transaction` (MariaDB has): nothing to
+                        // check with; say so once and hand the connection out.
+                        Err(sqlx::Error::Database(e)) if e.message().contains("in_transaction") => {
+                            if !UNCHECKABLE.swap(true, Ordering::Relaxed) {
+                                tracing::warn!(
+                                    error = %e,
+                                    "this MySQL server has no @@in_transaction: relay \
+                                     connections are not checked for leaked transactions"
+                                );
+                            }
+                            Ok(true)
+                        }
+                        Err(e) => Ok(super::dead(&e)),
                     }
-                    Ok(open == 0)
                 })
             });
         SqlxMySqlConnector::from_sqlx_mysql_pool(options.connect_lazy_with(connect))

@@ -193,9 +193,10 @@ async fn twins_with_one_instance_id_never_touch_each_others_claims(ctx: &TestCon
         "figure: twins_stale_sends={} late_acks={late} published={published}",
         stale.len()
     );
-    assert_eq!(
-        late,
-        stale.len() as u64,
+    // Each stale answer was a late ack; a send whose reclaim came after the publisher stopped
+    // watching is one more (the audit below is what proves that none changed a row).
+    assert!(
+        late >= stale.len() as u64,
         "each stale answer was a late ack: {summaries:?}"
     );
     assert_eq!(published, N as u64, "{summaries:?}");

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{is_connection_error, OutboxError, PublishError};
+use crate::db_error::DbErrorKind;
+use crate::error::{OutboxError, PublishError};
 use crate::relay::inflight::owner_of;
 use crate::relay::send::{Done, Sent};
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
@@ -73,7 +74,7 @@ impl<'w> Recorder<'w> {
                 }
                 Sent::Skipped => skipped.push(event),
                 Sent::Failed(err) => {
-                    let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner);
+                    let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner_of(&event));
                     let recorded = self
                         .record_failure(&event, &err, s)
                         .instrument(span.clone())
@@ -98,12 +99,15 @@ impl<'w> Recorder<'w> {
     }
 
     /// Marks the waiting deliveries `SUCCESS`, one owner-guarded statement per claim; rows
-    /// whose lease was reclaimed meanwhile are late acks. When a group's statement fails for
-    /// another reason than a lost connection (a trigger or constraint on one row, say), its
-    /// events are marked one by one ([`Recorder::mark_one_by_one`]).
+    /// whose lease was reclaimed meanwhile are late acks. When a group's statement fails
+    /// because of one of its rows (a trigger or constraint: [`row_fault`]), its events are
+    /// marked one by one ([`Recorder::mark_one_by_one`]). Any other failure (a lost connection,
+    /// a transient conflict that outlasted its retries, a missing table) leaves this group and
+    /// every group after it to the reclaim, logged once, without a statement per row.
     pub(crate) async fn flush(&mut self, s: &mut WorkerSummary) {
         self.flush_at = None;
-        for (owner, events) in by_claim(std::mem::take(&mut self.delivered)) {
+        let mut groups = by_claim(std::mem::take(&mut self.delivered)).into_iter();
+        while let Some((owner, events)) = groups.next() {
             let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
             match store::mark_success_many(&w.db, &ids, &owner).await {
@@ -111,63 +115,87 @@ impl<'w> Recorder<'w> {
                     self.finish_all(&owner, &ids);
                     w.observer.published(s, &ids, applied);
                 }
-                Err(e) if is_connection_error(&e) || ids.len() == 1 => {
-                    self.mark_failed(&events, e.into(), s).await;
+                Err(e) if !row_fault(&e) => {
+                    let left: Vec<Model> =
+                        events.into_iter().chain(groups.flat_map(|(_, g)| g)).collect();
+                    self.leave(&left, e.into(), s);
+                    return;
+                }
+                Err(e) if events.len() == 1 => {
+                    self.mark_unmarkable(&events[0], e.into(), s).await;
                 }
                 Err(e) => {
                     tracing::warn!(
-                        error = %e, owner = %owner, event_ids = ?ids,
+                        error = %e, claim = %owner, event_ids = ?ids,
                         "marking events SUCCESS together failed; marking them one by one"
                     );
-                    self.mark_one_by_one(events, s).await;
+                    if !self.mark_one_by_one(events, s).await {
+                        let left: Vec<Model> = groups.flat_map(|(_, g)| g).collect();
+                        if !left.is_empty() {
+                            let ids: Vec<i64> = left.iter().map(|e| e.id).collect();
+                            for event in &left {
+                                self.finish(event);
+                            }
+                            tracing::warn!(
+                                event_ids = ?ids,
+                                "SUCCESS marks not attempted after a database failure; the \
+                                 reclaim will resend them"
+                            );
+                        }
+                        return;
+                    }
                 }
             }
         }
     }
 
     /// Marks each of `events` (one claim's) `SUCCESS` on its own: only a row whose statement
-    /// fails is affected, and it records that error ([`Recorder::mark_failed`]).
-    async fn mark_one_by_one(&mut self, events: Vec<Model>, s: &mut WorkerSummary) {
+    /// fails because of that row is affected, and it records that error
+    /// ([`Recorder::mark_unmarkable`]). At the first failure of another kind the rest are left
+    /// to the reclaim ([`Recorder::leave`]) and false is returned.
+    async fn mark_one_by_one(&mut self, events: Vec<Model>, s: &mut WorkerSummary) -> bool {
         let w = self.worker;
-        for event in events {
-            let owner = owner_of(&event);
-            match store::mark_success(&w.db, event.id, owner).await {
+        let mut rest = events.into_iter();
+        while let Some(event) = rest.next() {
+            match store::mark_success(&w.db, event.id, owner_of(&event)).await {
                 Ok(t) => {
                     self.finish(&event);
                     let applied = u64::from(t == Transition::Applied);
                     w.observer.published(s, &[event.id], applied);
                 }
+                Err(e) if row_fault(&e) => self.mark_unmarkable(&event, e.into(), s).await,
                 Err(e) => {
-                    self.mark_failed(std::slice::from_ref(&event), e.into(), s)
-                        .await
+                    let left: Vec<Model> = std::iter::once(event).chain(rest).collect();
+                    self.leave(&left, e.into(), s);
+                    return false;
                 }
             }
         }
+        true
     }
 
-    /// The `SUCCESS` mark of `events` failed with `e`. A lost connection leaves them to the
-    /// reclaim (nothing could be recorded). Any other error is a fault of the row itself: the
-    /// event (delivered, but not markable) is released for retry, or dead-lettered once its
-    /// retries are used up, with the database's error in `last_error`, like a failed send.
-    async fn mark_failed(&mut self, events: &[Model], e: OutboxError, s: &mut WorkerSummary) {
-        let w = self.worker;
-        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-        let connection = matches!(&e, OutboxError::Db(db) if is_connection_error(db));
-        if connection || events.len() != 1 {
-            for event in events {
-                self.finish(event);
-            }
-            w.observer.error(
-                s,
-                Op::Record,
-                &e,
-                &format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them"),
-            );
-            return;
+    /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: nothing more can
+    /// be recorded now, they are left to the reclaim (which resends them), logged once.
+    fn leave(&mut self, events: &[Model], e: OutboxError, s: &mut WorkerSummary) {
+        for event in events {
+            self.finish(event);
         }
-        let event = &events[0];
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        self.worker.observer.error(
+            s,
+            Op::Record,
+            &e,
+            &format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them"),
+        );
+    }
+
+    /// The `SUCCESS` mark of `event` failed with `e` because of the row itself: the event
+    /// (delivered, but not markable) is released for retry, or dead-lettered once its retries
+    /// are used up, with the database's error in `last_error`, like a failed send.
+    async fn mark_unmarkable(&mut self, event: &Model, e: OutboxError, s: &mut WorkerSummary) {
+        let w = self.worker;
         let err = PublishError::retryable(format!("delivered, but the SUCCESS mark failed: {e}"));
-        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner);
+        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner_of(event));
         let recorded = self
             .record_failure(event, &err, s)
             .instrument(span.clone())
@@ -268,6 +296,13 @@ impl<'w> Recorder<'w> {
         }
         Ok(())
     }
+}
+
+/// Whether a failed statement failed because of a row it touched (a trigger, a constraint: the
+/// database's [`DbErrorKind::Other`]) rather than because of the database or the connection
+/// (lost connection, transient conflict, missing table), which every other row would meet too.
+fn row_fault(e: &sea_orm::DbErr) -> bool {
+    crate::db_error_kind(e) == DbErrorKind::Other
 }
 
 /// `events` grouped by the claim they were taken in (their `claim_owner`), in first-seen order.

@@ -80,7 +80,7 @@ impl<'w> Slots<'w> {
 
     /// Starts the send of `event` in a task of its own.
     fn spawn(&mut self, event: Model) {
-        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner);
+        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&event));
         self.tasks
             .spawn(self.ctx.clone().run(event).instrument(span));
     }
