@@ -41,6 +41,31 @@ pub enum ClaimStrategy {
     Batch,
 }
 
+/// How the relay sends its statements to Postgres.
+///
+/// SQLx 0.9.0 runs every statement that has parameters through the extended query protocol
+/// (a named prepared statement `sqlx_s_N`: Parse/Describe/Sync, then Bind/Execute/Sync). A
+/// pooler in transaction mode that does not track prepared statements (PgBouncer before 1.21,
+/// or 1.21+ without `max_prepared_statements`) may hand the two halves to different server
+/// connections or mix the statement names of its clients ("prepared statement ... does not
+/// exist" / "already exists"), and `statement_cache_capacity(0)` does not avoid it.
+/// [`StatementProtocol::Simple`] sends each relay statement as one simple-protocol `Query`
+/// message with its values written into the SQL text by sea-query's escaping, which any pooler
+/// passes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StatementProtocol {
+    /// The default: statements with bound parameters, prepared and cached per connection.
+    #[default]
+    Extended,
+    /// Postgres only: every statement of the worker and its maintenance services (claims,
+    /// outcome marks, lease renewal, reclaim, backlog gauges) as one simple-protocol query
+    /// with its values inlined (sea-query's Postgres string escaping), for a transaction-mode
+    /// pooler such as PgBouncer < 1.21. Costs a parse and plan per statement on the server.
+    /// [`crate::Worker::new`] refuses it on MySQL/MariaDB and SQLite.
+    Simple,
+}
+
 /// How a [`crate::Worker`] polls, claims, sends and retries.
 ///
 /// ```
@@ -99,6 +124,10 @@ pub struct WorkerConfig {
     /// options of the pool handed to [`crate::Worker::new`], whose connections are checked for
     /// leaked transactions; see [`crate::pool`] for why).
     pub relay_pool: RelayPool,
+    /// How the relay's statements reach Postgres (default [`StatementProtocol::Extended`]:
+    /// prepared statements). [`StatementProtocol::Simple`] is for a transaction-mode pooler
+    /// such as PgBouncer < 1.21 (see there); Postgres only.
+    pub statement_protocol: StatementProtocol,
 }
 
 impl Default for WorkerConfig {
@@ -119,11 +148,18 @@ impl Default for WorkerConfig {
             wake_on_commit: true,
             gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
             relay_pool: RelayPool::default(),
+            statement_protocol: StatementProtocol::Extended,
         }
     }
 }
 
 impl WorkerConfig {
+    /// Sets how the relay's statements reach Postgres ([`StatementProtocol`]):
+    /// [`StatementProtocol::Simple`] behind a transaction-mode pooler (PgBouncer < 1.21).
+    pub fn statement_protocol(mut self, p: StatementProtocol) -> Self {
+        self.statement_protocol = p;
+        self
+    }
     /// Sets which connections the relay uses ([`RelayPool`]).
     pub fn relay_pool(mut self, p: RelayPool) -> Self {
         self.relay_pool = p;

@@ -50,7 +50,7 @@ mod wake;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use config::{ClaimStrategy, WorkerConfig};
+pub use config::{ClaimStrategy, StatementProtocol, WorkerConfig};
 pub use consumer::{consume_once, Consumed};
 pub use db_error::{db_error_kind, DbErrorKind};
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};

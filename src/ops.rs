@@ -167,12 +167,21 @@ async fn oldest_wait_age<C: ConnectionTrait>(
 
 /// Fails with [`OutboxError::TableMissing`] unless `t_event_record` exists (reads at most one
 /// id: `SELECT id FROM t_event_record LIMIT 1`). For tools that should refuse to start, like
-/// the relay, whose loop would otherwise log the error every round.
+/// the relay, whose loop would otherwise log the error every round. On Postgres it is sent as
+/// one simple-protocol query (its value inlined), so that it also passes a transaction-mode
+/// pooler (PgBouncer < 1.21; see [`crate::StatementProtocol::Simple`]).
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), OutboxError> {
-    let _: Option<i64> = admin::check_table_query().into_tuple().one(db).await?;
+    let backend = db.get_database_backend();
+    if backend == sea_orm::DbBackend::Postgres {
+        let stmt = admin::check_table_query().build(backend);
+        db.execute_unprepared(&store::inline_postgres(&stmt))
+            .await?;
+    } else {
+        let _: Option<i64> = admin::check_table_query().into_tuple().one(db).await?;
+    }
     Ok(())
 }
 

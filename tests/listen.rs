@@ -1,7 +1,9 @@
 //! LISTEN health on Postgres (issue 15): the worker notices a lost `LISTEN` connection, says so
 //! at WARN and re-establishes it with a round right after; a `LISTEN` that cannot work (PgBouncer
 //! in transaction mode) fails its self-check once, at WARN, and the worker polls. The gauge
-//! `outbox_wake_listening` follows both.
+//! `outbox_wake_listening` follows both. With `StatementProtocol::Simple` the relay delivers
+//! every event through PgBouncer 1.18 in transaction mode (by polling), and rows read with the
+//! simple protocol (text format) decode into the models as prepared (binary) reads do.
 //!
 //! A missing Postgres fails the tests (see `tests/common`); so does a missing `pgbouncer`
 //! binary under `CI=true` (`.ci/run` installs it; elsewhere that test says so and returns).
@@ -25,13 +27,13 @@ use common::{count, Backend, TestContext};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sea_orm::sqlx::postgres::PgConnectOptions;
 use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
-    TransactionTrait,
+    ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend,
+    EntityTrait, QueryFilter, Statement, TransactionTrait,
 };
 use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
     CancellationToken, EventStatus, NewEvent, OutboxExt, OutboxMessage, PublishError, Publisher,
-    Worker, WorkerConfig, WorkerSummary,
+    StatementProtocol, Worker, WorkerConfig, WorkerSummary,
 };
 
 /// A bound on every wait for something that takes milliseconds when the test passes.
@@ -55,6 +57,28 @@ async fn postgres_through_pgbouncer_transaction_mode_the_self_check_fails_once()
         Backend::Postgres,
         "listen_pgbouncer_tx",
         through_pgbouncer_transaction_mode,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn postgres_through_pgbouncer_transaction_mode_simple_protocol_delivers_every_event() {
+    logs();
+    common::run_on(
+        Backend::Postgres,
+        "listen_pgbouncer_simple",
+        simple_protocol_through_pgbouncer_transaction_mode,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn postgres_simple_protocol_rows_decode_into_models() {
+    logs();
+    common::run_on(
+        Backend::Postgres,
+        "listen_simple_decode",
+        simple_protocol_rows_decode,
     )
     .await
 }
@@ -555,8 +579,9 @@ async fn bouncer_for(ctx: &TestContext, pool_mode: &str) -> Option<(PgBouncer, S
 /// connections report the same backend pid; otherwise because its own `NOTIFY` does not come
 /// back), says so once at WARN, keeps no listener and polls.
 ///
-/// What this does NOT show is delivery: sqlx 0.9.0 cannot run the relay's (or any) statement
-/// with parameters through PgBouncer 1.18 in transaction mode. It prepares a *named*
+/// What this does NOT show is delivery (with the default `StatementProtocol::Extended`): sqlx
+/// 0.9.0 cannot run the relay's (or any) statement with parameters through PgBouncer 1.18 in
+/// transaction mode; `StatementProtocol::Simple` can (the test after this one). It prepares a *named*
 /// statement (`sqlx_s_N`, per client connection, also with `statement_cache_capacity(0)`) with
 /// its own Sync, then binds it after a second Sync; PgBouncer may hand the bind to another
 /// server connection ("prepared statement does not exist") or give two clients' equal names
@@ -621,6 +646,203 @@ async fn through_pgbouncer_transaction_mode(ctx: &TestContext) {
         s.errors
     );
     drop(bouncer);
+}
+
+/// Fails the first attempt of every tenth event (`POOLED-00`, `-10`, ...) with a reason that
+/// needs escaping, and records the rest as [`Arrivals`] does.
+#[derive(Default)]
+struct FlakyArrivals {
+    arrivals: Arrivals,
+    failed: Mutex<Vec<String>>,
+}
+
+/// The reason [`FlakyArrivals`] gives: a `'` and a `\` that the inlined `last_error` must
+/// carry intact.
+const FLAKY_REASON: &str = r"broker said: it's \ down";
+
+#[async_trait]
+impl Publisher for FlakyArrivals {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        if m.biz_no.ends_with('0') {
+            let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            if !failed.contains(&m.biz_no) {
+                failed.push(m.biz_no.clone());
+                return Err(PublishError::retryable(FLAKY_REASON));
+            }
+        }
+        self.arrivals.publish(m).await
+    }
+}
+
+/// Transaction mode with `StatementProtocol::Simple`: every statement of the relay goes as one
+/// simple-protocol query with inlined values, which PgBouncer 1.18 passes. The self-check still
+/// fails once (no `LISTEN` through a transaction pooler) and the worker polls; every event is
+/// published exactly once, without a relay error, with four send slots (so several pooled
+/// connections are busy at once) and a failed first attempt for every tenth event (its
+/// `release_for_retry` writes a `last_error` with a `'` and a `\`).
+async fn simple_protocol_through_pgbouncer_transaction_mode(ctx: &TestContext) {
+    let Some((bouncer, user, database)) = bouncer_for(ctx, "transaction").await else {
+        return;
+    };
+    let recorder = DebuggingRecorder::new();
+    let gauge = Gauge::new(&recorder);
+    let _guard = metrics::set_default_local_recorder(&recorder);
+
+    let publisher = Arc::new(FlakyArrivals::default());
+    let poll = Duration::from_millis(100);
+    let config = common::test_config("listen-pgbouncer-simple")
+        .poll_delay(poll)
+        .batch_size(10)
+        .send_concurrency(4)
+        .gauge_interval(Some(Duration::from_millis(200)))
+        .statement_protocol(StatementProtocol::Simple);
+    let relay = Relay::start(
+        bouncer.pool(&user, &database).await,
+        publisher.clone(),
+        config,
+    );
+    let failed = wait_until(WAIT, Duration::from_millis(10), || async {
+        relay.logged("WARN", "LISTEN self-check failed") == 1
+    })
+    .await;
+    assert!(failed, "the self-check fails through the pooler, at WARN");
+    assert_eq!(gauge.get(), Some(0.0), "wake-on-commit is not live");
+
+    for i in 0..EVENTS_BEHIND_POOLER {
+        commit_one(&ctx.db, &format!("POOLED-{i:02}")).await;
+    }
+    let delivered = wait_until(WAIT, Duration::from_millis(10), || async {
+        count(&ctx.db, EventStatus::Success).await == EVENTS_BEHIND_POOLER as u64
+    })
+    .await;
+    let s = relay.worker.summary();
+    assert!(
+        delivered,
+        "every event delivered through the pooler: {} SUCCESS, {s:?}\npgbouncer log:\n{}",
+        count(&ctx.db, EventStatus::Success).await,
+        bouncer.log()
+    );
+    // Some polls later (the reclaimer and the gauges have run too): still one WARN.
+    let rounds = s.rounds;
+    let polled = wait_until(WAIT, Duration::from_millis(10), || async {
+        relay.worker.summary().rounds >= rounds + 10
+    })
+    .await;
+    assert!(polled, "the worker goes on polling");
+    assert_eq!(
+        relay.logged("WARN", "LISTEN self-check failed"),
+        1,
+        "the failed self-check is logged once"
+    );
+    assert_eq!(relay.logged("ERROR", ""), 0, "no relay error logged");
+
+    // The escaped reason arrived intact (read directly, not through the pooler).
+    let first = sea_orm_outbox::event_record::Entity::find()
+        .filter(sea_orm_outbox::event_record::Column::BizNo.eq("POOLED-00"))
+        .one(&ctx.db)
+        .await
+        .expect("read")
+        .expect("POOLED-00");
+    assert_eq!(first.last_error.as_deref(), Some(FLAKY_REASON));
+    assert_eq!(first.retry_count, 1);
+
+    let warned = relay.logged("WARN", "LISTEN self-check failed");
+    let s = relay.stop().await;
+    let counts = publisher.arrivals.counts();
+    let retried = publisher
+        .failed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .len();
+    println!(
+        "figure: behind PgBouncer 1.18 in transaction mode with StatementProtocol::Simple, poll \
+         delay {poll:?}, 4 send slots: {} of {EVENTS_BEHIND_POOLER} events published ({retried} \
+         after one failed attempt), {} relay errors, {} rounds; self-check WARN logged {} \
+         time(s)",
+        counts.len(),
+        s.errors,
+        s.rounds,
+        warned
+    );
+    assert_eq!(
+        (s.published, s.retried, s.errors),
+        (EVENTS_BEHIND_POOLER as u64, retried as u64, 0),
+        "{s:?}\npgbouncer log:\n{}",
+        bouncer.log()
+    );
+    assert_eq!(counts.len(), EVENTS_BEHIND_POOLER, "every event published");
+    assert!(counts.values().all(|&n| n == 1), "each exactly once");
+    assert_eq!(retried, EVENTS_BEHIND_POOLER / 10);
+    drop(bouncer);
+}
+
+/// Rows read with the simple protocol come back in the text format; they decode into the same
+/// models as the binary rows of prepared statements: `timestamptz` (microseconds), `i32`/`i64`,
+/// text, and `NULL` and non-`NULL` nullable columns, a `'` and `\` in `last_error` included.
+async fn simple_protocol_rows_decode(ctx: &TestContext) {
+    use sea_orm_outbox::store::{self, RelayDb};
+    for i in 0..3 {
+        commit_one(&ctx.db, &format!("DECODE-{i}")).await;
+    }
+    let simple = RelayDb::new(ctx.pool(2).await, StatementProtocol::Simple).expect("postgres");
+    // Claimed through the simple protocol: the rows of `UPDATE ... RETURNING *`, text format.
+    let claimed = store::claim_batch(&simple, "decode#01", 3)
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 3);
+    let fresh = |id| async move {
+        store::find_event(&ctx.db, id)
+            .await
+            .expect("read")
+            .expect("row")
+    };
+    for m in &claimed {
+        assert_eq!(
+            m,
+            &fresh(m.id).await,
+            "the claimed row as a prepared read sees it"
+        );
+    }
+    let (a, b, c) = (&claimed[0], &claimed[1], &claimed[2]);
+    let reason = "it's \\ 'quoted'\n\ttabbed, ünïcode";
+    let t = store::release_for_retry(&simple, a.id, "decode#01", Duration::from_millis(1), reason)
+        .await
+        .expect("release");
+    assert_eq!(t, store::Transition::Applied);
+    let t = store::mark_success(&simple, b.id, "decode#01")
+        .await
+        .expect("success");
+    assert_eq!(t, store::Transition::Applied);
+    let t = store::mark_success(&simple, c.id, "someone-else#02")
+        .await
+        .expect("guarded");
+    assert_eq!(
+        t,
+        store::Transition::LeaseLost,
+        "the owner guard holds inlined"
+    );
+    for m in &claimed {
+        let via_simple = store::find_event(&simple, m.id)
+            .await
+            .expect("simple read")
+            .expect("row");
+        let via_prepared = fresh(m.id).await;
+        assert_eq!(via_simple, via_prepared, "text and binary rows agree");
+    }
+    let released = fresh(a.id).await;
+    assert_eq!(released.last_error.as_deref(), Some(reason));
+    assert_eq!((released.claim_owner, released.claimed_at), (None, None));
+    assert_eq!(released.retry_count, 1);
+    assert!(fresh(c.id).await.claimed_at.is_some());
+    // Microseconds survive the text format.
+    let sub_second = claimed
+        .iter()
+        .any(|m| m.create_time.timestamp_subsec_micros() != 0);
+    assert!(sub_second, "timestamps keep their microseconds");
+    assert!(
+        RelayDb::new(ctx.pool(2).await, StatementProtocol::Extended).is_ok(),
+        "the default protocol needs no check"
+    );
 }
 
 /// Session mode (the setup README recommends for the relay behind PgBouncer 1.18): each client

@@ -19,7 +19,8 @@ use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect, Claim, Transition};
 use sea_orm_outbox::{
     transactional_publish, CancellationToken, EventError, EventStatus, InMemoryPublisher, Migrator,
-    MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, Worker, WorkerConfig,
+    MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, StatementProtocol, Worker,
+    WorkerConfig,
 };
 
 backend_tests!(
@@ -35,6 +36,7 @@ backend_tests!(
     scan_and_reclaim_use_the_composite_indexes,
     hook_writes_the_event_in_the_same_transaction,
     cancellation_finishes_the_send_in_flight,
+    simple_statement_protocol_is_postgres_only,
 );
 
 /// A config for fast tests: short delays, lease 10 s, back-off base 200 ms.
@@ -219,6 +221,25 @@ async fn missing_table_says_to_migrate(ctx: &TestContext) {
         .await
         .expect_err("no table");
     assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
+}
+
+/// `StatementProtocol::Simple` (for Postgres behind a transaction-mode pooler) is refused on
+/// MySQL/MariaDB and SQLite rather than ignored.
+async fn simple_statement_protocol_is_postgres_only(ctx: &TestContext) {
+    let config = fast_config("w").statement_protocol(StatementProtocol::Simple);
+    let worker = Worker::new(ctx.pool(2).await, ScriptedPublisher::ok(), config);
+    match ctx.backend {
+        common::Backend::Postgres => {
+            worker.expect("simple protocol on Postgres");
+        }
+        _ => {
+            let err = worker.expect_err("simple protocol off Postgres");
+            assert!(
+                matches!(&err, OutboxError::InvalidConfig(m) if m.contains("Postgres")),
+                "{err}"
+            );
+        }
+    }
 }
 
 async fn three_workers_publish_each_event_once(ctx: &TestContext) {

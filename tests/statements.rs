@@ -117,6 +117,57 @@ fn outcomes() {
     );
 }
 
+/// `StatementProtocol::Simple` (Postgres behind a transaction-mode pooler): the statements as
+/// sent in one simple-protocol query, values inlined by sea-query's escaping. A `'` and a `\`
+/// in `last_error` come out as an `E'...'` literal; owners, ids and limits as literals.
+#[test]
+fn simple_protocol_inlined() {
+    let pg = DbBackend::Postgres;
+    let owner = "relay-1#00ff";
+    let reason = r"broker said: it's \ down";
+    let statements = [
+        (
+            "claim_batch",
+            pg.build(&store::claim_batch_statement(pg, owner, 20)),
+        ),
+        (
+            "claim_per_row",
+            by_id(pg, &store::claim_statement(pg, 7, 2, owner)),
+        ),
+        (
+            "mark_success",
+            by_id(pg, &store::mark_success_statement(pg, 7, owner)),
+        ),
+        (
+            "mark_success_many",
+            by_id(pg, &store::mark_success_many_statement(pg, &[7, 8], owner)),
+        ),
+        (
+            "release_for_retry",
+            by_id(
+                pg,
+                &store::release_for_retry_statement(pg, 7, owner, Duration::from_secs(20), reason),
+            ),
+        ),
+        (
+            "mark_fail",
+            by_id(pg, &store::mark_fail_statement(pg, 7, owner, reason)),
+        ),
+        (
+            "renew_leases",
+            by_id(pg, &store::renew_leases_statement(pg, &[7, 8], owner)),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, stmt) in &statements {
+        let sql = store::inline_postgres(stmt);
+        assert!(!sql.contains("$1"), "{name}: every value inlined: {sql}");
+        out.push_str(&format!("-- {name}\n{sql}\n\n"));
+    }
+    assert!(out.contains(r"E'broker said: it\'s \\ down'"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
 #[test]
 fn reclaim() {
     let lease = Duration::from_secs(600);

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::OutboxError;
 use crate::ops::Backlog;
 use crate::relay::{Observer, Op, WorkerSummary};
+use crate::store::RelayDb;
 
 pub use crate::config::DEFAULT_GAUGE_INTERVAL;
 
@@ -14,7 +15,7 @@ pub use crate::config::DEFAULT_GAUGE_INTERVAL;
 /// [`crate::ops::backlog`] (counts over the status index; one index probe for the age).
 #[derive(Debug, Clone)]
 pub struct GaugeRefresher {
-    db: DatabaseConnection,
+    db: RelayDb,
     interval: Duration,
 }
 
@@ -25,6 +26,11 @@ impl GaugeRefresher {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `interval` is zero.
     pub fn new(db: DatabaseConnection, interval: Duration) -> Result<Self, OutboxError> {
+        Self::on(RelayDb::extended(db), interval)
+    }
+
+    /// A refresher over the relay's connection `db` (a worker's statement protocol).
+    pub(crate) fn on(db: RelayDb, interval: Duration) -> Result<Self, OutboxError> {
         if interval.is_zero() {
             super::invalid("gauge_interval must be greater than zero".into())?;
         }

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{WorkerConfig, DEFAULT_RECLAIM_INTERVAL, MAX_BATCH_SIZE};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
-use crate::store::{self, Reclaimed};
+use crate::store::{self, Reclaimed, RelayDb};
 
 /// Default expired leases per statement: 1,000.
 pub const DEFAULT_RECLAIM_BATCH: u64 = store::RECLAIM_BATCH;
@@ -85,7 +85,7 @@ impl ReclaimerConfig {
 /// The guards are checked again on each row, so a lease renewed since the read is left alone.
 #[derive(Debug, Clone)]
 pub struct Reclaimer {
-    db: DatabaseConnection,
+    db: RelayDb,
     config: ReclaimerConfig,
 }
 
@@ -95,6 +95,11 @@ impl Reclaimer {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] from [`ReclaimerConfig::validate`].
     pub fn new(db: DatabaseConnection, config: ReclaimerConfig) -> Result<Self, OutboxError> {
+        Self::on(RelayDb::extended(db), config)
+    }
+
+    /// A reclaimer over the relay's connection `db` (a worker's statement protocol).
+    pub(crate) fn on(db: RelayDb, config: ReclaimerConfig) -> Result<Self, OutboxError> {
         config.validate()?;
         Ok(Reclaimer { db, config })
     }

@@ -8,7 +8,7 @@ use sea_orm::DatabaseConnection;
 use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
 use crate::error::OutboxError;
 use crate::relay::{Inflight, Observer, Op, WorkerSummary};
-use crate::store;
+use crate::store::{self, RelayDb};
 
 /// Default leases renewed per statement: 1,000.
 pub const DEFAULT_RENEW_BATCH: u64 = 1000;
@@ -68,7 +68,7 @@ pub struct Renewal {
 /// `claim_owner` value, fencing token included: see [`crate::instance`]).
 #[derive(Debug, Clone)]
 pub struct LeaseRenewer {
-    db: DatabaseConnection,
+    db: RelayDb,
     config: LeaseRenewerConfig,
 }
 
@@ -78,6 +78,11 @@ impl LeaseRenewer {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`].
     pub fn new(db: DatabaseConnection, config: LeaseRenewerConfig) -> Result<Self, OutboxError> {
+        Self::on(RelayDb::extended(db), config)
+    }
+
+    /// A lease renewer over the relay's connection `db` (a worker's statement protocol).
+    pub(crate) fn on(db: RelayDb, config: LeaseRenewerConfig) -> Result<Self, OutboxError> {
         config.validate()?;
         Ok(LeaseRenewer { db, config })
     }

@@ -24,6 +24,7 @@ use crate::maintenance::{
     GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig,
 };
 use crate::publisher::Publisher;
+use crate::store::RelayDb;
 use crate::wake::Wake;
 
 mod claim;
@@ -58,7 +59,7 @@ pub use summary::WorkerSummary;
 /// # let _ = summary; Ok(()) }
 /// ```
 pub struct Worker {
-    db: DatabaseConnection,
+    db: RelayDb,
     publisher: Arc<dyn Publisher>,
     config: WorkerConfig,
     owner: String,
@@ -90,6 +91,8 @@ impl Worker {
     /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`], or when
     /// `db` is a backend whose feature this crate was built without (`postgres`, `mysql`,
     /// `sqlite`): the relay would run without that backend's wake-up and error handling.
+    /// Also when `config.statement_protocol` is [`crate::StatementProtocol::Simple`] and `db`
+    /// is not Postgres (MySQL/MariaDB and SQLite are refused, not silently ignored).
     pub fn new(
         db: DatabaseConnection,
         publisher: Arc<dyn Publisher>,
@@ -97,16 +100,19 @@ impl Worker {
     ) -> Result<Self, OutboxError> {
         config.validate()?;
         crate::store::dialect::check_backend_feature(db.get_database_backend())?;
-        let db = config.relay_pool.connections(&db)?;
+        let db = RelayDb::new(
+            config.relay_pool.connections(&db)?,
+            config.statement_protocol,
+        )?;
         let owner = config
             .instance_id
             .clone()
             .unwrap_or_else(|| instance_id(&config.service_name, None));
-        let reclaimer = Reclaimer::new(db.clone(), ReclaimerConfig::for_worker(&config))?;
-        let renewer = LeaseRenewer::new(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
+        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
+        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
         let gauges = config
             .gauge_interval
-            .map(|every| GaugeRefresher::new(db.clone(), every))
+            .map(|every| GaugeRefresher::on(db.clone(), every))
             .transpose()?;
         Ok(Worker {
             observer: Observer::new(&owner),
@@ -133,7 +139,7 @@ impl Worker {
 
     /// The pool this worker uses (its own unless configured [`crate::RelayPool::Shared`]).
     pub fn db(&self) -> &DatabaseConnection {
-        &self.db
+        self.db.inner()
     }
 
     /// Totals so far.
@@ -156,7 +162,7 @@ impl Worker {
     /// in flight finish (bounded by the send timeout) and are recorded.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
-        let wake = Wake::new(&self.db, self.config.wake_on_commit);
+        let wake = Wake::new(self.db.inner(), self.config.wake_on_commit);
         let inflight = Inflight::default();
         let signals = slots::Signals::default();
         let sending = async {

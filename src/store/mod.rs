@@ -2,8 +2,10 @@
 //!
 //! Files: `insert` (the event insert), `claim` (candidates, per-row and batch claims), `marks`
 //! (the owner-guarded transitions and lease renewal), `reclaim` (expired leases), `admin` (the
-//! statements of [`crate::ops`]: stats, dead letters, purge), and `backend/` (one file per
-//! backend behind [`Dialect`]'s capability questions; `dialect` is its function façade).
+//! statements of [`crate::ops`]: stats, dead letters, purge), `backend/` (one file per
+//! backend behind [`Dialect`]'s capability questions; `dialect` is its function façade), and
+//! `relay_db` (the relay's connection: simple-protocol statements with inlined values on
+//! request, for transaction-mode poolers).
 //!
 //! One function per statement of the design, each deciding by `rows_affected` and returning a
 //! typed outcome. Every guard (`status`, `claim_owner`) is part of the `WHERE` clause, so a late
@@ -20,12 +22,17 @@ pub mod dialect;
 mod insert;
 mod marks;
 mod reclaim;
+mod relay_db;
 
 pub use backend::Dialect;
 pub use claim::*;
 pub use insert::*;
 pub use marks::*;
 pub use reclaim::*;
+pub use relay_db::RelayDb;
+// Reached by the statement snapshots (feature `test-support`) only.
+#[allow(unused_imports)]
+pub use relay_db::inline_postgres;
 
 use std::time::Duration;
 

@@ -151,6 +151,12 @@ pub(crate) struct RelayArgs {
     /// Longest single back-off [default: 1h].
     #[arg(long, env = "OUTBOX_RETRY_MAX_BACKOFF", value_parser = humantime::parse_duration)]
     pub(crate) retry_max_backoff: Option<Duration>,
+    /// How the relay's statements reach Postgres: extended (prepared statements) or simple
+    /// (one simple-protocol query per statement, values inlined), for a transaction-mode pooler
+    /// such as PgBouncer < 1.21 that breaks prepared statements; Postgres only
+    /// [default: extended].
+    #[arg(long, env = "OUTBOX_STATEMENT_PROTOCOL", value_enum)]
+    pub(crate) statement_protocol: Option<Protocol>,
     /// RocketMQ name server(s), `host:port[;host:port]`: publish to RocketMQ instead of the log.
     /// Set but empty is an error (the log delivers nothing).
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
@@ -181,6 +187,15 @@ pub(crate) enum Strategy {
     Batch,
 }
 
+/// `--statement-protocol` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum Protocol {
+    /// Prepared statements with bound parameters.
+    Extended,
+    /// Simple-protocol queries with inlined values (transaction-mode poolers).
+    Simple,
+}
+
 impl RelayArgs {
     /// The worker's configuration: the library's defaults, overridden by each flag given.
     pub(crate) fn config(&self) -> WorkerConfig {
@@ -192,6 +207,12 @@ impl RelayArgs {
             c = c.claim_strategy(match s {
                 Strategy::PerRow => sea_orm_outbox::ClaimStrategy::PerRow,
                 Strategy::Batch => sea_orm_outbox::ClaimStrategy::Batch,
+            });
+        }
+        if let Some(p) = self.statement_protocol {
+            c = c.statement_protocol(match p {
+                Protocol::Extended => sea_orm_outbox::StatementProtocol::Extended,
+                Protocol::Simple => sea_orm_outbox::StatementProtocol::Simple,
             });
         }
         if let Some(n) = self.send_concurrency {
@@ -257,6 +278,21 @@ mod tests {
             (c.poll_delay, c.batch_size, c.lease, c.send_timeout, c.retry),
             (d.poll_delay, d.batch_size, d.lease, d.send_timeout, d.retry)
         );
+    }
+
+    /// `--statement-protocol simple` reaches the worker's configuration.
+    #[test]
+    fn statement_protocol_parses() {
+        let cli = Cli::try_parse_from(["outbox", "relay", "--statement-protocol", "simple"])
+            .expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        assert_eq!(
+            args.config().statement_protocol,
+            sea_orm_outbox::StatementProtocol::Simple
+        );
+        assert!(Cli::try_parse_from(["outbox", "relay", "--statement-protocol", "x"]).is_err());
     }
 
     /// Durations take humantime units; `dead retry` wants an id or `--all`, not both.
