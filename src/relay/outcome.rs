@@ -116,8 +116,10 @@ impl<'w> Recorder<'w> {
                     w.observer.published(s, &ids, applied);
                 }
                 Err(e) if !row_fault(&e) => {
-                    let left: Vec<Model> =
-                        events.into_iter().chain(groups.flat_map(|(_, g)| g)).collect();
+                    let left: Vec<Model> = events
+                        .into_iter()
+                        .chain(groups.flat_map(|(_, g)| g))
+                        .collect();
                     self.leave(&left, e.into(), s);
                     return;
                 }
