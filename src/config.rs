@@ -275,9 +275,14 @@ impl WorkerConfig {
         }
         // 90 + `-` + a pid or port (at most 10 digits) + `-` + 6 hex stays within
         // INSTANCE_ID_MAX_LEN (111).
-        if self.service_name.trim().is_empty() || self.service_name.chars().count() > 90 {
+        if self.service_name.trim().is_empty()
+            || self.service_name.chars().count() > 90
+            || !plain_id(&self.service_name)
+        {
             return bad(
-                "service_name must be 1 to 90 characters (it starts the instance id)".into(),
+                "service_name must be 1 to 90 characters, without '#', whitespace or control \
+                 characters (it starts the instance id)"
+                    .into(),
             );
         }
         for (name, d) in [
@@ -302,11 +307,12 @@ impl WorkerConfig {
         if let Some(id) = &self.instance_id {
             if id.trim().is_empty()
                 || id.chars().count() > crate::instance::INSTANCE_ID_MAX_LEN
-                || id.contains('#')
+                || !plain_id(id)
             {
                 return bad(format!(
-                    "instance_id must be 1 to {} characters without '#' (claim_owner holds the \
-                     instance id, '#' and a claim token of 16 hex digits)",
+                    "instance_id must be 1 to {} characters, without '#', whitespace or control \
+                     characters (claim_owner holds the instance id, '#' and a claim token of 16 \
+                     hex digits)",
                     crate::instance::INSTANCE_ID_MAX_LEN
                 ));
             }
@@ -376,6 +382,14 @@ impl WorkerConfig {
 /// The lease side of the send-timeout rule: `timeout` is at most a third of `lease`.
 fn fits_lease(timeout: Duration, lease: Duration) -> bool {
     timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE <= lease
+}
+
+/// Whether `s` holds no `#` (it separates the instance id from the claim token in
+/// `claim_owner`), no whitespace and no control characters (log lines and `claim_owner` stay
+/// one readable word).
+fn plain_id(s: &str) -> bool {
+    !s.chars()
+        .any(|c| c == '#' || c.is_whitespace() || c.is_control())
 }
 
 #[cfg(test)]

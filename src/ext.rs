@@ -79,7 +79,6 @@ impl<C: ConnectionTrait> OutboxExt for C {}
 ///
 /// ```no_run
 /// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
-/// use sea_orm::TransactionSession;
 /// use sea_orm_outbox::{begin_write, NewEvent, OutboxExt};
 ///
 /// let txn = begin_write(db).await?; // BEGIN IMMEDIATE on SQLite

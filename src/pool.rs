@@ -81,8 +81,9 @@ impl RelayPool {
                     .contains(&max_connections) =>
             {
                 Err(OutboxError::InvalidConfig(format!(
-                    "relay pool max_connections must be {MIN_RELAY_POOL_CONNECTIONS} to \
-                     {MAX_RELAY_POOL_CONNECTIONS}"
+                    "RelayPool::Own {{ max_connections: {max_connections} }}: a relay pool needs \
+                     {MIN_RELAY_POOL_CONNECTIONS} to {MAX_RELAY_POOL_CONNECTIONS} connections (the \
+                     LISTEN connection, its self-check's, and one for statements)"
                 )))
             }
             _ => Ok(()),
@@ -92,8 +93,8 @@ impl RelayPool {
     /// The connections a worker configured with `self` uses, given the application's `db`.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] from [`RelayPool::validate`], or when `db` is a backend
-    /// this crate was built without.
+    /// [`OutboxError::InvalidConfig`] from [`RelayPool::validate`], when `db` is a backend
+    /// this crate was built without, or a mock connection with [`RelayPool::Own`].
     pub(crate) fn connections(
         &self,
         db: &DatabaseConnection,
@@ -101,13 +102,22 @@ impl RelayPool {
         self.validate()?;
         match *self {
             RelayPool::Shared => Ok(db.clone()),
-            RelayPool::Own { max_connections } => guarded_pool(db, max_connections),
+            RelayPool::Own { .. } if sea_orm::ConnectionTrait::is_mock_connection(db) => {
+                Err(OutboxError::InvalidConfig(
+                    "a SeaORM mock connection has no pool options to open a relay pool with; \
+                 configure the worker with relay_pool(RelayPool::Shared)"
+                        .into(),
+                ))
+            }
+            RelayPool::Own { max_connections } => relay_pool(db, max_connections),
         }
     }
 }
 
 /// A new pool with the connect and pool options of `db`'s (same server, credentials, TLS,
-/// timeouts, `after_connect` hook), at most `max_connections` connections opened lazily, none
+/// timeouts, and sqlx's own pool settings such as its `after_connect` hook; SeaORM's
+/// `ConnectOptions::after_connect` callback ran once when `db` was connected and is not run
+/// again), at most `max_connections` connections opened lazily, none
 /// kept when idle for 60 s, and every idle connection checked before it is handed out (in
 /// place of sqlx's ping): one found inside an open transaction is closed with a WARN, its
 /// transaction rolled back by the server, and counted in `outbox_leaked_transactions_total`;
@@ -115,8 +125,7 @@ impl RelayPool {
 ///
 /// The check runs, on the connection about to be handed out:
 /// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the
-///   two are equal in a statement of its own, and differ inside a transaction opened earlier);
-///   the connections carry `application_name` [`RELAY_APPLICATION_NAME`].
+///   two are equal in a statement of its own, and differ inside a transaction opened earlier).
 /// - MySQL/MariaDB: `SELECT CAST(@@in_transaction AS SIGNED)` (MariaDB; MySQL proper has no
 ///   such variable: there the connections are handed out unchecked, said once at WARN).
 ///
@@ -124,8 +133,8 @@ impl RelayPool {
 /// counts as leaked too; one whose check fails otherwise is closed quietly (DEBUG).
 ///
 /// What of `db`'s pool is not carried over: its own `before_acquire` hook and
-/// `test_before_acquire` setting (the check replaces them), its `idle_timeout` (60 s here), on
-/// Postgres its `application_name`, and SeaORM's metric callback of `db` (set one on the
+/// `test_before_acquire` setting (the check replaces them), its `idle_timeout` (60 s here), and
+/// SeaORM's metric callback of `db` (set one on the
 /// returned connection if you need it).
 /// - SQLite: returns `db` itself (nothing to check: one writer, and the pool may be an
 ///   in-memory database that a second pool would not see).
@@ -142,10 +151,25 @@ pub fn guarded_pool(
     db: &DatabaseConnection,
     max_connections: u32,
 ) -> Result<DatabaseConnection, OutboxError> {
+    guarded(db, max_connections, None)
+}
+
+/// The relay's own pool: [`guarded_pool`] whose Postgres connections carry
+/// `application_name` [`RELAY_APPLICATION_NAME`] (in `pg_stat_activity`).
+fn relay_pool(db: &DatabaseConnection, max: u32) -> Result<DatabaseConnection, OutboxError> {
+    guarded(db, max, Some(RELAY_APPLICATION_NAME))
+}
+
+/// [`guarded_pool`], with `application_name` set on Postgres when given.
+fn guarded(
+    db: &DatabaseConnection,
+    max_connections: u32,
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] name: Option<&str>,
+) -> Result<DatabaseConnection, OutboxError> {
     let max = max_connections.max(1);
     match db.get_database_backend() {
         #[cfg(feature = "postgres")]
-        sea_orm::DbBackend::Postgres => Ok(postgres::pool(db, max)),
+        sea_orm::DbBackend::Postgres => Ok(postgres::pool(db, max, name)),
         #[cfg(feature = "mysql")]
         sea_orm::DbBackend::MySql => Ok(mysql::pool(db, max)),
         sea_orm::DbBackend::Sqlite => Ok(db.clone()),
@@ -182,11 +206,16 @@ mod postgres {
     use sea_orm::{DatabaseConnection, SqlxPostgresConnector};
 
     /// See [`super::guarded_pool`].
-    pub(super) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
+    pub(super) fn pool(
+        db: &DatabaseConnection,
+        max: u32,
+        name: Option<&str>,
+    ) -> DatabaseConnection {
         let app = db.get_postgres_connection_pool();
-        let connect = (*app.connect_options())
-            .clone()
-            .application_name(super::RELAY_APPLICATION_NAME);
+        let mut connect = (*app.connect_options()).clone();
+        if let Some(name) = name {
+            connect = connect.application_name(name);
+        }
         let options: PgPoolOptions = app
             .options()
             .clone()

@@ -285,7 +285,10 @@ impl Wake {
                 let reason = match failure {
                     Failure::SharedSessions => {
                         "two connections of the pool shared one server session: a pooler in \
-                         transaction mode (PgBouncer?); no LISTEN was sent"
+                         transaction mode (PgBouncer?); no LISTEN was sent. Through such a \
+                         pooler the relay's prepared statements fail too: configure \
+                         statement_protocol(Simple) (`outbox relay --statement-protocol \
+                         simple`), or connect in session mode"
                     }
                     _ => {
                         "a NOTIFY sent through the pool did not reach the LISTEN connection \

@@ -100,6 +100,7 @@ impl Worker {
     ) -> Result<Self, OutboxError> {
         config.validate()?;
         crate::store::dialect::check_backend_feature(db.get_database_backend())?;
+        check_shared_pool(&db, &config)?;
         let db = RelayDb::new(
             config.relay_pool.connections(&db)?,
             config.statement_protocol,
@@ -162,6 +163,7 @@ impl Worker {
     /// in flight finish (bounded by the send timeout) and are recorded.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
+        tracing::info!(parent: &span, owner = %self.owner, "outbox worker started");
         let wake = Wake::new(self.db.inner(), self.config.wake_on_commit);
         let inflight = Inflight::default();
         let signals = slots::Signals::default();
@@ -244,4 +246,32 @@ impl Worker {
         self.observer.commit(&mut s);
         Ok(r.total())
     }
+}
+
+/// With [`crate::RelayPool::Shared`] on Postgres and wake-on-commit, the pool handed over must
+/// have room for the `LISTEN` connection, its self-check's and one for statements (the
+/// relay's own pool is held to the same minimum by [`crate::RelayPool::validate`]).
+fn check_shared_pool(db: &DatabaseConnection, config: &WorkerConfig) -> Result<(), OutboxError> {
+    #[cfg(feature = "postgres")]
+    if config.relay_pool == crate::RelayPool::Shared
+        && config.wake_on_commit
+        && db.get_database_backend() == sea_orm::DbBackend::Postgres
+        && !sea_orm::ConnectionTrait::is_mock_connection(db)
+    {
+        let max = db
+            .get_postgres_connection_pool()
+            .options()
+            .get_max_connections();
+        let min = crate::pool::MIN_RELAY_POOL_CONNECTIONS;
+        if max < min {
+            return Err(OutboxError::InvalidConfig(format!(
+                "RelayPool::Shared with a pool of {max} connection(s): wake-on-commit needs at \
+                 least {min} (the LISTEN connection, its self-check's, and one for statements); \
+                 give the pool more connections, use RelayPool::Own, or wake_on_commit(false)"
+            )));
+        }
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = (db, config);
+    Ok(())
 }
