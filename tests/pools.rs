@@ -37,6 +37,10 @@ backend_test!(
         Postgres, "cancelled_begins" => cancelled_begins_do_not_reach_the_relay;
     mariadb_cancelled_begins_do_not_reach_the_relay:
         MySql, "cancelled_begins" => cancelled_begins_do_not_reach_the_relay;
+    postgres_cancelled_begins_on_a_guarded_shared_pool:
+        Postgres, "cancelled_guarded" => cancelled_begins_on_a_guarded_shared_pool;
+    mariadb_cancelled_begins_on_a_guarded_shared_pool:
+        MySql, "cancelled_guarded" => cancelled_begins_on_a_guarded_shared_pool;
     postgres_a_full_application_pool_starves_no_renewal:
         Postgres, "full_pool" => a_full_application_pool_starves_no_renewal;
     mariadb_a_full_application_pool_starves_no_renewal:
@@ -143,12 +147,32 @@ async fn guard_closes_a_connection_left_in_a_transaction(ctx: &TestContext) {
 /// commit returned Ok is published, none twice, none is left `SENDING`, the relay meets no
 /// error, and no relay session is left inside a transaction.
 async fn cancelled_begins_do_not_reach_the_relay(ctx: &TestContext) {
-    const N: usize = 2000;
     let app = ctx.pool(2).await;
+    cancelled_begins(ctx, app, common::test_config("leaky")).await
+}
+
+/// The README's advice for an application that wants one pool: build it with
+/// `guarded_pool`, and hand it to the worker as `RelayPool::Shared`. The same 2,000 cancelled
+/// begins: the guard closes every connection left in a transaction before anyone (the
+/// application or the relay) uses it again, so the relay publishes each event once, as on a
+/// pool of its own.
+async fn cancelled_begins_on_a_guarded_shared_pool(ctx: &TestContext) {
+    let app = guarded_pool(&ctx.pool(4).await, 4).expect("guarded pool");
+    let config =
+        common::test_config("guarded-shared").relay_pool(sea_orm_outbox::RelayPool::Shared);
+    cancelled_begins(ctx, app, config).await
+}
+
+/// [`cancelled_begins_do_not_reach_the_relay`] with the application's pool `app` and the
+/// worker's `config`.
+async fn cancelled_begins(
+    ctx: &TestContext,
+    app: DatabaseConnection,
+    config: sea_orm_outbox::WorkerConfig,
+) {
+    const N: usize = 2000;
     let publisher = Arc::new(InMemoryPublisher::new());
-    let worker = Arc::new(
-        Worker::new(app.clone(), publisher.clone(), common::test_config("leaky")).expect("worker"),
-    );
+    let worker = Arc::new(Worker::new(app.clone(), publisher.clone(), config).expect("worker"));
     let cancel = CancellationToken::new();
     let run = tokio::spawn({
         let (w, c) = (worker.clone(), cancel.clone());

@@ -127,8 +127,8 @@ impl LeaseRenewer {
             for claim in inflight.renewable(self.config.hung_after) {
                 match self.run_once(&claim.owner, &claim.ids).await {
                     Ok(r) => {
-                        inflight.lose(&claim.owner, &r.lost);
-                        observer.renewed(r.renewed, &r.lost);
+                        let lost = inflight.lose(&claim.owner, &r.lost);
+                        observer.renewed(r.renewed, &lost);
                     }
                     Err(e) => {
                         observer.error(&mut s, Op::Renew, &e, "lease renewal failed; retrying");

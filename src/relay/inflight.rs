@@ -142,17 +142,22 @@ impl Inflight {
         out
     }
 
-    /// Marks `ids` of `owner`'s claim lost: they are neither sent nor recorded.
-    pub(crate) fn lose(&self, owner: &str, ids: &[i64]) {
+    /// Marks `ids` of `owner`'s claim lost: they are neither sent nor recorded. Returns the
+    /// ones still held (an id whose outcome was recorded while the renewal ran is not lost: its
+    /// row left `SENDING` by this worker's own mark).
+    pub(crate) fn lose(&self, owner: &str, ids: &[i64]) -> Vec<i64> {
         let mut map = self.lock();
         let Some(claim) = map.get_mut(owner) else {
-            return;
+            return Vec::new();
         };
+        let mut lost = Vec::new();
         for id in ids {
             if let Some(phase) = claim.get(id).copied() {
                 claim.insert(*id, Phase::Lost(phase.claimed_at()));
+                lost.push(*id);
             }
         }
+        lost
     }
 
     /// Events held.
