@@ -90,16 +90,16 @@ impl RelayPool {
         }
     }
 
-    /// The connections a worker configured with `self` uses, given the application's `db`.
+    /// The connections a worker configured with `self` uses, given the application's `db`
+    /// (`self` was validated with the worker's config, [`crate::WorkerConfig::validate`]).
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] from [`RelayPool::validate`], when `db` is a backend
-    /// this crate was built without, or a mock connection with [`RelayPool::Own`].
+    /// [`OutboxError::InvalidConfig`] when `db` is a backend this crate was built without, or
+    /// a mock connection with [`RelayPool::Own`].
     pub(crate) fn connections(
         &self,
         db: &DatabaseConnection,
     ) -> Result<DatabaseConnection, OutboxError> {
-        self.validate()?;
         match *self {
             RelayPool::Shared => Ok(db.clone()),
             RelayPool::Own { .. } if sea_orm::ConnectionTrait::is_mock_connection(db) => {
@@ -166,6 +166,10 @@ fn guarded(
     max_connections: u32,
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] name: Option<&str>,
 ) -> Result<DatabaseConnection, OutboxError> {
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql")),
+        allow(unused_variables)
+    )]
     let max = max_connections.max(1);
     match db.get_database_backend() {
         #[cfg(feature = "postgres")]
@@ -189,6 +193,31 @@ fn leaked() {
          begin(), or a transaction left unfinished); closing it, the server rolls the \
          transaction back"
     );
+}
+
+/// The pool options of the relay's pool, from the application's `app`: at most `max`
+/// connections, opened lazily, closed after 60 s idle, sqlx's ping off (the caller's
+/// `before_acquire` check replaces it).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn relay_options<DB: sea_orm::sqlx::Database>(
+    app: &sea_orm::sqlx::pool::PoolOptions<DB>,
+    max: u32,
+) -> sea_orm::sqlx::pool::PoolOptions<DB> {
+    app.clone()
+        .max_connections(max)
+        .min_connections(0)
+        .idle_timeout(std::time::Duration::from_secs(60))
+        .test_before_acquire(false)
+}
+
+/// The check's verdict on a connection found `open` (inside a transaction) or not: a leaked
+/// one is logged, counted and closed; returns whether to hand it out.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn verdict(open: bool) -> bool {
+    if open {
+        leaked();
+    }
+    !open
 }
 
 /// A connection whose check failed for another reason (it died while idle, say): closed, like
@@ -216,31 +245,18 @@ mod postgres {
         if let Some(name) = name {
             connect = connect.application_name(name);
         }
-        let options: PgPoolOptions = app
-            .options()
-            .clone()
-            .max_connections(max)
-            .min_connections(0)
-            .idle_timeout(std::time::Duration::from_secs(60))
-            .test_before_acquire(false)
-            .before_acquire(|conn, _| {
+        let options: PgPoolOptions =
+            super::relay_options(app.options(), max).before_acquire(|conn, _| {
                 Box::pin(async move {
                     let checked =
                         sqlx::raw_sql("SELECT transaction_timestamp() = statement_timestamp()")
                             .fetch_one(&mut *conn)
                             .await;
                     match checked {
-                        Ok(row) => {
-                            let clean: bool = row.try_get(0)?;
-                            if !clean {
-                                super::leaked();
-                            }
-                            Ok(clean)
-                        }
+                        Ok(row) => Ok(super::verdict(!row.try_get::<bool, _>(0)?)),
                         // Inside a transaction that already failed: every statement is refused.
                         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
-                            super::leaked();
-                            Ok(false)
+                            Ok(super::verdict(true))
                         }
                         Err(e) => Ok(super::dead(&e)),
                     }
@@ -265,26 +281,14 @@ mod mysql {
     pub(super) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
         let app = db.get_mysql_connection_pool();
         let connect = (*app.connect_options()).clone();
-        let options: MySqlPoolOptions = app
-            .options()
-            .clone()
-            .max_connections(max)
-            .min_connections(0)
-            .idle_timeout(std::time::Duration::from_secs(60))
-            .test_before_acquire(false)
-            .before_acquire(|conn, _| {
+        let options: MySqlPoolOptions =
+            super::relay_options(app.options(), max).before_acquire(|conn, _| {
                 Box::pin(async move {
                     let checked = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
                         .fetch_one(&mut *conn)
                         .await;
                     match checked {
-                        Ok(row) => {
-                            let open: i64 = row.try_get(0)?;
-                            if open != 0 {
-                                super::leaked();
-                            }
-                            Ok(open == 0)
-                        }
+                        Ok(row) => Ok(super::verdict(row.try_get::<i64, _>(0)? != 0)),
                         // MySQL proper has no `@@in_transaction` (MariaDB has): nothing to
                         // check with; say so once and hand the connection out.
                         Err(sqlx::Error::Database(e)) if e.message().contains("in_transaction") => {

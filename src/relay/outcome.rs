@@ -110,52 +110,46 @@ impl<'w> Recorder<'w> {
         while let Some((owner, events)) = groups.next() {
             let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-            match store::mark_success_many(&w.db, &ids, &owner).await {
+            let (unmarked, e) = match store::mark_success_many(&w.db, &ids, &owner).await {
                 Ok(applied) => {
                     self.finish_all(&owner, &ids);
                     w.observer.published(s, &ids, applied);
+                    continue;
                 }
-                Err(e) if !row_fault(&e) => {
-                    let left: Vec<Model> = events
-                        .into_iter()
-                        .chain(groups.flat_map(|(_, g)| g))
-                        .collect();
-                    self.leave(&left, e.into(), s);
-                    return;
-                }
+                Err(e) if !row_fault(&e) => (events, e),
                 Err(e) if events.len() == 1 => {
                     self.mark_unmarkable(&events[0], e.into(), s).await;
+                    continue;
                 }
                 Err(e) => {
                     tracing::warn!(
                         error = %e, claim = %owner, event_ids = ?ids,
                         "marking events SUCCESS together failed; marking them one by one"
                     );
-                    if !self.mark_one_by_one(events, s).await {
-                        let left: Vec<Model> = groups.flat_map(|(_, g)| g).collect();
-                        if !left.is_empty() {
-                            let ids: Vec<i64> = left.iter().map(|e| e.id).collect();
-                            for event in &left {
-                                self.finish(event);
-                            }
-                            tracing::warn!(
-                                event_ids = ?ids,
-                                "SUCCESS marks not attempted after a database failure; the \
-                                 reclaim will resend them"
-                            );
-                        }
-                        return;
+                    match self.mark_one_by_one(events, s).await {
+                        Ok(()) => continue,
+                        Err(failed) => failed,
                     }
                 }
-            }
+            };
+            let left: Vec<Model> = unmarked
+                .into_iter()
+                .chain(groups.flat_map(|(_, g)| g))
+                .collect();
+            self.leave(&left, e.into(), s);
+            return;
         }
     }
 
     /// Marks each of `events` (one claim's) `SUCCESS` on its own: only a row whose statement
     /// fails because of that row is affected, and it records that error
-    /// ([`Recorder::mark_unmarkable`]). At the first failure of another kind the rest are left
-    /// to the reclaim ([`Recorder::leave`]) and false is returned.
-    async fn mark_one_by_one(&mut self, events: Vec<Model>, s: &mut WorkerSummary) -> bool {
+    /// ([`Recorder::mark_unmarkable`]). At the first failure of another kind it stops and
+    /// returns the events not marked, with the error, for [`Recorder::leave`].
+    async fn mark_one_by_one(
+        &mut self,
+        events: Vec<Model>,
+        s: &mut WorkerSummary,
+    ) -> Result<(), (Vec<Model>, sea_orm::DbErr)> {
         let w = self.worker;
         let mut rest = events.into_iter();
         while let Some(event) = rest.next() {
@@ -166,14 +160,10 @@ impl<'w> Recorder<'w> {
                     w.observer.published(s, &[event.id], applied);
                 }
                 Err(e) if row_fault(&e) => self.mark_unmarkable(&event, e.into(), s).await,
-                Err(e) => {
-                    let left: Vec<Model> = std::iter::once(event).chain(rest).collect();
-                    self.leave(&left, e.into(), s);
-                    return false;
-                }
+                Err(e) => return Err((std::iter::once(event).chain(rest).collect(), e)),
             }
         }
-        true
+        Ok(())
     }
 
     /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: nothing more can
