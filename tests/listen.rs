@@ -478,13 +478,6 @@ fn pgbouncer_binary() -> Option<PathBuf> {
 }
 
 /// A free TCP port on the loopback interface.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 impl PgBouncer {
     /// Starts `binary` with `pool_mode` (`transaction`, `session`) on a free loopback port, in
     /// front of the server of `upstream` (trust authentication for the user of `upstream`, as
@@ -495,7 +488,7 @@ impl PgBouncer {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let port = free_port();
+        let port = common::free_port();
         let user = upstream.get_username();
         let auth = dir.join("users.txt");
         std::fs::write(&auth, format!("\"{user}\" \"\"\n")).expect("auth file");
@@ -574,6 +567,30 @@ async fn bouncer_for(ctx: &TestContext, pool_mode: &str) -> Option<(PgBouncer, S
     Some((bouncer, upstream.get_username().to_owned(), database))
 }
 
+/// Starts a worker with `config` through the transaction-mode `bouncer` (as `user` on
+/// `database`), waits for its failed self-check (one WARN, the gauge at 0), then commits
+/// [`EVENTS_BEHIND_POOLER`] events `POOLED-nn` one by one, directly.
+async fn behind_transaction_pooler(
+    ctx: &TestContext,
+    bouncer: &PgBouncer,
+    (user, database): (&str, &str),
+    publisher: Arc<dyn Publisher>,
+    config: WorkerConfig,
+    gauge: &Gauge,
+) -> Relay {
+    let relay = Relay::start(bouncer.pool(user, database).await, publisher, config);
+    let failed = wait_until(WAIT, Duration::from_millis(10), || async {
+        relay.logged("WARN", "LISTEN self-check failed") == 1
+    })
+    .await;
+    assert!(failed, "the self-check fails through the pooler, at WARN");
+    assert_eq!(gauge.get(), Some(0.0), "wake-on-commit is not live");
+    for i in 0..EVENTS_BEHIND_POOLER {
+        commit_one(&ctx.db, &format!("POOLED-{i:02}")).await;
+    }
+    relay
+}
+
 /// Transaction mode: PgBouncer hands out server connections per transaction, so `LISTEN` cannot
 /// work. The self-check finds it out (usually before sending any `LISTEN`: two pooled
 /// connections report the same backend pid; otherwise because its own `NOTIFY` does not come
@@ -598,21 +615,15 @@ async fn through_pgbouncer_transaction_mode(ctx: &TestContext) {
     let publisher = Arc::new(Arrivals::default());
     let poll = Duration::from_millis(100);
     let config = common::test_config("listen-pgbouncer-tx").poll_delay(poll);
-    let relay = Relay::start(
-        bouncer.pool(&user, &database).await,
+    let relay = behind_transaction_pooler(
+        ctx,
+        &bouncer,
+        (&user, &database),
         publisher.clone(),
         config,
-    );
-    let failed = wait_until(WAIT, Duration::from_millis(10), || async {
-        relay.logged("WARN", "LISTEN self-check failed") == 1
-    })
+        &gauge,
+    )
     .await;
-    assert!(failed, "the self-check fails through the pooler, at WARN");
-    assert_eq!(gauge.get(), Some(0.0), "wake-on-commit is not live");
-
-    for i in 0..EVENTS_BEHIND_POOLER {
-        commit_one(&ctx.db, &format!("POOLED-{i:02}")).await;
-    }
     // Many polls later the self-check is still logged once (it is repeated only every 5
     // minutes, quietly), and no loss is reported: there is no listener to lose.
     let rounds = relay.worker.summary().rounds;
@@ -696,21 +707,15 @@ async fn simple_protocol_through_pgbouncer_transaction_mode(ctx: &TestContext) {
         .send_concurrency(4)
         .gauge_interval(Some(Duration::from_millis(200)))
         .statement_protocol(StatementProtocol::Simple);
-    let relay = Relay::start(
-        bouncer.pool(&user, &database).await,
+    let relay = behind_transaction_pooler(
+        ctx,
+        &bouncer,
+        (&user, &database),
         publisher.clone(),
         config,
-    );
-    let failed = wait_until(WAIT, Duration::from_millis(10), || async {
-        relay.logged("WARN", "LISTEN self-check failed") == 1
-    })
+        &gauge,
+    )
     .await;
-    assert!(failed, "the self-check fails through the pooler, at WARN");
-    assert_eq!(gauge.get(), Some(0.0), "wake-on-commit is not live");
-
-    for i in 0..EVENTS_BEHIND_POOLER {
-        commit_one(&ctx.db, &format!("POOLED-{i:02}")).await;
-    }
     let delivered = wait_until(WAIT, Duration::from_millis(10), || async {
         count(&ctx.db, EventStatus::Success).await == EVENTS_BEHIND_POOLER as u64
     })

@@ -623,13 +623,6 @@ async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
 // relay start-up: waiting for the database
 
 /// A loopback port where nothing listens (the OS picks a free one; it is released at once).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 /// `url` pointing at `127.0.0.1:port` instead of its own host and port; also returns the
 /// original `host:port`.
 fn via_port(url: &str, port: u16) -> (String, String) {
@@ -751,7 +744,7 @@ const RETRYING: &str = "cannot connect to the database yet; retrying";
 /// clear error; `0s` tries once. The password never shows.
 #[tokio::test]
 async fn relay_gives_up_after_the_connect_timeout() {
-    let port = free_port();
+    let port = common::free_port();
     let refused = format!("postgres://app:{SECRET}@127.0.0.1:{port}/x");
     let started = Instant::now();
     let o = outbox_with(
@@ -845,7 +838,10 @@ async fn relay_fails_at_once_when_waiting_cannot_help() {
         assert_no_secret("malformed URL", &o);
     }
     // Settings that cannot work are refused before waiting for an unreachable database.
-    let unreachable = format!("postgres://app:{SECRET}@127.0.0.1:{}/x", free_port());
+    let unreachable = format!(
+        "postgres://app:{SECRET}@127.0.0.1:{}/x",
+        common::free_port()
+    );
     for args in [
         &["relay", "--rocketmq-namesrv", "localhost"][..],
         &["relay", "--rocketmq-namesrv", " "],
@@ -903,7 +899,7 @@ backend_test!(
 /// forwarder to the real server starts listening there; SIGTERM then stops it with exit 0.
 async fn relay_connects_once_the_database_appears(ctx: &TestContext) {
     let id = new_event(&ctx.db, "ORD-LATE-DB").await;
-    let port = free_port();
+    let port = common::free_port();
     // Postgres trusts local logins, so a password can ride along (and must never show);
     // MariaDB's root has none.
     let url = match ctx.backend {

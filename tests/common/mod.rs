@@ -388,3 +388,11 @@ where
 {
     run_with(backend, name, false, f).await
 }
+
+/// A loopback port nothing listens on now (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
