@@ -9,6 +9,7 @@
 //! | [`DbErrorKind::LockTimeout`] | `55P03` (`lock_timeout`) | 1205 | 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED` (and their extended codes) |
 //! | [`DbErrorKind::SerializationFailure`] | `40001` | – (InnoDB reports conflicts as 1213) | – |
 //! | [`DbErrorKind::MissingTable`] | `42P01` | 1146 | 1 `SQLITE_ERROR` whose message is "no such table" (SQLite has no code of its own for it) |
+//! | [`DbErrorKind::MissingColumn`] | `42703` | 1054 | 1 `SQLITE_ERROR` whose message is "no such column" or "… has no column named …" |
 //! | [`DbErrorKind::ConnectionLost`] | class `08` but `08P01`, `57P01`–`57P03`, `53300` | 1040, 1053, 1152, 1158–1161, 1184, 1203, 1226, 1927, 3032 | – |
 //!
 //! I/O errors (refused, reset, closed mid-query, a name that does not resolve; not "permission
@@ -31,6 +32,8 @@ pub enum DbErrorKind {
     SerializationFailure,
     /// A table the statement names does not exist.
     MissingTable,
+    /// A column the statement names does not exist (a migration was not applied).
+    MissingColumn,
     /// The server could not be reached or the connection broke; the same operation may
     /// succeed once it is back.
     ConnectionLost,
@@ -123,6 +126,7 @@ fn postgres_kind(code: &str) -> DbErrorKind {
         "55P03" => DbErrorKind::LockTimeout,
         "40001" => DbErrorKind::SerializationFailure,
         "42P01" => DbErrorKind::MissingTable,
+        "42703" => DbErrorKind::MissingColumn,
         // 08P01 (protocol violation) is class 08 but waiting does not heal it.
         "08P01" => DbErrorKind::Other,
         "57P01" | "57P02" | "57P03" | "53300" => DbErrorKind::ConnectionLost,
@@ -140,6 +144,7 @@ fn mysql_kind(number: u16) -> DbErrorKind {
         1213 => DbErrorKind::Deadlock,
         1205 => DbErrorKind::LockTimeout,
         1146 => DbErrorKind::MissingTable,
+        1054 => DbErrorKind::MissingColumn,
         1040 | 1053 | 1152 | 1158..=1161 | 1184 | 1203 | 1226 | 1927 | 3032 => {
             DbErrorKind::ConnectionLost
         }
@@ -153,6 +158,9 @@ fn sqlite_kind(code: i32, message: &str) -> DbErrorKind {
     match code & 0xff {
         5 | 6 => DbErrorKind::LockTimeout,
         1 if message.starts_with("no such table") => DbErrorKind::MissingTable,
+        1 if message.starts_with("no such column") || message.contains("has no column named") => {
+            DbErrorKind::MissingColumn
+        }
         _ => DbErrorKind::Other,
     }
 }
@@ -167,6 +175,16 @@ mod tests {
         assert_eq!(postgres_kind("40001"), DbErrorKind::SerializationFailure);
         assert_eq!(postgres_kind("55P03"), DbErrorKind::LockTimeout);
         assert_eq!(postgres_kind("42P01"), DbErrorKind::MissingTable);
+        assert_eq!(postgres_kind("42703"), DbErrorKind::MissingColumn);
+        assert_eq!(mysql_kind(1054), DbErrorKind::MissingColumn);
+        assert_eq!(
+            sqlite_kind(1, "table t_event_record has no column named headers"),
+            DbErrorKind::MissingColumn
+        );
+        assert_eq!(
+            sqlite_kind(1, "no such column: headers"),
+            DbErrorKind::MissingColumn
+        );
         assert_eq!(postgres_kind("08006"), DbErrorKind::ConnectionLost);
         assert_eq!(postgres_kind("57P01"), DbErrorKind::ConnectionLost);
         assert_eq!(postgres_kind("08P01"), DbErrorKind::Other);

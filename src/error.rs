@@ -41,6 +41,23 @@ pub enum EventError {
     /// The payload value could not be serialized to JSON.
     #[error("event payload could not be serialized to JSON: {0}")]
     Serialize(String),
+    /// A header's name or value is not one the broker carries faithfully, or the name is one
+    /// the broker or the outbox reserves (see [`crate::NewEvent::header`]).
+    #[error("event header `{name}`: {reason}")]
+    InvalidHeader {
+        /// The header's name (cut to 64 characters when it is longer).
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The headers together are larger than the limit (bytes of their JSON form).
+    #[error("event headers are {size} bytes; the limit is {max} bytes")]
+    HeadersTooLarge {
+        /// Their size in bytes, as stored (a JSON object).
+        size: usize,
+        /// The limit in bytes ([`crate::MAX_HEADERS_BYTES`]).
+        max: usize,
+    },
 }
 
 /// Every error the library returns.
@@ -61,6 +78,15 @@ pub enum OutboxError {
          `sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
     )]
     TableMissing(#[source] DbErr),
+    /// `t_event_record` lacks a column this version of the library reads or writes: a
+    /// migration released after the table was created has not been applied (the database
+    /// error names the column).
+    #[error(
+        "t_event_record lacks a column of this sea-orm-outbox version: apply the outbox's newer \
+         migrations (`m20261201_000003_add_event_headers`, `AddEventHeaders`, adds `headers`; \
+         `outbox migrate up`, `sea-orm-cli migrate up` or `Migrator::up(&db, None)`): {0}"
+    )]
+    SchemaOutdated(#[source] DbErr),
     /// An argument that cannot work, such as an empty or over-long consumer group or message
     /// id, or a zero batch size.
     #[error("invalid argument: {0}")]
@@ -81,7 +107,9 @@ impl OutboxError {
     /// the server, tell a person to migrate).
     pub fn db_kind(&self) -> Option<crate::DbErrorKind> {
         match self {
-            OutboxError::TableMissing(e) | OutboxError::Db(e) => Some(crate::db_error_kind(e)),
+            OutboxError::TableMissing(e) | OutboxError::SchemaOutdated(e) | OutboxError::Db(e) => {
+                Some(crate::db_error_kind(e))
+            }
             _ => None,
         }
     }
@@ -91,6 +119,8 @@ impl From<DbErr> for OutboxError {
     fn from(err: DbErr) -> Self {
         if is_missing_table(&err) {
             OutboxError::TableMissing(err)
+        } else if is_missing_outbox_column(&err) {
+            OutboxError::SchemaOutdated(err)
         } else {
             OutboxError::Db(err)
         }
@@ -107,6 +137,13 @@ fn is_missing_table(err: &DbErr) -> bool {
     }
     let text = err.to_string();
     text.contains("t_event_record") || text.contains("t_consumed_message")
+}
+
+/// Whether `err` says a column the library added in a later migration is missing (Postgres
+/// 42703, MySQL 1054, SQLite "no such column" / "has no column named") and names it.
+fn is_missing_outbox_column(err: &DbErr) -> bool {
+    use crate::db_error::{db_error_kind, DbErrorKind};
+    db_error_kind(err) == DbErrorKind::MissingColumn && err.to_string().contains("headers")
 }
 
 /// Whether a failed publish may succeed if tried again.

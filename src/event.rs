@@ -1,4 +1,6 @@
 //! Events to be written into the outbox.
+use std::collections::BTreeMap;
+
 use sea_orm_outbox_entity::event_record::{BIZ_NO_MAX_LEN, EVENT_TYPE_MAX_LEN};
 use serde::Serialize;
 
@@ -6,6 +8,100 @@ use crate::error::EventError;
 
 /// Default largest payload: 4 MiB (4,194,304 bytes), RocketMQ's default `maxMessageSize`.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+
+/// Largest size of an event's headers together: 16 KiB (16,384 bytes of their JSON form).
+///
+/// RocketMQ stores a message's properties (the broker's own and the user's) in at most
+/// 32,767 bytes (`MAX_PROPERTIES_SIZE`, rocketmq-rust 1.0 broker and Apache RocketMQ alike);
+/// half of that is left to the broker's and the outbox's own properties.
+pub const MAX_HEADERS_BYTES: usize = 16 * 1024;
+
+/// Longest header name, in characters.
+pub const HEADER_NAME_MAX_LEN: usize = 64;
+
+/// Header names an event may not use: the outbox's own properties (`eventId`, `eventType`,
+/// `bizNo`) and every system property name of RocketMQ (`MessageConst` of rocketmq-rust 1.0,
+/// `rocketmq-model` `common/message.rs`, the same names as Apache RocketMQ's Java client). Names
+/// starting with `__` are refused as well (RocketMQ's internal prefix, e.g.
+/// `__RMQ.TRANSIENT.`). A reserved name set as a header would change how the broker treats the
+/// message (delay, transaction, keys) or what consumers read as the event's id.
+pub const RESERVED_HEADER_NAMES: &[&str] = &[
+    // The outbox's own.
+    "eventId",
+    "eventType",
+    "bizNo",
+    // RocketMQ's system properties.
+    "TRACE_ON",
+    "MSG_REGION",
+    "KEYS",
+    "TAGS",
+    "WAIT",
+    "DELAY",
+    "RETRY_TOPIC",
+    "ORIGIN_GROUP",
+    "REAL_TOPIC",
+    "REAL_QID",
+    "TRAN_MSG",
+    "PGROUP",
+    "MIN_OFFSET",
+    "MAX_OFFSET",
+    "BUYER_ID",
+    "ORIGIN_MESSAGE_ID",
+    "TRANSFER_FLAG",
+    "CORRECTION_FLAG",
+    "MQ2_FLAG",
+    "RECONSUME_TIME",
+    "UNIQ_KEY",
+    "MAX_RECONSUME_TIMES",
+    "CONSUME_START_TIME",
+    "POP_CK",
+    "POP_CK_OFFSET",
+    "1ST_POP_TIME",
+    "TRAN_PREPARED_QUEUE_OFFSET",
+    "DUP_INFO",
+    "EXTEND_UNIQ_INFO",
+    "INSTANCE_ID",
+    "CORRELATION_ID",
+    "REPLY_TO_CLIENT",
+    "TTL",
+    "ARRIVE_TIME",
+    "PUSH_REPLY_TIME",
+    "CLUSTER",
+    "MSG_TYPE",
+    "INNER_MULTI_QUEUE_OFFSET",
+    "TIMER_DELAY_MS",
+    "TIMER_DELAY_SEC",
+    "TIMER_DELIVER_MS",
+    "TIMER_ENQUEUE_MS",
+    "TIMER_DEQUEUE_MS",
+    "TIMER_ROLL_TIMES",
+    "TIMER_OUT_MS",
+    "TIMER_DEL_UNIQKEY",
+    "TIMER_ORIGINAL_DELIVER_MS",
+    "TIMER_DELIVERY_TOKEN",
+    "TIMER_ID",
+    "TIMER_OWNER_EPOCH",
+    "TIMER_LANE",
+    "TIMER_GENERATION",
+    "E_T",
+    "TIMER_FORMAT_VERSION",
+    "TIMER_POLICY_FINGERPRINT",
+    "TIMER_DELAY_LEVEL",
+    "BORN_TIMESTAMP",
+    "DLQ_ORIGIN_TOPIC",
+    "DLQ_ORIGIN_MESSAGE_ID",
+    "_SYS_MSG_PRIORITY_",
+    "TRACE_CONTEXT",
+    "TRANSACTION_CHECK_TIMES",
+    "TRANS_OFFSET",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "INNER_BASE",
+    "INNER_NUM",
+    "INNER_MULTI_DISPATCH",
+    "PROPERTY_FORWARD_QUEUE_ID",
+    "REDIRECT",
+    "TIMER_ROLL_LABEL",
+];
 
 /// Limits checked before an event is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +140,7 @@ pub struct NewEvent {
     biz_no: String,
     event_type: String,
     payload: String,
+    headers: BTreeMap<String, String>,
     notify: bool,
 }
 
@@ -73,7 +170,65 @@ impl NewEvent {
             biz_no: biz_no.into(),
             event_type: event_type.into(),
             payload: payload.into(),
+            headers: BTreeMap::new(),
             notify: true,
+        }
+    }
+
+    /// Adds the message header `name` = `value` (replacing an earlier value of that name).
+    /// The relay sends each header as a RocketMQ user property; a consumer reads it with
+    /// `MessageExt::property(name)` (Java: `getUserProperty`).
+    ///
+    /// Checked when the event is written ([`NewEvent::validate`]): the name has 1 to
+    /// [`HEADER_NAME_MAX_LEN`] characters out of ASCII letters, digits, `_`, `-` and `.`, and is
+    /// not one of [`RESERVED_HEADER_NAMES`] nor starts with `__`; the value has no control
+    /// character (RocketMQ separates properties with U+0001 and U+0002 and does not escape them);
+    /// all headers together take at most [`MAX_HEADERS_BYTES`] as JSON.
+    ///
+    /// ```
+    /// use sea_orm_outbox::NewEvent;
+    /// let event = NewEvent::raw("ORD-1", "ORDER_CREATED", "{}").header("tenant", "acme");
+    /// assert_eq!(event.headers().get("tenant").map(String::as_str), Some("acme"));
+    /// ```
+    #[must_use]
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Adds every (name, value) of `headers` as by [`NewEvent::header`].
+    #[must_use]
+    pub fn headers_from<I, K, V>(mut self, headers: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.headers
+            .extend(headers.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// The headers so far, by name.
+    pub fn headers(&self) -> &BTreeMap<String, String> {
+        &self.headers
+    }
+
+    /// Adds `name` = `value` unless a header of that name is set already (the recorded trace
+    /// context must not override what the caller set on purpose).
+    #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
+    pub(crate) fn header_if_absent(&mut self, name: &str, value: String) {
+        self.headers.entry(name.to_owned()).or_insert(value);
+    }
+
+    /// The headers as stored in `t_event_record.headers`: a JSON object of strings, or `None`
+    /// when there are none.
+    pub(crate) fn headers_json(&self) -> Option<String> {
+        if self.headers.is_empty() {
+            None
+        } else {
+            // A map of strings always serializes.
+            serde_json::to_string(&self.headers).ok()
         }
     }
 
@@ -133,7 +288,9 @@ impl NewEvent {
     /// [`EventError::Empty`] for an empty or blank `biz_no`/`event_type`,
     /// [`EventError::TooLong`] past 64 characters, [`EventError::NulByte`] for a NUL character
     /// in any field (Postgres text cannot store it), [`EventError::PayloadTooLarge`] past
-    /// `limits.max_payload_bytes`.
+    /// `limits.max_payload_bytes`, [`EventError::InvalidHeader`] for a header name or value
+    /// [`NewEvent::header`] does not allow, [`EventError::HeadersTooLarge`] past
+    /// [`MAX_HEADERS_BYTES`].
     pub fn validate(&self, limits: &EventLimits) -> Result<(), EventError> {
         check_text("biz_no", &self.biz_no, BIZ_NO_MAX_LEN)?;
         check_text("event_type", &self.event_type, EVENT_TYPE_MAX_LEN)?;
@@ -147,8 +304,52 @@ impl NewEvent {
                 max: limits.max_payload_bytes,
             });
         }
+        for (name, value) in &self.headers {
+            check_header(name, value)?;
+        }
+        if let Some(json) = self.headers_json() {
+            if json.len() > MAX_HEADERS_BYTES {
+                return Err(EventError::HeadersTooLarge {
+                    size: json.len(),
+                    max: MAX_HEADERS_BYTES,
+                });
+            }
+        }
         Ok(())
     }
+}
+
+/// The rules of [`NewEvent::header`] for one header.
+pub(crate) fn check_header(name: &str, value: &str) -> Result<(), EventError> {
+    let refuse = |reason: String| {
+        Err(EventError::InvalidHeader {
+            name: name.chars().take(HEADER_NAME_MAX_LEN).collect(),
+            reason,
+        })
+    };
+    let len = name.chars().count();
+    if len == 0 || len > HEADER_NAME_MAX_LEN {
+        return refuse(format!(
+            "the name must have 1 to {HEADER_NAME_MAX_LEN} characters (it has {len})"
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return refuse("the name may hold only ASCII letters, digits, `_`, `-` and `.`".into());
+    }
+    if name.starts_with("__") || RESERVED_HEADER_NAMES.contains(&name) {
+        return refuse("the name is reserved for RocketMQ's or the outbox's own properties".into());
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return refuse(format!(
+            "the value holds the control character U+{:04X}, which RocketMQ's property \
+             encoding cannot carry",
+            u32::from(c)
+        ));
+    }
+    Ok(())
 }
 
 fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), EventError> {
@@ -213,6 +414,60 @@ mod tests {
         assert!(matches!(
             NewEvent::from_bytes("A", "T", vec![0xff, 0xfe]),
             Err(EventError::InvalidUtf8(_))
+        ));
+    }
+
+    #[test]
+    fn validates_headers() {
+        let limits = EventLimits::default();
+        let ok = NewEvent::raw("A", "T", "{}")
+            .header("tenant", "acme")
+            .header(
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            )
+            .header("x.y-z_1", "ünïcödé and spaces");
+        assert!(ok.validate(&limits).is_ok());
+        assert_eq!(
+            ok.headers_json().as_deref(),
+            Some(
+                r#"{"tenant":"acme","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","x.y-z_1":"ünïcödé and spaces"}"#
+            )
+        );
+        assert_eq!(NewEvent::raw("A", "T", "{}").headers_json(), None);
+        let refused = |e: NewEvent| match e.validate(&limits) {
+            Err(EventError::InvalidHeader { name, reason }) => (name, reason),
+            other => panic!("expected InvalidHeader, got {other:?}"),
+        };
+        for name in [
+            "",
+            "a b",
+            "é",
+            "a:b",
+            "__RMQ.TRANSIENT.x",
+            "KEYS",
+            "UNIQ_KEY",
+            "DELAY",
+            "eventId",
+            "bizNo",
+        ] {
+            let (n, reason) = refused(NewEvent::raw("A", "T", "{}").header(name, "v"));
+            assert_eq!(n, name, "{reason}");
+        }
+        let (n, _) = refused(NewEvent::raw("A", "T", "{}").header("n".repeat(65), "v"));
+        assert_eq!(n.len(), 64);
+        for value in ["a\u{1}b", "a\u{2}", "line\nbreak", "nul\0"] {
+            let (_, reason) = refused(NewEvent::raw("A", "T", "{}").header("h", value));
+            assert!(reason.contains("control character"), "{reason}");
+        }
+        let big = NewEvent::raw("A", "T", "{}")
+            .headers_from((0..20).map(|i| (format!("h{i}"), "v".repeat(1000))));
+        assert!(matches!(
+            big.validate(&limits),
+            Err(EventError::HeadersTooLarge {
+                max: MAX_HEADERS_BYTES,
+                ..
+            })
         ));
     }
 }

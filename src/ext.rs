@@ -34,6 +34,10 @@ pub trait OutboxExt: ConnectionTrait + Sized {
     /// Runs `INSERT INTO t_event_record (...) VALUES (..., 'WAIT', 0, now, now, now)` with
     /// `RETURNING id` on Postgres and SQLite, `LAST_INSERT_ID()` on MySQL.
     ///
+    /// With the feature `opentelemetry`, the current W3C trace context is recorded as the
+    /// event's `traceparent` / `tracestate` headers first (see [`crate::otel`]; a
+    /// `traceparent` set with [`NewEvent::header`] is kept).
+    ///
     /// # Errors
     /// [`OutboxError::InvalidEvent`] before anything is written when the event breaks
     /// [`EventLimits::default`] (empty or over-long fields, payload over 4 MiB);
@@ -52,6 +56,12 @@ pub trait OutboxExt: ConnectionTrait + Sized {
         event: NewEvent,
         limits: &EventLimits,
     ) -> Result<i64, OutboxError> {
+        #[cfg(feature = "opentelemetry")]
+        let event = {
+            let mut event = event;
+            crate::otel::record_trace_context(&mut event);
+            event
+        };
         event.validate(limits)?;
         Ok(store::insert_event(self, &event).await?)
     }

@@ -27,6 +27,8 @@ pub mod instance;
 pub mod maintenance;
 pub mod metrics;
 pub mod ops;
+#[cfg(feature = "opentelemetry")]
+pub mod otel;
 pub mod pool;
 pub mod publisher;
 pub mod redact;
@@ -54,7 +56,10 @@ pub use config::{ClaimStrategy, StatementProtocol, WorkerConfig};
 pub use consumer::{consume_once, Consumed};
 pub use db_error::{db_error_kind, DbErrorKind};
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
-pub use event::{EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use event::{
+    EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES, HEADER_NAME_MAX_LEN, MAX_HEADERS_BYTES,
+    RESERVED_HEADER_NAMES,
+};
 pub use ext::{begin_write, transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
 pub use ops::{DeadLetterOutcome, OutboxStats};

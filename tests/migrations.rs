@@ -30,12 +30,14 @@ empty_backend_tests!(
     composed_down_follows_the_list_not_the_names,
     producer_migrations_create_only_the_outbox_table,
     consumer_migrations_create_only_the_consumed_table,
+    upgrade_adds_headers_and_keeps_the_events,
 );
 
 const APP_ORDER: &str = "m20250101_000001_create_t_order";
 const APP_INVOICE: &str = "m20250201_000002_create_t_invoice";
 const EVENT_RECORD: &str = "m20261130_000001_create_t_event_record";
 const CONSUMED_MESSAGE: &str = "m20261130_000002_create_t_consumed_message";
+const EVENT_HEADERS: &str = "m20261201_000003_add_event_headers";
 
 /// The application's first migration: its own table `t_order`.
 mod m20250101_000001_create_t_order {
@@ -180,6 +182,33 @@ impl MigratorTrait for OutboxInAppHistory {
     }
 }
 
+/// The composed list of the release before event headers: the app's migration and the outbox's
+/// first two.
+struct BeforeHeadersMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for BeforeHeadersMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20250101_000001_create_t_order::Migration),
+            Box::new(outbox_migration::CreateEventRecord),
+            Box::new(outbox_migration::CreateConsumedMessage),
+        ]
+    }
+}
+
+/// [`BeforeHeadersMigrator`] after the upgrade: `AddEventHeaders` appended.
+struct AfterHeadersMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for AfterHeadersMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        let mut all = BeforeHeadersMigrator::migrations();
+        all.push(Box::new(outbox_migration::AddEventHeaders));
+        all
+    }
+}
+
 /// Only the producer side (`t_event_record`).
 struct ProducerMigrator;
 
@@ -266,7 +295,11 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     .await;
     assert_eq!(
         statuses::<sea_orm_outbox::Migrator>(ctx).await,
-        expect(&[(EVENT_RECORD, Applied), (CONSUMED_MESSAGE, Applied)])
+        expect(&[
+            (EVENT_RECORD, Applied),
+            (CONSUMED_MESSAGE, Applied),
+            (EVENT_HEADERS, Applied)
+        ])
     );
     sea_orm_outbox::Migrator::status(db)
         .await
@@ -274,7 +307,7 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(MIGRATION_TABLE, "seaql_migrations_outbox");
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
     );
     assert_eq!(
         history(ctx, "seaql_migrations").await,
@@ -305,7 +338,11 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     .await;
     assert_eq!(
         statuses::<sea_orm_outbox::Migrator>(ctx).await,
-        expect(&[(EVENT_RECORD, Pending), (CONSUMED_MESSAGE, Pending)])
+        expect(&[
+            (EVENT_RECORD, Pending),
+            (CONSUMED_MESSAGE, Pending),
+            (EVENT_HEADERS, Pending)
+        ])
     );
     // `down` empties the tracking table but leaves it in place.
     assert!(has_table(ctx, MIGRATION_TABLE).await);
@@ -343,7 +380,7 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(history(ctx, "seaql_migrations").await, [APP_ORDER]);
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
     );
 }
 
@@ -390,7 +427,7 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
     .await;
     assert_eq!(
         history(ctx, "seaql_migrations").await,
-        [APP_ORDER, EVENT_RECORD, CONSUMED_MESSAGE]
+        [APP_ORDER, EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
     );
     assert!(
         !has_table(ctx, MIGRATION_TABLE).await,
@@ -398,10 +435,10 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
     );
     ComposedMigrator::status(db).await.expect("status");
 
-    // `down(Some(1))` rolls back ONE migration: the last entry of the list that is applied
+    // `down(Some(n))` rolls back n migrations: the last entries of the list that are applied
     // (sea-orm-migration walks the applied migrations in reverse list order), here the
-    // outbox's `t_consumed_message`.
-    ComposedMigrator::down(db, Some(1)).await.expect("down one");
+    // outbox's `headers` column, then `t_consumed_message`.
+    ComposedMigrator::down(db, Some(2)).await.expect("down two");
     assert_tables(
         ctx,
         &[
@@ -409,7 +446,7 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             ("t_event_record", true),
             ("t_consumed_message", false),
         ],
-        "after down(Some(1))",
+        "after down(Some(2))",
     )
     .await;
     assert_eq!(
@@ -417,7 +454,8 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
         expect(&[
             (APP_ORDER, Applied),
             (EVENT_RECORD, Applied),
-            (CONSUMED_MESSAGE, Pending)
+            (CONSUMED_MESSAGE, Pending),
+            (EVENT_HEADERS, Pending)
         ])
     );
     assert_eq!(
@@ -454,6 +492,7 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
             (APP_ORDER, Applied),
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Applied),
+            (EVENT_HEADERS, Applied),
             (APP_INVOICE, Pending)
         ])
     );
@@ -474,9 +513,9 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
         "down(Some(1)) rolls back the last of the list",
     )
     .await;
-    ComposedLaterMigrator::down(db, Some(1))
+    ComposedLaterMigrator::down(db, Some(2))
         .await
-        .expect("down another");
+        .expect("down two more");
     assert_tables(
         ctx,
         &[("t_consumed_message", false), ("t_event_record", true)],
@@ -499,7 +538,10 @@ async fn producer_migrations_create_only_the_outbox_table(ctx: &TestContext) {
         "producer only",
     )
     .await;
-    assert_eq!(history(ctx, "seaql_migrations").await, [EVENT_RECORD]);
+    assert_eq!(
+        history(ctx, "seaql_migrations").await,
+        [EVENT_RECORD, EVENT_HEADERS]
+    );
     ProducerMigrator::down(&ctx.db, None)
         .await
         .expect("producer down");
@@ -533,11 +575,11 @@ fn names(list: Vec<Box<dyn MigrationTrait>>) -> Vec<String> {
 fn migration_names_are_stable() {
     assert_eq!(
         names(outbox_migration::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
     );
     assert_eq!(
         names(outbox_migration::producer_migrations()),
-        [EVENT_RECORD]
+        [EVENT_RECORD, EVENT_HEADERS]
     );
     assert_eq!(
         names(outbox_migration::consumer_migrations()),
@@ -545,7 +587,7 @@ fn migration_names_are_stable() {
     );
     assert_eq!(
         names(sea_orm_outbox::Migrator::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
     );
     assert_eq!(
         MigrationName::name(&outbox_migration::CreateEventRecord),
@@ -556,7 +598,134 @@ fn migration_names_are_stable() {
         CONSUMED_MESSAGE
     );
     assert_eq!(
-        names(ComposedMigrator::migrations()),
-        [APP_ORDER, EVENT_RECORD, CONSUMED_MESSAGE]
+        MigrationName::name(&outbox_migration::AddEventHeaders),
+        EVENT_HEADERS
     );
+    assert_eq!(
+        names(ComposedMigrator::migrations()),
+        [APP_ORDER, EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
+    );
+}
+
+/// An adopter's upgrade: events written before `AddEventHeaders` stay and are relayed after it;
+/// this version on the old table refuses clearly (`SchemaOutdated`) and writes nothing.
+async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
+    use sea_orm::sea_query::{Expr, Query};
+    use sea_orm::EntityTrait;
+    use sea_orm_outbox::store::dialect;
+    use sea_orm_outbox::{
+        event_record, CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxError,
+        OutboxExt, Worker, WorkerConfig,
+    };
+
+    let db = &ctx.db;
+    BeforeHeadersMigrator::up(db, None).await.expect("old up");
+    // A row as the release before headers wrote it.
+    let now = dialect::now(ctx.db_backend());
+    let mut insert = Query::insert();
+    insert
+        .into_table(event_record::Entity)
+        .columns([
+            event_record::Column::BizNo,
+            event_record::Column::EventType,
+            event_record::Column::Payload,
+            event_record::Column::Status,
+            event_record::Column::RetryCount,
+            event_record::Column::NextRetryTime,
+            event_record::Column::CreateTime,
+            event_record::Column::UpdateTime,
+        ])
+        .values_panic([
+            Expr::val("OLD-1"),
+            Expr::val("ORDER_CREATED"),
+            Expr::val("{}"),
+            Expr::val("WAIT"),
+            Expr::val(0),
+            now.clone(),
+            now.clone(),
+            now,
+        ]);
+    db.execute(&insert).await.expect("old-style insert");
+
+    // This version before the upgrade: a clear error, nothing written, nothing claimed.
+    let err = db
+        .with_event(NewEvent::raw("NEW-0", "ORDER_CREATED", "{}"))
+        .await
+        .expect_err("the column is missing");
+    assert!(matches!(err, OutboxError::SchemaOutdated(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("m20261201_000003_add_event_headers"),
+        "{err}"
+    );
+    let publisher = std::sync::Arc::new(InMemoryPublisher::new());
+    let worker = Worker::new(
+        db.clone(),
+        publisher.clone(),
+        WorkerConfig::default().instance_id("upgrade-relay"),
+    )
+    .expect("worker");
+    let err = worker
+        .run_once(&CancellationToken::new())
+        .await
+        .expect_err("the relay cannot read the old table");
+    assert!(matches!(err, OutboxError::SchemaOutdated(_)), "{err}");
+    assert!(publisher.is_empty());
+
+    AfterHeadersMigrator::up(db, None).await.expect("upgrade");
+    assert_eq!(
+        statuses::<AfterHeadersMigrator>(ctx).await,
+        expect(&[
+            (APP_ORDER, Applied),
+            (EVENT_RECORD, Applied),
+            (CONSUMED_MESSAGE, Applied),
+            (EVENT_HEADERS, Applied)
+        ])
+    );
+    let new_id = db
+        .with_event(NewEvent::raw("NEW-1", "ORDER_CREATED", "{}").header("tenant", "acme"))
+        .await
+        .expect("with_event after the upgrade");
+    worker
+        .run_once(&CancellationToken::new())
+        .await
+        .expect("round after the upgrade");
+    let sent = publisher.messages();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let old = sent
+        .iter()
+        .find(|m| m.biz_no == "OLD-1")
+        .expect("old event sent");
+    assert!(old.headers.is_empty());
+    let new = sent
+        .iter()
+        .find(|m| m.event_id == new_id)
+        .expect("new event sent");
+    assert_eq!(new.header("tenant"), Some("acme"));
+    let rows = event_record::Entity::find().all(db).await.expect("rows");
+    assert!(
+        rows.iter().all(|r| r.status == EventStatus::Success),
+        "{rows:?}"
+    );
+
+    // And back: down(Some(1)) drops the column again, the events stay.
+    AfterHeadersMigrator::down(db, Some(1))
+        .await
+        .expect("down one");
+    assert_eq!(
+        statuses::<BeforeHeadersMigrator>(ctx).await,
+        expect(&[
+            (APP_ORDER, Applied),
+            (EVENT_RECORD, Applied),
+            (CONSUMED_MESSAGE, Applied)
+        ])
+    );
+    let left = db
+        .query_all_raw(Statement::from_string(
+            ctx.db_backend(),
+            "SELECT id FROM t_event_record",
+        ))
+        .await
+        .expect("rows after down");
+    assert_eq!(left.len(), 2);
 }

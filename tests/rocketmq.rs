@@ -57,6 +57,7 @@ rocketmq_tests!(
     three_workers_deliver_1000_events_once_each,
     oversized_message_fails_at_once_and_blocks_nothing,
     resent_event_adds_points_once,
+    event_types_reach_their_topics_with_headers,
 );
 
 fn retry() -> RetryPolicy {
@@ -487,7 +488,7 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .await
         .expect("event");
     let row = store::find_event(db, id).await.expect("read").expect("row");
-    let message = OutboxMessage::from(&row);
+    let message = OutboxMessage::try_from(&row).expect("message");
     for _ in 0..3 {
         clients.publisher.publish(&message).await.expect("send");
     }
@@ -524,7 +525,7 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .expect("row");
     clients
         .publisher
-        .publish(&OutboxMessage::from(&row2))
+        .publish(&OutboxMessage::try_from(&row2).expect("message"))
         .await
         .expect("send");
     let got = receive_event(&clients, id2, Duration::from_secs(1)).await;
@@ -570,4 +571,103 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
     assert_eq!(again, Consumed::Processed(()));
     assert_eq!(points(db).await, 20);
     clients.shutdown().await;
+}
+
+/// Issue 12: each event type goes to its topic (a map with a default topic); headers and the
+/// W3C trace context recorded by `with_event` (feature `opentelemetry`) arrive as message
+/// properties, read back from the broker.
+async fn event_types_reach_their_topics_with_headers(ctx: &TestContext, addr: &str) {
+    use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let (orders, payments) = (unique("OUTBOX_ORDERS"), unique("OUTBOX_PAYMENTS"));
+    let order_consumer = rmq_support::consumer(addr, &orders).await;
+    let payment_consumer = rmq_support::consumer(addr, &payments).await;
+    let config = RocketMqConfig::new(addr)
+        .producer_group(unique("outbox_test_pg"))
+        .topic(&orders)
+        .topic_for("ORDER_PAID", &payments)
+        .send_timeout(Duration::from_secs(3));
+    let publisher = Arc::new(RocketMqPublisher::start(config).await.expect("publisher"));
+
+    // A tracer for the test's thread only: `with_event` below records the span's context.
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("outbox-test")));
+    let mut created = HashSet::new();
+    let mut paid = HashSet::new();
+    let (traced_id, traceparent) = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let span = tracing::info_span!("pay_order");
+        let sc = span.context().span().span_context().clone();
+        let _entered = span.enter();
+        let id = ctx
+            .db
+            .with_event(NewEvent::raw("ORD-T-0", "ORDER_PAID", "{}").header("tenant", "acme"))
+            .await
+            .expect("traced event");
+        (id, format!("00-{}-{}-01", sc.trace_id(), sc.span_id()))
+    };
+    paid.insert(traced_id);
+    for i in 0..5 {
+        let created_id = ctx
+            .db
+            .with_event(
+                NewEvent::raw(format!("ORD-T-{i}"), "ORDER_CREATED", "{}")
+                    .header("tenant", "acme")
+                    .header("region", "eu-1"),
+            )
+            .await
+            .expect("created");
+        created.insert(created_id);
+        let paid_id = ctx
+            .db
+            .with_event(NewEvent::raw(format!("ORD-T-{i}"), "ORDER_PAID", "{}"))
+            .await
+            .expect("paid");
+        paid.insert(paid_id);
+    }
+
+    let fleet = start_workers(ctx, &publisher, 2).await;
+    let (deadline, linger) = (Duration::from_secs(60), Duration::from_secs(2));
+    let got_orders = receive_all(&order_consumer, &created, deadline, linger).await;
+    let got_payments = receive_all(&payment_consumer, &paid, deadline, linger).await;
+    fleet.stop().await;
+    order_consumer.shutdown().await;
+    payment_consumer.shutdown().await;
+    rmq_support::shutdown_publisher(publisher).await;
+
+    assert_eq!(
+        got_orders.distinct(),
+        created,
+        "the orders topic got exactly ORDER_CREATED"
+    );
+    assert_eq!(
+        got_payments.distinct(),
+        paid,
+        "the payments topic got exactly ORDER_PAID"
+    );
+    assert_eq!(got_orders.duplicates() + got_payments.duplicates(), 0);
+    for m in &got_orders.all {
+        assert_eq!(m.tag.as_deref(), Some("ORDER_CREATED"));
+        assert_eq!(
+            (m.property("tenant"), m.property("region")),
+            (Some("acme"), Some("eu-1")),
+            "{m:?}"
+        );
+        assert_eq!(m.property("traceparent"), None);
+    }
+    let traced = got_payments
+        .all
+        .iter()
+        .find(|m| m.event_id == Some(traced_id))
+        .expect("the traced event arrived");
+    assert_eq!(traced.property("traceparent"), Some(traceparent.as_str()));
+    assert_eq!(traced.property("tenant"), Some("acme"));
+    assert_eq!(traced.property("eventType"), Some("ORDER_PAID"));
+    assert_eq!(
+        count(&ctx.db, EventStatus::Success).await,
+        (created.len() + paid.len()) as u64
+    );
 }

@@ -79,6 +79,11 @@ pub struct Model {
     pub create_time: DateTimeUtc,
     /// Time of the last state change (database clock, UTC).
     pub update_time: DateTimeUtc,
+    /// Message headers as a JSON object of strings (`{"tenant":"acme"}`), sent as RocketMQ user
+    /// properties; `None` when the event has none. Added by the migration
+    /// `m20261201_000003_add_event_headers`; read them with [`Model::header_pairs`].
+    #[sea_orm(column_type = "Text", nullable)]
+    pub headers: Option<String>,
 }
 
 /// `t_event_record` has no relations.
@@ -86,6 +91,23 @@ pub struct Model {
 pub enum Relation {}
 
 impl ActiveModelBehavior for ActiveModel {}
+
+impl Model {
+    /// The event's headers as (name, value) pairs in name order; empty when `headers` is `NULL`.
+    ///
+    /// # Errors
+    /// The JSON error when the column holds something other than a JSON object of strings
+    /// (the library writes only such objects; a row edited by hand may hold anything).
+    pub fn header_pairs(&self) -> Result<Vec<(String, String)>, serde_json::Error> {
+        match &self.headers {
+            None => Ok(Vec::new()),
+            Some(text) => {
+                let map: std::collections::BTreeMap<String, String> = serde_json::from_str(text)?;
+                Ok(map.into_iter().collect())
+            }
+        }
+    }
+}
 
 /// Longest `biz_no` the column holds (`varchar(64)`).
 pub const BIZ_NO_MAX_LEN: usize = 64;

@@ -33,6 +33,7 @@
 //!                Box::new(m20250101_000001_create_order::Migration),
 //!                Box::new(sea_orm_outbox_migration::CreateEventRecord),
 //!                Box::new(sea_orm_outbox_migration::CreateConsumedMessage),
+//!                Box::new(sea_orm_outbox_migration::AddEventHeaders),
 //!                // your later migrations go here
 //!            ]
 //!        }
@@ -50,8 +51,15 @@
 //!    `Migrator::up(&db, None).await`.
 //!
 //! The migration names are stable (`m20261130_000001_create_t_event_record`,
-//! `m20261130_000002_create_t_consumed_message`); a later version adds new migrations and
-//! never changes these.
+//! `m20261130_000002_create_t_consumed_message`, `m20261201_000003_add_event_headers`); a later
+//! version adds new migrations and never changes these.
+//!
+//! ## Upgrading
+//! Version 0.2 added [`AddEventHeaders`] (`m20261201_000003_add_event_headers`, the nullable
+//! `t_event_record.headers` column). Composed: append `Box::new(AddEventHeaders)` to your list
+//! (after your newest migration) and run `migrate up` before the new relay starts; standalone:
+//! `migrate up` with this crate's [`Migrator`]. A relay or writer of the new version on a table
+//! without the column fails with `OutboxError::SchemaOutdated`, naming the migration.
 #![deny(missing_docs)]
 
 use sea_orm_migration::sea_orm::DynIden;
@@ -64,27 +72,36 @@ pub mod m20261130_000001_create_t_event_record;
 /// The migration `m20261130_000002_create_t_consumed_message`: the idempotent consumer's
 /// table `t_consumed_message`.
 pub mod m20261130_000002_create_t_consumed_message;
+/// The migration `m20261201_000003_add_event_headers`: the nullable `t_event_record.headers`
+/// column (message headers as a JSON object of strings).
+pub mod m20261201_000003_add_event_headers;
 
 /// Creates the outbox table `t_event_record` (the producer side).
 pub use m20261130_000001_create_t_event_record::Migration as CreateEventRecord;
 /// Creates the idempotent consumer's `t_consumed_message` (the consumer side).
 pub use m20261130_000002_create_t_consumed_message::Migration as CreateConsumedMessage;
+/// Adds `t_event_record.headers` (the producer side; after [`CreateEventRecord`]).
+pub use m20261201_000003_add_event_headers::Migration as AddEventHeaders;
 
 /// The tracking table of the standalone [`Migrator`].
 pub const MIGRATION_TABLE: &str = "seaql_migrations_outbox";
 
-/// Every outbox migration, in the order to apply them: [`CreateEventRecord`], then
-/// [`CreateConsumedMessage`]. The standalone [`Migrator`] runs these; in your own
+/// Every outbox migration, in the order to apply them: [`CreateEventRecord`],
+/// [`CreateConsumedMessage`], then [`AddEventHeaders`] (the order in which they were released,
+/// so that a standalone history stays in order across upgrades). The standalone [`Migrator`] runs these; in your own
 /// `Migrator::migrations()` prefer naming each one (see the crate documentation).
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-    let mut all = producer_migrations();
-    all.extend(consumer_migrations());
-    all
+    vec![
+        Box::new(CreateEventRecord),
+        Box::new(CreateConsumedMessage),
+        Box::new(AddEventHeaders),
+    ]
 }
 
-/// The migrations a service that writes and relays events needs: [`CreateEventRecord`].
+/// The migrations a service that writes and relays events needs: [`CreateEventRecord`] and
+/// [`AddEventHeaders`].
 pub fn producer_migrations() -> Vec<Box<dyn MigrationTrait>> {
-    vec![Box::new(CreateEventRecord)]
+    vec![Box::new(CreateEventRecord), Box::new(AddEventHeaders)]
 }
 
 /// The migrations a service that only consumes events needs (the idempotent consumer's

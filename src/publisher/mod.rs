@@ -18,8 +18,8 @@ pub use rocketmq::{ReceivedMessage, RocketMqConsumer};
 
 use crate::error::PublishError;
 
-/// One outbox event on its way to the broker. Non-exhaustive: later versions may carry more
-/// (headers, a topic); build one with [`OutboxMessage::new`] or from a row.
+/// One outbox event on its way to the broker. Non-exhaustive: later versions may carry more;
+/// build one with [`OutboxMessage::new`] or from a row (`OutboxMessage::try_from(&model)`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OutboxMessage {
@@ -34,6 +34,10 @@ pub struct OutboxMessage {
     pub payload: String,
     /// Failed attempts before this one (`retry_count`).
     pub retry_count: i32,
+    /// The event's headers (`t_event_record.headers`, see [`crate::NewEvent::header`]) in name
+    /// order, including the recorded trace context (`traceparent`, `tracestate`) when there is
+    /// one; RocketMQ sends each as a user property.
+    pub headers: Vec<(String, String)>,
 }
 
 impl OutboxMessage {
@@ -51,7 +55,24 @@ impl OutboxMessage {
             event_type: event_type.into(),
             payload: payload.into(),
             retry_count: 0,
+            headers: Vec::new(),
         }
+    }
+
+    /// The message with header `name` = `value` added (no check here: the rules of
+    /// [`crate::NewEvent::header`] apply when an event is written).
+    #[must_use]
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The value of header `name`, if the message has it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The user properties every message carries: `eventId`, `eventType`, `bizNo`.
@@ -64,15 +85,34 @@ impl OutboxMessage {
     }
 }
 
-impl From<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
-    fn from(m: &sea_orm_outbox_entity::event_record::Model) -> Self {
-        OutboxMessage {
+impl TryFrom<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
+    type Error = PublishError;
+
+    /// The message of a stored event.
+    ///
+    /// # Errors
+    /// A permanent [`PublishError`] when the row's `headers` is not a JSON object of strings or
+    /// holds a header [`crate::NewEvent::header`] refuses (possible only for a row written or
+    /// edited outside the library): sending the event without them would drop them silently.
+    fn try_from(m: &sea_orm_outbox_entity::event_record::Model) -> Result<Self, PublishError> {
+        let headers = m.header_pairs().map_err(|e| {
+            PublishError::permanent(format!(
+                "t_event_record.headers of event {} is not a JSON object of strings: {e}",
+                m.id
+            ))
+        })?;
+        for (name, value) in &headers {
+            crate::event::check_header(name, value)
+                .map_err(|e| PublishError::permanent(format!("event {}: {e}", m.id)))?;
+        }
+        Ok(OutboxMessage {
             event_id: m.id,
             biz_no: m.biz_no.clone(),
             event_type: m.event_type.clone(),
             payload: m.payload.clone(),
             retry_count: m.retry_count,
-        }
+            headers,
+        })
     }
 }
 

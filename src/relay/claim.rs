@@ -62,6 +62,7 @@ impl<'w> Claimer<'w> {
         }
         s.rounds += 1;
         let w = self.worker;
+        w.check_schema().await?;
         // A fencing token of this claim's own (see `crate::instance`).
         let owner = crate::instance::claim_owner(&w.owner);
         let claimed = match w.config.claim_strategy {

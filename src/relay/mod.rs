@@ -67,6 +67,9 @@ pub struct Worker {
     reclaimer: Reclaimer,
     renewer: LeaseRenewer,
     gauges: Option<GaugeRefresher>,
+    /// Set once the table was found to have every column this version reads (checked before
+    /// the first claim, see [`crate::store::check_schema`]).
+    schema_checked: tokio::sync::OnceCell<()>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -124,6 +127,7 @@ impl Worker {
             reclaimer,
             renewer,
             gauges,
+            schema_checked: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -187,6 +191,20 @@ impl Worker {
         let total = self.summary();
         tracing::info!(parent: &span, ?total, "outbox worker stopped");
         total
+    }
+
+    /// Checks the table's columns once per worker (before its first claim), so that a table
+    /// without a later migration's column fails clearly on every backend rather than in
+    /// whichever statement first names the column.
+    ///
+    /// # Errors
+    /// [`OutboxError::SchemaOutdated`] (or `TableMissing`, or the database's error); tried
+    /// again before the next claim.
+    pub(crate) async fn check_schema(&self) -> Result<(), OutboxError> {
+        self.schema_checked
+            .get_or_try_init(|| async { crate::store::check_schema(&self.db).await })
+            .await?;
+        Ok(())
     }
 
     /// Renews the leases `inflight` holds until dropped (forever without lease renewal).

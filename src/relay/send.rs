@@ -70,7 +70,13 @@ impl SendContext {
 
     /// Publishes one claimed event within the send timeout.
     async fn send(&self, event: &Model) -> Sent {
-        let message = OutboxMessage::from(event);
+        let message = match OutboxMessage::try_from(event) {
+            Ok(message) => message,
+            Err(e) => return Sent::Failed(e),
+        };
+        // Runs inside the event's `outbox_event` span (see slots.rs).
+        #[cfg(feature = "opentelemetry")]
+        crate::otel::link_send_span(&tracing::Span::current(), &message);
         // A panicking publisher fails this send (retryable) instead of the whole worker.
         let publish = std::panic::AssertUnwindSafe(self.publisher.publish(&message)).catch_unwind();
         let result = tokio::time::timeout(self.timeout, publish).await;

@@ -22,6 +22,7 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
             Column::NextRetryTime,
             Column::CreateTime,
             Column::UpdateTime,
+            Column::Headers,
         ])
         .values_panic([
             Expr::val(event.biz_no()),
@@ -32,6 +33,7 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
             now.clone(),
             now.clone(),
             now,
+            Expr::val(event.headers_json()),
         ]);
     if dialect::insert_returns_id(backend) {
         insert.returning_col(Column::Id);

@@ -143,3 +143,25 @@ pub async fn find_event<C: ConnectionTrait>(
 ) -> Result<Option<event_record::Model>, DbErr> {
     Entity::find_by_id(id).one(db).await
 }
+
+/// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails when the table
+/// lacks a column of a later migration (`headers`, `m20261201_000003_add_event_headers`).
+pub fn schema_probe_statement() -> sea_orm::sea_query::SelectStatement {
+    use sea_orm::sea_query::{Expr, ExprTrait, Query};
+    Query::select()
+        // Qualified: SQLite reads an unknown double-quoted name that is not qualified as a
+        // string literal (its "DQS" compatibility rule) instead of failing.
+        .column((Entity, event_record::Column::Headers))
+        .from(Entity)
+        .and_where(Expr::val(1).eq(0))
+        .to_owned()
+}
+
+/// Checks that `t_event_record` has every column this version reads and writes.
+///
+/// # Errors
+/// The database error of [`schema_probe_statement`]: as an [`crate::OutboxError`],
+/// `SchemaOutdated` for the missing column, `TableMissing` without the table.
+pub async fn check_schema<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
+    db.query_all(&schema_probe_statement()).await.map(drop)
+}

@@ -161,9 +161,14 @@ pub(crate) struct RelayArgs {
     /// Set but empty is an error (the log delivers nothing).
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
     pub(crate) rocketmq_namesrv: Option<String>,
-    /// RocketMQ topic [default: ORDER_EVENT_TOPIC].
+    /// RocketMQ default topic: where events go whose type `--topic-map` does not list
+    /// [default: ORDER_EVENT_TOPIC].
     #[arg(long, env = "OUTBOX_TOPIC")]
     pub(crate) topic: Option<String>,
+    /// The topic of each event type, `EVENT_TYPE=TOPIC[,EVENT_TYPE=TOPIC...]`, e.g.
+    /// `ORDER_PAID=PAYMENT_TOPIC,ORDER_SHIPPED=SHIPPING_TOPIC`; other types go to `--topic`.
+    #[arg(long, env = "OUTBOX_TOPICS")]
+    pub(crate) topic_map: Option<String>,
     /// RocketMQ producer group [default: outbox_producer_group].
     #[arg(long, env = "ROCKETMQ_PRODUCER_GROUP")]
     pub(crate) producer_group: Option<String>,

@@ -44,10 +44,11 @@ impl From<serde_json::Error> for Failure {
 }
 
 impl Failure {
-    /// The process's exit status: 3 when the outbox table is missing, else 1.
+    /// The process's exit status: 3 when the outbox table is missing or lacks a newer
+    /// migration's column, else 1.
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
-            Failure::Outbox(OutboxError::TableMissing(_)) => 3,
+            Failure::Outbox(OutboxError::TableMissing(_) | OutboxError::SchemaOutdated(_)) => 3,
             _ => 1,
         }
     }
@@ -71,6 +72,11 @@ impl Failure {
             Failure::Outbox(OutboxError::TableMissing(e)) => format!(
                 "the outbox table does not exist in this database: the migration must be run \
                  first (`outbox migrate up`). ({e})"
+            ),
+            Failure::Outbox(OutboxError::SchemaOutdated(e)) => format!(
+                "the outbox table lacks a column of this version: run the newer migrations \
+                 first (`outbox migrate up`; in your own Migrator add \
+                 `sea_orm_outbox_migration::AddEventHeaders`). ({e})"
             ),
             Failure::Outbox(e) => e.to_string(),
             Failure::Migration(e) => format!("migration failed: {e}"),

@@ -127,6 +127,9 @@ mod rmq {
         if let Some(g) = given(&args.producer_group) {
             config = config.producer_group(g);
         }
+        if let Some(spec) = given(&args.topic_map) {
+            config = config.topics_from_spec(&spec)?;
+        }
         config.validate_for(worker)?;
         Ok(config)
     }
@@ -135,7 +138,10 @@ mod rmq {
     pub async fn start(
         config: RocketMqConfig,
     ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
-        let target = format!("rocketmq {} topic {}", config.namesrv_addr, config.topic);
+        let mut target = format!("rocketmq {} topic {}", config.namesrv_addr, config.topic);
+        for (event_type, topic) in &config.topics {
+            target.push_str(&format!(", {event_type} to {topic}"));
+        }
         let p = Arc::new(RocketMqPublisher::start(config).await?);
         Ok((p.clone(), Handle(p), target))
     }

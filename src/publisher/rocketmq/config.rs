@@ -1,5 +1,6 @@
 //! Where and how the publisher sends: [`RocketMqConfig`], its defaults and environment
 //! variables, and the checks on addresses, names and the send timeout.
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::WorkerConfig;
@@ -17,8 +18,11 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 pub const ENV_NAMESRV_ADDR: &str = "ROCKETMQ_NAMESRV_ADDR";
 /// The environment variable with the producer group.
 pub const ENV_PRODUCER_GROUP: &str = "ROCKETMQ_PRODUCER_GROUP";
-/// The environment variable with the topic.
+/// The environment variable with the default topic.
 pub const ENV_TOPIC: &str = "OUTBOX_TOPIC";
+/// The environment variable with the topic of each event type:
+/// `EVENT_TYPE=TOPIC[,EVENT_TYPE=TOPIC...]`, e.g. `ORDER_PAID=PAYMENT_TOPIC,ORDER_SHIPPED=SHIPPING_TOPIC`.
+pub const ENV_TOPICS: &str = "OUTBOX_TOPICS";
 
 /// Longest topic name RocketMQ accepts.
 const TOPIC_MAX_LEN: usize = 127;
@@ -44,8 +48,12 @@ pub struct RocketMqConfig {
     pub namesrv_addr: String,
     /// Producer group (default [`DEFAULT_PRODUCER_GROUP`]).
     pub producer_group: String,
-    /// Topic every event goes to (default [`DEFAULT_TOPIC`]).
+    /// The default topic: where an event goes when [`RocketMqConfig::topics`] has no entry for
+    /// its type (default [`DEFAULT_TOPIC`]).
     pub topic: String,
+    /// The topic of each event type (`event_type` → topic); types not listed go to
+    /// [`RocketMqConfig::topic`]. Set with [`RocketMqConfig::topic_for`].
+    pub topics: BTreeMap<String, String>,
     /// Longest one send may take, the client's internal retries included (default 3 s). Keep it
     /// at most the worker's `send_timeout` and well below its lease
     /// ([`RocketMqConfig::validate_for`]).
@@ -66,12 +74,14 @@ impl RocketMqConfig {
             namesrv_addr: namesrv_addr.into(),
             producer_group: DEFAULT_PRODUCER_GROUP.to_owned(),
             topic: DEFAULT_TOPIC.to_owned(),
+            topics: BTreeMap::new(),
             send_timeout: DEFAULT_SEND_TIMEOUT,
         }
     }
 
-    /// Reads `ROCKETMQ_NAMESRV_ADDR` (required), `ROCKETMQ_PRODUCER_GROUP` and `OUTBOX_TOPIC`
-    /// (optional; empty means the default) and validates the result.
+    /// Reads `ROCKETMQ_NAMESRV_ADDR` (required), `ROCKETMQ_PRODUCER_GROUP`, `OUTBOX_TOPIC` and
+    /// `OUTBOX_TOPICS` (optional; empty means the default; see [`ENV_TOPICS`] and
+    /// [`RocketMqConfig::topics_from_spec`]) and validates the result.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
@@ -98,6 +108,11 @@ impl RocketMqConfig {
         if let Some(topic) = var(ENV_TOPIC) {
             config.topic = topic;
         }
+        if let Some(spec) = var(ENV_TOPICS) {
+            config = config
+                .topics_from_spec(&spec)
+                .map_err(|e| OutboxError::InvalidConfig(format!("{ENV_TOPICS}: {e}")))?;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -108,10 +123,74 @@ impl RocketMqConfig {
         self
     }
 
-    /// Sets the topic.
+    /// Sets the default topic (for event types without a [`RocketMqConfig::topic_for`]).
     pub fn topic(mut self, topic: impl Into<String>) -> Self {
         self.topic = topic.into();
         self
+    }
+
+    /// Sends events of type `event_type` to `topic` instead of the default topic.
+    ///
+    /// ```
+    /// use sea_orm_outbox::RocketMqConfig;
+    /// let config = RocketMqConfig::new("127.0.0.1:9876")
+    ///     .topic("ORDER_EVENT_TOPIC")
+    ///     .topic_for("ORDER_PAID", "PAYMENT_EVENT_TOPIC");
+    /// assert_eq!(config.topic_of("ORDER_PAID"), "PAYMENT_EVENT_TOPIC");
+    /// assert_eq!(config.topic_of("ORDER_CREATED"), "ORDER_EVENT_TOPIC");
+    /// ```
+    pub fn topic_for(mut self, event_type: impl Into<String>, topic: impl Into<String>) -> Self {
+        self.topics.insert(event_type.into(), topic.into());
+        self
+    }
+
+    /// Adds the topics of `spec`, `EVENT_TYPE=TOPIC` pairs separated by `,` (spaces around
+    /// them are ignored; an empty spec adds nothing), as by [`RocketMqConfig::topic_for`]. The
+    /// format of [`ENV_TOPICS`] and of the tool's `--topic-map`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] for a pair without `=`, an empty event type or topic, or
+    /// an event type given twice. Topic names are checked by [`RocketMqConfig::validate`].
+    pub fn topics_from_spec(mut self, spec: &str) -> Result<Self, OutboxError> {
+        for pair in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((event_type, topic)) = pair.split_once('=') else {
+                return Err(OutboxError::InvalidConfig(format!(
+                    "topic map entry `{pair}` is not EVENT_TYPE=TOPIC"
+                )));
+            };
+            let (event_type, topic) = (event_type.trim(), topic.trim());
+            if event_type.is_empty() || topic.is_empty() {
+                return Err(OutboxError::InvalidConfig(format!(
+                    "topic map entry `{pair}` needs both an event type and a topic"
+                )));
+            }
+            if self.topics.contains_key(event_type) {
+                return Err(OutboxError::InvalidConfig(format!(
+                    "topic map names event type `{event_type}` twice"
+                )));
+            }
+            self.topics.insert(event_type.to_owned(), topic.to_owned());
+        }
+        Ok(self)
+    }
+
+    /// The topic events of `event_type` go to: its [`RocketMqConfig::topic_for`] entry, else
+    /// the default topic.
+    pub fn topic_of(&self, event_type: &str) -> &str {
+        self.topics
+            .get(event_type)
+            .map_or(self.topic.as_str(), String::as_str)
+    }
+
+    /// Every topic this configuration sends to: the default one and those of the map, each
+    /// once, sorted.
+    pub fn all_topics(&self) -> Vec<&str> {
+        let mut all: Vec<&str> = std::iter::once(self.topic.as_str())
+            .chain(self.topics.values().map(String::as_str))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
     }
 
     /// Sets the send timeout.
@@ -140,7 +219,8 @@ impl RocketMqConfig {
     /// `host:port` (host: a name or IPv4 address of letters, digits, `.`, `-`, `_`, or an IPv6
     /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
     /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
-    /// `_`, `-`), or the send timeout is zero or longer than `u32::MAX` milliseconds.
+    /// `_`, `-`; the default topic and every topic of the map), or the send timeout is zero or
+    /// longer than `u32::MAX` milliseconds.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         let addrs = self.namesrv_addrs();
@@ -160,6 +240,9 @@ impl RocketMqConfig {
         }
         check_name("producer_group", &self.producer_group, GROUP_MAX_LEN)?;
         check_name("topic", &self.topic, TOPIC_MAX_LEN)?;
+        for (event_type, topic) in &self.topics {
+            check_name(&format!("topic of `{event_type}`"), topic, TOPIC_MAX_LEN)?;
+        }
         if self.send_timeout.is_zero() || u32::try_from(self.send_timeout.as_millis()).is_err() {
             return bad(format!(
                 "RocketMQ send_timeout must be between 1 ms and {} ms",
@@ -256,6 +339,7 @@ mod tests {
             RocketMqConfig::default().topic("a.b"),
             RocketMqConfig::default().topic("t".repeat(128)),
             RocketMqConfig::default().producer_group("g g"),
+            RocketMqConfig::default().topic_for("ORDER_PAID", "bad topic"),
             RocketMqConfig::default().send_timeout(Duration::ZERO),
         ] {
             assert!(
@@ -291,11 +375,39 @@ mod tests {
             ),
             ("127.0.0.1:19876", "order_service", DEFAULT_TOPIC)
         );
+        std::env::set_var(ENV_TOPICS, "ORDER_PAID=PAY_T");
+        let c = RocketMqConfig::from_env().expect("valid");
+        assert_eq!(c.topic_of("ORDER_PAID"), "PAY_T");
+        std::env::set_var(ENV_TOPICS, "ORDER_PAID");
+        let err = RocketMqConfig::from_env().expect_err("no =");
+        assert!(err.to_string().contains(ENV_TOPICS), "{err}");
+        std::env::set_var(ENV_TOPICS, "ORDER_PAID=bad.topic");
+        assert!(RocketMqConfig::from_env().is_err());
+        std::env::remove_var(ENV_TOPICS);
         std::env::set_var(ENV_TOPIC, "bad topic");
         assert!(RocketMqConfig::from_env().is_err());
-        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC] {
+        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC, ENV_TOPICS] {
             std::env::remove_var(v);
         }
+    }
+
+    #[test]
+    fn topic_map() {
+        let c = RocketMqConfig::default()
+            .topics_from_spec(" ORDER_PAID = PAY_T , ORDER_SHIPPED=SHIP_T,")
+            .expect("spec");
+        assert_eq!(c.topic_of("ORDER_PAID"), "PAY_T");
+        assert_eq!(c.topic_of("ORDER_SHIPPED"), "SHIP_T");
+        assert_eq!(c.topic_of("ORDER_CREATED"), DEFAULT_TOPIC);
+        assert_eq!(c.all_topics(), vec![DEFAULT_TOPIC, "PAY_T", "SHIP_T"]);
+        assert!(c.validate().is_ok());
+        for bad in ["ORDER_PAID", "=T", "ORDER_PAID=", "A=T,A=U"] {
+            let err = RocketMqConfig::default()
+                .topics_from_spec(bad)
+                .expect_err(bad);
+            assert!(matches!(err, OutboxError::InvalidConfig(_)), "{bad}: {err}");
+        }
+        assert!(RocketMqConfig::default().topics_from_spec("").is_ok());
     }
 
     #[test]

@@ -27,6 +27,8 @@ impl MigratorTrait for Migrator {
             // Adopting the outbox: `t_event_record` and `t_consumed_message`.
             Box::new(sea_orm_outbox_migration::CreateEventRecord),
             Box::new(sea_orm_outbox_migration::CreateConsumedMessage),
+            // Upgrading the outbox to the version with event headers (`t_event_record.headers`).
+            Box::new(sea_orm_outbox_migration::AddEventHeaders),
             // The app's later migrations go here.
         ]
     }

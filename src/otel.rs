@@ -1,0 +1,71 @@
+//! W3C trace context across the outbox (feature `opentelemetry`): [`OutboxExt::with_event`]
+//! records the caller's trace context as the event's `traceparent` / `tracestate` headers, and
+//! the relay links each event's send span (`outbox_event`) to it, so a trace shows the business
+//! request and the later publish as related.
+//!
+//! The current context is the current `tracing` span's OpenTelemetry context (with
+//! `tracing-opentelemetry`'s layer installed), else OpenTelemetry's own current context; the
+//! headers are written by OpenTelemetry's `TraceContextPropagator` (W3C Trace Context,
+//! <https://www.w3.org/TR/trace-context/>). Nothing is recorded when there is no valid span
+//! context, and a `traceparent` the caller set with [`NewEvent::header`] is kept.
+//!
+//! [`OutboxExt::with_event`]: crate::OutboxExt::with_event
+//! [`NewEvent::header`]: crate::NewEvent::header
+use std::collections::HashMap;
+
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::event::NewEvent;
+use crate::publisher::OutboxMessage;
+
+/// The W3C `traceparent` header name.
+pub const TRACEPARENT: &str = "traceparent";
+/// The W3C `tracestate` header name.
+pub const TRACESTATE: &str = "tracestate";
+
+/// The context to record: the current tracing span's, else OpenTelemetry's current one.
+fn current_context() -> opentelemetry::Context {
+    let from_span = tracing::Span::current().context();
+    if from_span.span().span_context().is_valid() {
+        from_span
+    } else {
+        opentelemetry::Context::current()
+    }
+}
+
+/// Adds the current trace context to `event` as `traceparent` (and `tracestate` when not
+/// empty), unless the event has those headers already or there is no valid span context.
+pub(crate) fn record_trace_context(event: &mut NewEvent) {
+    let cx = current_context();
+    if !cx.span().span_context().is_valid() {
+        return;
+    }
+    let mut carrier: HashMap<String, String> = HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    for name in [TRACEPARENT, TRACESTATE] {
+        if let Some(value) = carrier.remove(name).filter(|v| !v.is_empty()) {
+            event.header_if_absent(name, value);
+        }
+    }
+}
+
+/// Links `span` (an event's send span) to the trace context recorded in `message`'s headers,
+/// if it has a valid one.
+pub(crate) fn link_send_span(span: &tracing::Span, message: &OutboxMessage) {
+    let Some(parent) = message.header(TRACEPARENT) else {
+        return;
+    };
+    let mut carrier: HashMap<String, String> = HashMap::new();
+    carrier.insert(TRACEPARENT.to_owned(), parent.to_owned());
+    if let Some(state) = message.header(TRACESTATE) {
+        carrier.insert(TRACESTATE.to_owned(), state.to_owned());
+    }
+    let cx = TraceContextPropagator::new().extract(&carrier);
+    let linked = cx.span().span_context().clone();
+    if linked.is_valid() {
+        span.add_link(linked);
+    }
+}
