@@ -20,7 +20,7 @@ use sea_orm_outbox::event_record::{self, Column, Entity as Events};
 use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
     consume_once, ops, CancellationToken, Consumed as Outcome, EventStatus, InMemoryPublisher,
-    Migrator, MigratorTrait, OutboxError, Publisher, Worker, WorkerConfig,
+    Migrator, MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, Worker, WorkerConfig,
 };
 
 backend_tests!(
@@ -148,23 +148,46 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
     assert!(
         out.contains("Applied  m20261130_000001_create_t_event_record")
             && out.contains("Applied  m20261130_000002_create_t_consumed_message")
+            && out.contains("Applied  m20261201_000003_add_event_headers")
             && !out.contains("pending"),
         "{out}"
     );
-    // down rolls back one migration: the consumer table goes, the outbox stays.
+    // down rolls back one migration, the newest: the headers column goes.
+    let out = outbox_ok(ctx, &["migrate", "down"]);
+    assert!(
+        out.contains("Pending  m20261201_000003_add_event_headers") && out.contains("1 pending"),
+        "{out}"
+    );
+    // This version on a table without it: a clear error naming the migration, exit status 3.
+    let err = ctx
+        .db
+        .with_event(NewEvent::raw("ORD-OLD", "T", "{}"))
+        .await
+        .expect_err("no headers column");
+    assert!(matches!(err, OutboxError::SchemaOutdated(_)), "{err}");
+    let o = outbox(ctx, &["dead", "list"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("lacks a column") && stderr(&o).contains("AddEventHeaders"),
+        "{}",
+        stderr(&o)
+    );
+    // down again: the consumer table goes, the outbox stays.
     let out = outbox_ok(ctx, &["migrate", "down"]);
     assert!(
         out.contains("Pending  m20261130_000002_create_t_consumed_message")
-            && out.contains("1 pending"),
+            && out.contains("2 pending"),
         "{out}"
     );
     let err = consume_once(&ctx.db, "g", "1", async |_| Ok::<_, OutboxError>(()))
         .await
         .expect_err("no consumer table");
     assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
-    ops::stats(&ctx.db, DAY)
-        .await
-        .expect("outbox table still there");
+    // The outbox table is still there (without the newer column: not "missing").
+    assert!(matches!(
+        ops::stats(&ctx.db, DAY).await,
+        Err(OutboxError::SchemaOutdated(_))
+    ));
     outbox_ok(ctx, &["migrate", "down"]);
     assert!(matches!(
         ops::stats(&ctx.db, DAY).await,
@@ -616,7 +639,7 @@ async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
     }
     // `migrate status` is how to find out; it succeeds and lists what is pending.
     let out = outbox_ok(ctx, &["migrate", "status"]);
-    assert!(out.contains("2 pending"), "{out}");
+    assert!(out.contains("3 pending"), "{out}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1245,7 +1268,8 @@ async fn consume_once_rejects_bad_ids_and_missing_table(ctx: &TestContext) {
         .expect("64 characters fit");
     assert!(matches!(first, Outcome::Processed(())), "{first:?}");
     assert_eq!(consumed(db).await, 1);
-    Migrator::down(db, Some(1)).await.expect("down");
+    // The newest two: the headers column, then the consumer's table.
+    Migrator::down(db, Some(2)).await.expect("down");
     let err = consume_once(db, "g", "1", async |_| Ok::<_, OutboxError>(()))
         .await
         .expect_err("no table");
