@@ -124,7 +124,7 @@ async fn idle_latency(
     let publisher = Arc::new(CountingPublisher::default());
     let cancel = CancellationToken::new();
     let (_workers, handles) =
-        start_workers(bench, args, &config, &publisher, &cancel, "idle").await?;
+        start_workers(bench, args, &config, publisher.clone(), &cancel, "idle").await?;
     let writer = bench.pool(1).await?;
     // Let every worker finish its first (empty) round.
     tokio::time::sleep(config.poll_delay.min(Duration::from_millis(200))).await;

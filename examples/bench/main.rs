@@ -22,6 +22,9 @@
 //! - `with_event_overhead_ms`: median(business insert + `with_event`) − median(business insert).
 //! - `idle_poll_rows_examined`: the candidate scan over `--poll-rows` `SUCCESS` rows
 //!   (Postgres: `EXPLAIN (ANALYZE, BUFFERS)`, MariaDB/MySQL: `Handler_read%` deltas).
+//! - `rocketmq_raw_eps`, `rocketmq_raw_batch_eps`, `rocketmq_relay_eps`, `relay_over_raw`,
+//!   `relay_over_raw_batch` (and `rocketmq_relay_eps_w<W>` with `--rocketmq-scaling`): through
+//!   the real broker when `ROCKETMQ_NAMESRV_ADDR` is set (module `rocketmq`).
 //! - `peak_rss_mib`: this process' VmHWM (workers, publisher and bench bookkeeping together).
 //!
 //! Modules: `setup` (the outbox table's bulk fill), one module per group of figures (`limit`,
@@ -31,6 +34,7 @@ mod figures;
 mod idle;
 mod limit;
 mod relay;
+mod rocketmq;
 mod scan;
 mod setup;
 mod writes;
@@ -126,6 +130,12 @@ struct Args {
     /// Skip the idle-latency phase.
     #[arg(long)]
     skip_idle: bool,
+    /// Events of each RocketMQ phase (run when ROCKETMQ_NAMESRV_ADDR is set).
+    #[arg(long, default_value_t = 20_000)]
+    rocketmq_events: u64,
+    /// Also measure the relay through RocketMQ with 1, 2, 4 and 8 workers.
+    #[arg(long)]
+    rocketmq_scaling: bool,
     /// Skip the with_event overhead.
     #[arg(long)]
     skip_overhead: bool,
@@ -145,6 +155,8 @@ impl Args {
     fn apply_small(&mut self) {
         if self.small {
             self.events = self.events.min(3_000);
+            self.rocketmq_events = self.rocketmq_events.min(300);
+            self.rocketmq_scaling = false;
             self.idle_events = self.idle_events.min(20);
             self.idle_poll_ms = self.idle_poll_ms.min(20);
             self.overhead_samples = self.overhead_samples.min(50);
@@ -204,16 +216,8 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     let batch = relay::figures(&mut figs, bench, &setup, args, ClaimStrategy::Batch).await?;
     let dups = relay::comparison_figures(&mut figs, limit, per_row.as_ref(), batch.as_ref());
 
-    // 3. RocketMQ.
-    // Not measured yet: `rocketmq_raw_eps` (the client alone sending the same messages with the
-    // same concurrency) and `rocketmq_relay_eps` (the batch relay through RocketMqPublisher).
-    let why = if std::env::var("ROCKETMQ_NAMESRV_ADDR").is_ok_and(|v| !v.is_empty()) {
-        "no RocketMQ phase in the bench yet"
-    } else {
-        "ROCKETMQ_NAMESRV_ADDR unset"
-    };
-    figs.skip("rocketmq_raw_eps", why);
-    figs.skip("rocketmq_relay_eps", why);
+    // 3. RocketMQ (when ROCKETMQ_NAMESRV_ADDR is set).
+    let rocketmq_dups = rocketmq::figures(&mut figs, bench, &setup, args).await?;
 
     // 4. Idle latency, polling only and woken on commit; write throughput with and without
     // the notify.
@@ -239,6 +243,9 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     setup.close().await?;
     if dups > 0 {
         return Err(format!("{dups} duplicate publications in a fault-free run").into());
+    }
+    if rocketmq_dups > 0 {
+        return Err(format!("{rocketmq_dups} duplicates received through RocketMQ").into());
     }
     Ok(())
 }

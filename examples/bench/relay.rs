@@ -92,13 +92,13 @@ pub type Running = (
     Vec<tokio::task::JoinHandle<WorkerSummary>>,
 );
 
-/// Starts `--workers` workers with `config` (each with a pool of `--pool` connections and the
+/// Starts `args.workers` workers with `config` (each with a pool of `--pool` connections and the
 /// instance id `bench-<label>-<n>`) publishing to `publisher` until `cancel`.
 pub async fn start_workers(
     bench: &ScratchDb,
     args: &Args,
     config: &WorkerConfig,
-    publisher: &Arc<CountingPublisher>,
+    publisher: Arc<dyn Publisher>,
     cancel: &CancellationToken,
     label: &str,
 ) -> Result<Running, BoxError> {
@@ -117,7 +117,7 @@ pub async fn start_workers(
         };
         let worker = Arc::new(Worker::new(
             db,
-            publisher.clone() as Arc<dyn Publisher>,
+            publisher.clone(),
             config
                 .clone()
                 .instance_id(format!("bench-{label}-{w}"))
@@ -159,7 +159,7 @@ async fn relay(
     let cpu = CpuMark::now(bench.backend);
     let start = Instant::now();
     let (workers, handles) =
-        start_workers(bench, args, &config, &publisher, &cancel, label).await?;
+        start_workers(bench, args, &config, publisher.clone(), &cancel, label).await?;
     let deadline = start + Duration::from_secs(args.timeout_s);
     let published = || workers.iter().map(|w| w.summary().published).sum::<u64>();
     while published() < args.events && Instant::now() < deadline {
