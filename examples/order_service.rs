@@ -10,10 +10,11 @@
 //! Without `DATABASE_URL` it uses an embedded SQLite file in the temp directory. On a shared
 //! database it only creates what is missing and counts only its own run's events.
 //!
-//! With `ROCKETMQ_NAMESRV_ADDR` set (see docs/ROCKETMQ.md; `ROCKETMQ_PRODUCER_GROUP` and
-//! `OUTBOX_TOPIC` optional) the events go to RocketMQ instead of an in-memory publisher, and a
-//! consumer in a fresh group reads them back: the summary line then ends with
-//! `received=N received_duplicates=D` (this run's events only).
+//! With `ROCKETMQ_NAMESRV_ADDR` set (see docs/ROCKETMQ.md; `ROCKETMQ_PRODUCER_GROUP`,
+//! `OUTBOX_TOPIC` and, for a broker with authentication, `ROCKETMQ_ACCESS_KEY` with
+//! `ROCKETMQ_SECRET_KEY` optional) the events go to RocketMQ instead of an in-memory publisher,
+//! and a consumer in a fresh group (with the same credentials) reads them back: the summary
+//! line then ends with `received=N received_duplicates=D` (this run's events only).
 #[path = "common/logging.rs"]
 mod logging;
 /// The demo's own business table, `demo_orders`.
@@ -135,8 +136,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "order_demo_{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             );
-            let consumer =
-                RocketMqConsumer::start(&config.namesrv_addr, &group, &config.topic).await?;
+            let consumer = RocketMqConsumer::start_with_credentials(
+                &config.namesrv_addr,
+                &group,
+                &config.topic,
+                config.credentials.clone(),
+            )
+            .await?;
             let publisher = Arc::new(RocketMqPublisher::start(config).await?);
             Some((publisher, consumer))
         }

@@ -98,6 +98,7 @@ async fn relay_on(
 mod rmq {
     use std::sync::Arc;
 
+    use sea_orm_outbox::publisher::{Credentials, SecretKey};
     pub use sea_orm_outbox::RocketMqConfig;
     use sea_orm_outbox::{OutboxError, Publisher, RocketMqPublisher, WorkerConfig};
 
@@ -127,6 +128,12 @@ mod rmq {
         if let Some(g) = given(&args.producer_group) {
             config = config.producer_group(g);
         }
+        let secret = args
+            .rocketmq_secret_key
+            .as_ref()
+            .map(|s| SecretKey::new(s.expose().trim()))
+            .filter(|s| !s.is_empty());
+        config.credentials = Credentials::from_parts(given(&args.rocketmq_access_key), secret)?;
         config.validate_for(worker)?;
         Ok(config)
     }
@@ -135,7 +142,13 @@ mod rmq {
     pub async fn start(
         config: RocketMqConfig,
     ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
-        let target = format!("rocketmq {} topic {}", config.namesrv_addr, config.topic);
+        let access_key = config.credentials.as_ref().map(|c| c.access_key());
+        let target = format!(
+            "rocketmq {} topic {} access key {}",
+            config.namesrv_addr,
+            config.topic,
+            access_key.unwrap_or("-")
+        );
         let p = Arc::new(RocketMqPublisher::start(config).await?);
         Ok((p.clone(), Handle(p), target))
     }

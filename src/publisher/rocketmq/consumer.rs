@@ -12,23 +12,32 @@ use rocketmq_model::common::message::MessageTrait;
 use rocketmq_model::common::topic::TopicValidator;
 
 use super::config::{check_name, RocketMqConfig, GROUP_MAX_LEN};
+use super::credentials::Credentials;
 use super::errors::client_error_text;
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
 use crate::error::OutboxError;
 
 /// Creates `topic` (4 queues) when the name server has no route for it yet, and waits until
 /// it has one.
-async fn ensure_topic(host: &ClientHost, namesrv_addr: &str, topic: &str) -> Result<(), String> {
+async fn ensure_topic(
+    host: &ClientHost,
+    namesrv_addr: &str,
+    topic: &str,
+    credentials: Option<&Credentials>,
+) -> Result<(), String> {
     const ROUTE_DEADLINE: Duration = Duration::from_secs(15);
     let group = format!(
         "outbox_topic_init_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let mut producer = DefaultMQProducer::builder(host.runtime.clone())
+    let mut builder = DefaultMQProducer::builder(host.runtime.clone())
         .producer_group(group)
         .name_server_addr(namesrv_addr)
-        .send_msg_timeout(3_000)
-        .build();
+        .send_msg_timeout(3_000);
+    if let Some(c) = credentials {
+        builder = builder.rpc_hook(c.rpc_hook());
+    }
+    let mut producer = builder.build();
     Box::pin(producer.start())
         .await
         .map_err(|e| client_error_text(&e))?;
@@ -183,20 +192,40 @@ impl RocketMqConsumer {
     /// [`OutboxError::Broker`] when no name server answers, the topic's route does not appear
     /// within 15 s, or the consumer cannot start.
     pub async fn start(namesrv_addr: &str, group: &str, topic: &str) -> Result<Self, OutboxError> {
+        Self::start_with_credentials(namesrv_addr, group, topic, None).await
+    }
+
+    /// [`RocketMqConsumer::start`] with every broker request signed with `credentials` (a
+    /// broker with authentication; `None`: unsigned).
+    ///
+    /// # Errors
+    /// As [`RocketMqConsumer::start`], and [`OutboxError::InvalidConfig`] for credentials
+    /// that fail [`Credentials::validate`].
+    pub async fn start_with_credentials(
+        namesrv_addr: &str,
+        group: &str,
+        topic: &str,
+        credentials: Option<Credentials>,
+    ) -> Result<Self, OutboxError> {
         check_name("consumer group", group, GROUP_MAX_LEN)?;
-        let probe = RocketMqConfig::new(namesrv_addr).topic(topic);
+        let mut probe = RocketMqConfig::new(namesrv_addr).topic(topic);
+        probe.credentials = credentials.clone();
         probe.validate()?;
         probe_namesrv(&probe).await?;
         let host = ClientHost::new("consumer")?;
         let started = Box::pin(async {
-            ensure_topic(&host, namesrv_addr, topic).await?;
+            ensure_topic(&host, namesrv_addr, topic, credentials.as_ref()).await?;
             let client_config = ClientConfig::builder()
                 .namesrv_addr(namesrv_addr)
                 // The client's minimum (default 30 s): route changes are seen sooner.
                 .poll_name_server_interval(10_000)
                 .build()
                 .map_err(|e| client_error_text(&e))?;
-            let consumer = DefaultLitePullConsumer::builder(host.runtime.clone())
+            let mut builder = DefaultLitePullConsumer::builder(host.runtime.clone());
+            if let Some(c) = &credentials {
+                builder = builder.rpc_hook(c.rpc_hook());
+            }
+            let consumer = builder
                 .client_options(ClientOptions::legacy(client_config))
                 .consumer_group(group)
                 .name_server_addr(namesrv_addr)
