@@ -127,8 +127,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
 
-    // RocketMQ when ROCKETMQ_NAMESRV_ADDR is set: a consumer in a fresh group (it creates the
-    // topic when missing) and one publisher shared by every worker.
+    // RocketMQ when ROCKETMQ_NAMESRV_ADDR is set: one publisher shared by every worker (its
+    // start checks the credentials with the broker), then a consumer in a fresh group (it
+    // creates the topic when missing).
     let rocketmq = match std::env::var("ROCKETMQ_NAMESRV_ADDR") {
         Ok(addr) if !addr.trim().is_empty() => {
             let config = RocketMqConfig::from_env()?;
@@ -136,15 +137,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "order_demo_{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             );
-            let consumer = RocketMqConsumer::start_with_credentials(
-                &config.namesrv_addr,
-                &group,
-                &config.topic,
+            let (addr, topic, credentials) = (
+                config.namesrv_addr.clone(),
+                config.topic.clone(),
                 config.credentials.clone(),
-            )
-            .await?;
-            let publisher = Arc::new(RocketMqPublisher::start(config).await?);
-            Some((publisher, consumer))
+            );
+            let publisher = RocketMqPublisher::start(config).await?;
+            match RocketMqConsumer::start_with_credentials(&addr, &group, &topic, credentials).await
+            {
+                Ok(consumer) => Some((Arc::new(publisher), consumer)),
+                Err(e) => {
+                    publisher.shutdown().await;
+                    return Err(e.into());
+                }
+            }
         }
         _ => None,
     };
