@@ -10,7 +10,7 @@
 //!
 //! One test function, in phases on one database (Postgres, else MariaDB):
 //! a. right credentials: 200 events through 3 workers; the authenticated consumer receives
-//!    each exactly once; every row `SUCCESS`;
+//!    each exactly once; every row `SUCCESS`; nothing (crate or client) logs an ERROR line;
 //! b. wrong secret and no credentials: `RocketMqPublisher::start` refuses with the documented
 //!    message; at run time (a publisher with a wrong secret that skips the start check) events
 //!    stay `WAIT` with `retry_count` 0 through many refused attempts, none `FAIL`, and are
@@ -151,6 +151,14 @@ impl AuthCluster {
             output: Mutex::new(String::new()),
         };
         cluster.script("stop");
+        // The script's `start` accepts any name server and broker already answering on these
+        // ports: make sure it is ours, with authentication, that the test talks to.
+        for port in [NAMESRV_PORT, BROKER_PORT, BROKER_PORT - 2, HEALTH_PORT] {
+            assert!(
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+                "port {port} is in use by another process: the test needs its own broker there"
+            );
+        }
         assert!(
             cluster.script("start"),
             "private RocketMQ with authentication did not start (logs in {})",
@@ -216,7 +224,18 @@ async fn credentials_deliver_wrong_ones_are_refused_and_never_shown() {
     let wrong = format!("Wrong-{}", uuid::Uuid::new_v4().simple());
     let mut texts = Texts::default();
 
+    let mark = captured.text().len();
     right_credentials_deliver_once(&ctx, &cluster, &mut texts).await;
+    // A fault-free run, consumer start and shutdown included, logs no ERROR line.
+    let fault_free = captured.text()[mark..].to_owned();
+    let errors: Vec<&str> = fault_free
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("ERROR"))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "ERROR lines in a fault-free run: {errors:#?}"
+    );
     wrong_credentials_refused_at_start(&cluster, &wrong, &mut texts).await;
     runtime_rejection_keeps_events_waiting(&ctx, &cluster, &wrong, &captured, &mut texts).await;
     tool_shows_no_secret(&ctx, &cluster, &wrong, &mut texts);
