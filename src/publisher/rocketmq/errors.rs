@@ -21,18 +21,40 @@ pub(super) fn is_no_permission(e: &ClientError) -> bool {
             .is_some_and(|x| x.response_code() == RESPONSE_NO_PERMISSION)
 }
 
-/// What a `NO_PERMISSION` answer means and what to check, for `access_key` (`None`: the
-/// requests were not signed).
-pub(super) fn no_permission_text(access_key: Option<&str>) -> String {
+/// How the refused requests were signed, for the text of a `NO_PERMISSION` error.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Signer<'a> {
+    /// Not known ([`classify`] without the publisher's configuration).
+    Unknown,
+    /// Not signed: no credentials configured.
+    Unsigned,
+    /// Signed with this access key.
+    AccessKey(&'a str),
+}
+
+impl<'a> Signer<'a> {
+    /// The signer of a publisher with `credentials`.
+    pub(super) fn of(credentials: Option<&'a super::credentials::Credentials>) -> Self {
+        credentials.map_or(Signer::Unsigned, |c| Signer::AccessKey(c.access_key()))
+    }
+}
+
+/// What a `NO_PERMISSION` answer means and what to check, for requests signed by `signer`.
+pub(super) fn no_permission_text(signer: Signer<'_>) -> String {
     use super::credentials::{ENV_ACCESS_KEY, ENV_SECRET_KEY};
-    match access_key {
-        Some(ak) => format!(
+    match signer {
+        Signer::Unknown => format!(
+            "RocketMQ refused the request: the broker answered NO_PERMISSION (code 16), i.e. \
+             missing or rejected credentials, or a user without permission for the topic; \
+             check {ENV_ACCESS_KEY} / {ENV_SECRET_KEY} and the broker's users"
+        ),
+        Signer::AccessKey(ak) => format!(
             "RocketMQ rejected the credentials (access key `{ak}`): the broker answered \
              NO_PERMISSION (code 16), i.e. an unknown user, a wrong secret key, or a user \
              without permission for the topic; check {ENV_ACCESS_KEY} / {ENV_SECRET_KEY} and \
              the broker's users"
         ),
-        None => format!(
+        Signer::Unsigned => format!(
             "RocketMQ requires credentials: the broker answered NO_PERMISSION (code 16) to a \
              request without them; set {ENV_ACCESS_KEY} / {ENV_SECRET_KEY} (a user of the \
              broker's)"
@@ -72,22 +94,21 @@ pub(super) fn client_error_text(e: &ClientError) -> String {
 ///
 /// Configuration ([`crate::PublishErrorKind::Configuration`], the attempt is not counted):
 /// the broker answered `NO_PERMISSION` (code 16): credentials rejected or missing, or the user
-/// may not publish to the topic. Permanent: the client or broker refused the message itself (response code
-/// `MESSAGE_ILLEGAL`: body too large or empty), the catalog says the message is too large or
+/// may not publish to the topic. Permanent: the client or broker refused the message itself
+/// (response code `MESSAGE_ILLEGAL`: body too large or empty), the catalog says the message is too large or
 /// invalid, or the topic name is illegal or forbidden. Everything else (connection refused,
 /// time-outs, no route yet, broker busy, broker errors) is retryable. The message carries the
 /// error's code, public message, cause detail, broker response code and broker address.
 pub fn classify(e: &ClientError) -> PublishError {
-    classify_for(e, None)
+    classify_for(e, Signer::Unknown)
 }
 
-/// [`classify`], naming `access_key` (the publisher's, `None` without credentials) in a
-/// `NO_PERMISSION` error.
-pub(super) fn classify_for(e: &ClientError, access_key: Option<&str>) -> PublishError {
+/// [`classify`], saying in a `NO_PERMISSION` error how the requests were signed.
+pub(super) fn classify_for(e: &ClientError, signer: Signer<'_>) -> PublishError {
     if is_no_permission(e) {
         return PublishError::configuration(format!(
             "{} ({})",
-            no_permission_text(access_key),
+            no_permission_text(signer),
             client_error_text(e)
         ));
     }
@@ -164,7 +185,9 @@ mod tests {
         let (k, text) = kind(denied.clone());
         assert_eq!(k, PublishErrorKind::Configuration, "{text}");
         assert!(text.contains("ROCKETMQ_ACCESS_KEY"), "{text}");
-        let p = classify_for(&denied, Some("order-svc"));
+        let p = classify_for(&denied, Signer::Unsigned);
+        assert!(p.message.contains("requires credentials"), "{}", p.message);
+        let p = classify_for(&denied, Signer::AccessKey("order-svc"));
         assert!(
             p.message.contains("access key `order-svc`") && p.message.contains("code 16"),
             "{}",

@@ -3,12 +3,11 @@
 use async_trait::async_trait;
 use rocketmq_client_rust::{ClientResult, DefaultMQProducer, SendResult, SendStatus};
 use rocketmq_model::common::message::message_single::Message;
-
 use rocketmq_model::common::topic::TopicValidator;
 
 use super::config::RocketMqConfig;
 use super::errors::{
-    classify_for, client_error_text, error_text, is_no_permission, no_permission_text,
+    classify_for, client_error_text, error_text, is_no_permission, no_permission_text, Signer,
     RESPONSE_NO_PERMISSION,
 };
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
@@ -182,7 +181,7 @@ impl Publisher for RocketMqPublisher {
             Ok(None) => Err(PublishError::retryable("RocketMQ send returned no result")),
             Err(e) => Err(classify_for(
                 &e,
-                self.config.credentials.as_ref().map(|c| c.access_key()),
+                Signer::of(self.config.credentials.as_ref()),
             )),
         }
     }
@@ -202,7 +201,6 @@ async fn verify_credentials(
     producer: &mut DefaultMQProducer,
     config: &RocketMqConfig,
 ) -> Result<(), OutboxError> {
-    let access_key = config.credentials.as_ref().map(|c| c.access_key());
     let check = async {
         let mut queue = None;
         let mut why = String::new();
@@ -233,7 +231,9 @@ async fn verify_credentials(
     };
     match tokio::time::timeout(VERIFY_TIMEOUT, check).await {
         Ok(Ok(true)) => Ok(()),
-        Ok(Ok(false)) => Err(OutboxError::InvalidConfig(no_permission_text(access_key))),
+        Ok(Ok(false)) => Err(OutboxError::InvalidConfig(no_permission_text(Signer::of(
+            config.credentials.as_ref(),
+        )))),
         Ok(Err(why)) => {
             tracing::info!(reason = %why, "RocketMQ credentials not checked at start (no broker could be asked); a rejection by the broker later keeps events WAIT, uncounted");
             Ok(())
