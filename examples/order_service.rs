@@ -10,10 +10,11 @@
 //! Without `DATABASE_URL` it uses an embedded SQLite file in the temp directory. On a shared
 //! database it only creates what is missing and counts only its own run's events.
 //!
-//! With `ROCKETMQ_NAMESRV_ADDR` set (see docs/ROCKETMQ.md; `ROCKETMQ_PRODUCER_GROUP` and
-//! `OUTBOX_TOPIC` optional) the events go to RocketMQ instead of an in-memory publisher, and a
-//! consumer in a fresh group reads them back: the summary line then ends with
-//! `received=N received_duplicates=D` (this run's events only).
+//! With `ROCKETMQ_NAMESRV_ADDR` set (see docs/ROCKETMQ.md; `ROCKETMQ_PRODUCER_GROUP`,
+//! `OUTBOX_TOPIC` and, for a broker with authentication, `ROCKETMQ_ACCESS_KEY` with
+//! `ROCKETMQ_SECRET_KEY` optional) the events go to RocketMQ instead of an in-memory publisher,
+//! and a consumer in a fresh group (with the same credentials) reads them back: the summary
+//! line then ends with `received=N received_duplicates=D` (this run's events only).
 #[path = "common/logging.rs"]
 mod logging;
 /// The demo's own business table, `demo_orders`.
@@ -126,8 +127,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
 
-    // RocketMQ when ROCKETMQ_NAMESRV_ADDR is set: a consumer in a fresh group (it creates the
-    // topic when missing) and one publisher shared by every worker.
+    // RocketMQ when ROCKETMQ_NAMESRV_ADDR is set: one publisher shared by every worker (its
+    // start checks the credentials with the broker), then a consumer in a fresh group (it
+    // creates the topic when missing).
     let rocketmq = match std::env::var("ROCKETMQ_NAMESRV_ADDR") {
         Ok(addr) if !addr.trim().is_empty() => {
             let config = RocketMqConfig::from_env()?;
@@ -135,10 +137,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "order_demo_{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             );
-            let consumer =
-                RocketMqConsumer::start(&config.namesrv_addr, &group, &config.topic).await?;
-            let publisher = Arc::new(RocketMqPublisher::start(config).await?);
-            Some((publisher, consumer))
+            let (addr, topic, credentials) = (
+                config.namesrv_addr.clone(),
+                config.topic.clone(),
+                config.credentials.clone(),
+            );
+            let publisher = RocketMqPublisher::start(config).await?;
+            match RocketMqConsumer::start_with_credentials(&addr, &group, &topic, credentials).await
+            {
+                Ok(consumer) => Some((Arc::new(publisher), consumer)),
+                Err(e) => {
+                    publisher.shutdown().await;
+                    return Err(e.into());
+                }
+            }
         }
         _ => None,
     };

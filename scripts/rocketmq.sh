@@ -20,6 +20,12 @@
 #   ROCKETMQ_START_TIMEOUT [60] seconds to wait for readiness
 #   ROCKETMQ_SETTLE_PORT_OFFSET [7] the settle pass before a restart (see settle_store) uses
 #                          every port above plus this
+#   ROCKETMQ_AUTH_USER     [unset] `user:secret`: the broker requires authentication
+#                          (authenticationEnabled; authorization stays off) and creates this
+#                          user (a super user) at start, kept in $STATE_DIR/auth. Clients then
+#                          set ROCKETMQ_ACCESS_KEY=user and ROCKETMQ_SECRET_KEY=secret. The
+#                          secret is written only to the broker's TOML (mode 600) and its user
+#                          store, never to this script's output; the name server has no auth.
 # The clients then use ROCKETMQ_NAMESRV_ADDR=127.0.0.1:$ROCKETMQ_NAMESRV_PORT.
 set -euo pipefail
 
@@ -32,6 +38,15 @@ BROKER_NAME=${ROCKETMQ_BROKER_NAME:-outbox-broker-a}
 MAX_MESSAGE_SIZE=${ROCKETMQ_MAX_MESSAGE_SIZE:-4194304}
 START_TIMEOUT=${ROCKETMQ_START_TIMEOUT:-60}
 VERSION=1.0.0
+# Read once and taken out of the environment, so that the servers started below do not
+# inherit it.
+AUTH_USER=${ROCKETMQ_AUTH_USER:-}
+unset ROCKETMQ_AUTH_USER
+AUTH_USER_FORM='^[A-Za-z0-9_.-]+:[^"\\[:cntrl:]]+$'
+if [[ -n $AUTH_USER ]] && [[ ! $AUTH_USER =~ $AUTH_USER_FORM ]]; then
+    printf 'rocketmq.sh: %s\n' "ROCKETMQ_AUTH_USER must be user:secret (user: letters, digits, _ . -; secret: no quote, backslash or control character)" >&2
+    exit 1
+fi
 
 NAMESRV_BIN=rocketmq-namesrv-rust
 BROKER_BIN=rocketmq-broker-rust
@@ -97,12 +112,25 @@ wait_for() { # description, command...
 # ---- configuration --------------------------------------------------------------------------
 write_configs() {
     mkdir -p "$STATE_DIR/namesrv" "$STATE_DIR/broker/store" "$STATE_DIR/logs"
+    local auth_keys=""
+    if [[ -n $AUTH_USER ]]; then
+        mkdir -p "$STATE_DIR/auth"
+        chmod 700 "$STATE_DIR/auth"
+        auth_keys="authenticationEnabled = true
+authorizationEnabled = false
+authConfigPath = \"$STATE_DIR/auth\"
+initAuthenticationUser = \"$AUTH_USER\""
+        log "authentication on: user ${AUTH_USER%%:*} (users in $STATE_DIR/auth)"
+    fi
     cat >"$STATE_DIR/namesrv.toml" <<EOF
 # Written by scripts/rocketmq.sh
 rocketmqHome = "$STATE_DIR"
 kvConfigPath = "$STATE_DIR/namesrv/kvConfig.json"
 configStorePath = "$STATE_DIR/namesrv/namesrv.properties"
 EOF
+    # The TOML may hold the auth user's secret: readable by its owner only, from the start.
+    : >"$STATE_DIR/broker.toml"
+    chmod 600 "$STATE_DIR/broker.toml"
     cat >"$STATE_DIR/broker.toml" <<EOF
 # Written by scripts/rocketmq.sh
 [broker]
@@ -110,6 +138,7 @@ namesrvAddr = "127.0.0.1:$NAMESRV_PORT"
 brokerIp1 = "127.0.0.1"
 listenPort = $BROKER_PORT
 storePathRootDir = "$STATE_DIR/broker"
+$auth_keys
 
 [broker.brokerServerConfig]
 bindAddress = "127.0.0.1"
@@ -191,6 +220,8 @@ rocketmqHome = "$dir"
 kvConfigPath = "$dir/namesrv/kvConfig.json"
 configStorePath = "$dir/namesrv/namesrv.properties"
 EOF
+    : >"$dir/broker.toml"
+    chmod 600 "$dir/broker.toml"
     sed -e "s/^namesrvAddr = .*/namesrvAddr = \"127.0.0.1:$ns_port\"/" \
         -e "s/^listenPort = .*/listenPort = $port/" \
         -e "s/^haListenPort = .*/haListenPort = $((HA_PORT + SETTLE_OFFSET))/" \

@@ -154,13 +154,21 @@ pub enum PublishErrorKind {
     Retryable,
     /// Can never succeed (message too large, bad topic name): the event goes straight to `FAIL`.
     Permanent,
+    /// The publisher's own configuration or permissions are wrong (for RocketMQ: the broker
+    /// answered `NO_PERMISSION`, code 16, because the credentials were rejected or the user
+    /// may not publish to the topic). The event is not at fault, so the attempt is not
+    /// counted: the relay puts it back to `WAIT` with `retry_count` unchanged, `last_error`
+    /// set, due again after a delay (the retry policy's `max_backoff`, at most 60 s), and logs
+    /// ERROR (at most one line per worker every 10 s, with the count). It never becomes a dead
+    /// letter because of this; it is delivered once the configuration is fixed.
+    Configuration,
 }
 
 /// Why a [`crate::Publisher`] could not deliver a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind:?} publish error: {message}")]
 pub struct PublishError {
-    /// Retryable or permanent.
+    /// Retryable, permanent, or the publisher's configuration.
     pub kind: PublishErrorKind,
     /// What went wrong; stored in `t_event_record.last_error`.
     pub message: String,
@@ -183,9 +191,23 @@ impl PublishError {
         }
     }
 
-    /// Whether trying again may succeed.
+    /// A failure caused by the publisher's own configuration or permissions, not by the event
+    /// ([`PublishErrorKind::Configuration`]): the attempt is not counted.
+    pub fn configuration(message: impl Into<String>) -> Self {
+        PublishError {
+            kind: PublishErrorKind::Configuration,
+            message: message.into(),
+        }
+    }
+
+    /// Whether trying again may succeed, and the attempt counts toward the retry limit.
     pub fn is_retryable(&self) -> bool {
         self.kind == PublishErrorKind::Retryable
+    }
+
+    /// Whether the publisher's configuration is at fault ([`PublishErrorKind::Configuration`]).
+    pub fn is_configuration(&self) -> bool {
+        self.kind == PublishErrorKind::Configuration
     }
 }
 

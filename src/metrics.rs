@@ -10,6 +10,7 @@
 //! | `outbox_reclaimed_total` | counter | expired leases reclaimed |
 //! | `outbox_late_acks_total` | counter | outcomes dropped because the lease was lost |
 //! | `outbox_released_total` | counter | claimed events handed back to `WAIT` unsent (shutdown, or too little lease left) |
+//! | `outbox_config_faults_total` | counter | sends refused because of the publisher's own configuration or permissions (e.g. RocketMQ credentials), put back to `WAIT` uncounted |
 //! | `outbox_leaked_transactions_total` | counter | connections of a guarded pool (the relay's, or one built with `guarded_pool`) found inside an open transaction before use, closed (see [`crate::pool`]) |
 //! | `outbox_errors_total{op}` | counter | errors met by the relay, per step (`claim`, `record`, `renew`, `reclaim`, `gauges`; `send` for a send task that died) |
 //! | `outbox_send_duration_seconds` | histogram | one publish call, seconds |
@@ -32,6 +33,8 @@ pub const RECLAIMED: &str = "outbox_reclaimed_total";
 pub const LATE_ACKS: &str = "outbox_late_acks_total";
 /// Counter: claimed events handed back to `WAIT` unsent.
 pub const RELEASED: &str = "outbox_released_total";
+/// Counter: sends refused because of the publisher's configuration, put back uncounted.
+pub const CONFIG_FAULTS: &str = "outbox_config_faults_total";
 /// Counter: pooled connections found inside an open transaction before use, and closed.
 pub const LEAKED_TRANSACTIONS: &str = "outbox_leaked_transactions_total";
 /// Counter: database errors met by the relay, labelled `op` (the step).
@@ -68,6 +71,9 @@ pub(crate) fn late_acks(n: u64) {
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn leaked_transaction() {
     metrics::counter!(LEAKED_TRANSACTIONS).increment(1);
+}
+pub(crate) fn config_fault() {
+    metrics::counter!(CONFIG_FAULTS).increment(1);
 }
 pub(crate) fn released(n: u64) {
     metrics::counter!(RELEASED).increment(n);

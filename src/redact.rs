@@ -1,18 +1,79 @@
-//! Keeping database passwords out of every output.
+//! Keeping database passwords and other secrets out of every output.
 //!
 //! A database URL such as `postgres://app:s3cret@db:5432/orders` carries the password. Print
 //! URLs only through [`redact_url`], and pass any text that may have been built from a URL
 //! (a driver's error, for example: SeaORM puts the whole connection string into its "no
 //! supporting driver" error) through [`redact_secrets`] before it is logged or shown.
 //!
+//! Secrets that are not part of a URL (a RocketMQ secret key) are kept in a [`SecretKey`],
+//! whose `Debug` and `Display` print `<redacted>`.
+//!
 //! Beware of DEBUG logs in services: SeaORM's `Database::connect` is instrumented and its span
 //! records the whole `ConnectOptions`, URL included, which a `tracing` subscriber prints with
 //! every event inside the span. The `outbox` tool redacts every log line it writes; a service
 //! should keep `sea_orm` below DEBUG or redact its log output the same way.
 use std::borrow::Cow;
+use std::fmt;
 
 /// What a password is replaced with.
 pub const REDACTED: &str = "***";
+
+/// What a redacted secret prints as.
+pub const SECRET_REDACTED: &str = "<redacted>";
+
+/// A secret (a RocketMQ secret key, say): `Debug` and `Display` print [`SECRET_REDACTED`],
+/// never the value. Read it with [`SecretKey::expose`], only to hand it to the client that
+/// signs requests.
+///
+/// ```
+/// use sea_orm_outbox::redact::SecretKey;
+/// let secret = SecretKey::new("s3cret");
+/// assert_eq!(format!("{secret} {secret:?}"), "<redacted> <redacted>");
+/// assert_eq!(secret.expose(), "s3cret");
+/// ```
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SecretKey(String);
+
+impl SecretKey {
+    /// Wraps `secret`.
+    pub fn new(secret: impl Into<String>) -> Self {
+        SecretKey(secret.into())
+    }
+
+    /// The secret itself. Never log or print it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the secret is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<String> for SecretKey {
+    fn from(secret: String) -> Self {
+        SecretKey(secret)
+    }
+}
+
+impl From<&str> for SecretKey {
+    fn from(secret: &str) -> Self {
+        SecretKey(secret.to_owned())
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(SECRET_REDACTED)
+    }
+}
+
+impl fmt::Display for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(SECRET_REDACTED)
+    }
+}
 
 /// `url` with its password, and the value of any query parameter that looks like a secret
 /// (`password`, `pass`, `pwd`, `secret`, `token` in its name), replaced by [`REDACTED`]. The

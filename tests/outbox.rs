@@ -32,6 +32,7 @@ backend_tests!(
     crash_after_claim_is_reclaimed,
     late_ack_changes_nothing,
     always_failing_backs_off_then_dead_letters,
+    configuration_fault_is_not_an_attempt,
     one_failure_does_not_stop_the_round,
     scan_and_reclaim_use_the_composite_indexes,
     hook_writes_the_event_in_the_same_transaction,
@@ -418,6 +419,63 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
     let e = event(db, id).await;
     assert_eq!((e.status, e.retry_count), (EventStatus::Fail, 1));
     assert_eq!(e.last_error.as_deref(), Some("scripted permanent failure"));
+}
+
+/// Refuses every send because of its own configuration (rejected credentials, say).
+struct Misconfigured;
+
+#[async_trait::async_trait]
+impl Publisher for Misconfigured {
+    async fn publish(
+        &self,
+        _: &sea_orm_outbox::OutboxMessage,
+    ) -> Result<(), sea_orm_outbox::PublishError> {
+        Err(sea_orm_outbox::PublishError::configuration(
+            "credentials rejected",
+        ))
+    }
+}
+
+/// A configuration fault never counts as an attempt: however often it is met, the event goes
+/// back to WAIT with retry_count 0 (never FAIL), due after the policy's max back-off capped at
+/// 60 s, and is delivered once the publisher is fixed.
+async fn configuration_fault_is_not_an_attempt(ctx: &TestContext) {
+    let db = &ctx.db;
+    let id = new_event(db, "ORD-C").await;
+    let config = fast_config("w-conf"); // max back-off 60 s
+    let worker = Worker::new(ctx.pool(2).await, Arc::new(Misconfigured), config).expect("worker");
+    let cancel = CancellationToken::new();
+    for n in 1..=5 {
+        let round = worker.run_once(&cancel).await.expect("round");
+        assert_eq!(
+            (round.config_faults, round.retried, round.dead_lettered),
+            (1, 0, 0),
+            "attempt {n}: {round:?}"
+        );
+        let e = event(db, id).await;
+        assert_eq!(
+            (e.status, e.retry_count),
+            (EventStatus::Wait, 0),
+            "attempt {n}"
+        );
+        assert_eq!(e.last_error.as_deref(), Some("credentials rejected"));
+        assert_eq!(e.claim_owner, None);
+        let delay = (e.next_retry_time - e.update_time)
+            .to_std()
+            .expect("positive");
+        assert_eq!(delay, Duration::from_secs(60), "attempt {n}");
+        assert_eq!(worker.run_once(&cancel).await.expect("round").claimed, 0);
+        age(db, id, Column::NextRetryTime, Duration::ZERO).await;
+    }
+    assert_eq!(worker.summary().config_faults, 5);
+    let fixed = Worker::new(
+        ctx.pool(2).await,
+        ScriptedPublisher::ok(),
+        fast_config("w-ok"),
+    )
+    .expect("worker");
+    assert_eq!(fixed.run_once(&cancel).await.expect("round").published, 1);
+    assert_eq!(event(db, id).await.status, EventStatus::Success);
 }
 
 async fn one_failure_does_not_stop_the_round(ctx: &TestContext) {

@@ -100,6 +100,13 @@ fn outcomes() {
         ))
     );
     insta::assert_snapshot!(
+        "release_uncounted",
+        render(|b| by_id(
+            b,
+            &store::release_uncounted_statement(b, 7, "me", Duration::from_secs(60), "denied")
+        ))
+    );
+    insta::assert_snapshot!(
         "mark_fail",
         render(|b| by_id(b, &store::mark_fail_statement(b, 7, "me", "boom")))
     );

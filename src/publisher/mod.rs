@@ -10,7 +10,7 @@ use async_trait::async_trait;
 pub use logging::LoggingPublisher;
 pub use memory::InMemoryPublisher;
 #[cfg(feature = "rocketmq")]
-pub use rocketmq::{RocketMqConfig, RocketMqPublisher};
+pub use rocketmq::{Credentials, RocketMqConfig, RocketMqPublisher, SecretKey};
 // The test consumer: for the crate's own tests and examples only (not an API).
 #[cfg(all(feature = "rocketmq", feature = "test-support"))]
 #[doc(hidden)]

@@ -1,7 +1,7 @@
 //! The one place that observes what the relay did: each outcome updates the summary, the metric
 //! and the log together, so the three cannot drift.
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::OutboxError;
 use crate::metrics as m;
@@ -43,13 +43,20 @@ impl Op {
 pub(crate) struct Observer {
     owner: String,
     totals: Mutex<WorkerSummary>,
+    /// When the last configuration-fault ERROR line was written, and the faults since.
+    config_faults: Mutex<(Option<Instant>, u64)>,
 }
+
+/// Shortest time between two ERROR lines about configuration faults of one worker (the ones in
+/// between are logged at DEBUG and counted into the next line).
+const CONFIG_FAULT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl Observer {
     pub(crate) fn new(owner: &str) -> Self {
         Observer {
             owner: owner.to_owned(),
             totals: Mutex::new(WorkerSummary::default()),
+            config_faults: Mutex::new((None, 0)),
         }
     }
 
@@ -111,6 +118,46 @@ impl Observer {
         // The event's id and biz_no are in the line itself, not only in its (INFO) span, so that a
         // WARN-level filter still says which event.
         tracing::warn!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, backoff_ms = backoff.as_millis() as u64, %error, "send failed; will retry");
+    }
+
+    /// A send refused because of the publisher's own configuration or permissions, put back to
+    /// `WAIT` uncounted, due again after `delay`. Logs ERROR at most once per
+    /// [`CONFIG_FAULT_LOG_EVERY`] (with how many events met it since the last line), DEBUG
+    /// otherwise.
+    pub(crate) fn config_fault(
+        &self,
+        s: &mut WorkerSummary,
+        event: &Model,
+        delay: Duration,
+        error: &str,
+    ) {
+        s.config_faults += 1;
+        m::config_fault();
+        let now = Instant::now();
+        let due = {
+            let mut log = self.config_faults.lock().unwrap_or_else(|p| p.into_inner());
+            log.1 += 1;
+            let due = log
+                .0
+                .is_none_or(|last| now.duration_since(last) >= CONFIG_FAULT_LOG_EVERY);
+            if due {
+                let n = log.1;
+                *log = (Some(now), 0);
+                Some(n)
+            } else {
+                None
+            }
+        };
+        match due {
+            Some(events) => {
+                tracing::error!(owner = %self.owner, events, event_id = event.id, delay_ms = delay.as_millis() as u64, %error,
+                "the publisher is misconfigured (credentials or permissions): events stay WAIT, not counted as attempts, until it is fixed")
+            }
+            None => {
+                tracing::debug!(event_id = event.id, biz_no = %event.biz_no, delay_ms = delay.as_millis() as u64, %error,
+                "send refused by the publisher's configuration; back to WAIT uncounted")
+            }
+        }
     }
 
     /// A failed send marked `FAIL` (a dead letter).

@@ -257,6 +257,20 @@ impl<'w> Recorder<'w> {
         s: &mut WorkerSummary,
     ) -> Result<(), OutboxError> {
         let w = self.worker;
+        if err.is_configuration() {
+            // The publisher's own fault, not the event's: back to WAIT, the attempt uncounted.
+            let delay = config_fault_delay(&w.config.retry);
+            let owner = owner_of(event);
+            let t = store::release_uncounted(&w.db, event.id, owner, delay, &err.message).await?;
+            match t {
+                Transition::Applied => w.observer.config_fault(s, event, delay, &err.message),
+                Transition::LeaseLost => {
+                    w.observer
+                        .late_acks(s, 1, "lease was reclaimed during the send")
+                }
+            }
+            return Ok(());
+        }
         let n = event.retry_count.saturating_add(1);
         let decision = if err.is_retryable() {
             w.config.retry.decide(u32::try_from(n).unwrap_or(u32::MAX))
@@ -288,6 +302,16 @@ impl<'w> Recorder<'w> {
         }
         Ok(())
     }
+}
+
+/// Longest an event waits after a send that failed because of the publisher's configuration
+/// ([`crate::PublishErrorKind::Configuration`]).
+const MAX_CONFIG_FAULT_DELAY: Duration = Duration::from_secs(60);
+
+/// The wait after a configuration fault: the policy's longest back-off, at most
+/// [`MAX_CONFIG_FAULT_DELAY`], so that a fixed configuration is picked up within a minute.
+fn config_fault_delay(policy: &crate::RetryPolicy) -> Duration {
+    policy.max_backoff.min(MAX_CONFIG_FAULT_DELAY)
 }
 
 /// Whether a failed statement failed because of a row it touched (a trigger, a constraint: the

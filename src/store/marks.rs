@@ -81,6 +81,43 @@ pub fn release_for_retry_statement(
         .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
+/// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
+/// next_retry_time = now + :delay, last_error = :reason, update_time = now WHERE id = :id AND
+/// status = 'SENDING' AND claim_owner = :owner`: puts back an event whose send failed because
+/// of the publisher's own configuration ([`crate::PublishErrorKind::Configuration`]), like
+/// [`release_for_retry`] but with `retry_count` unchanged: the attempt does not count.
+///
+/// # Errors
+/// Any database error.
+pub async fn release_uncounted<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+    owner: &str,
+    delay: Duration,
+    reason: &str,
+) -> Result<Transition, DbErr> {
+    let backend = db.get_database_backend();
+    let stmt = release_uncounted_statement(backend, id, owner, delay, reason);
+    Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
+}
+
+/// The statement of [`release_uncounted`].
+pub fn release_uncounted_statement(
+    backend: DbBackend,
+    id: i64,
+    owner: &str,
+    delay: Duration,
+    reason: &str,
+) -> UpdateMany<Entity> {
+    owned(id, owner)
+        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
+        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
+        .col_expr(Column::NextRetryTime, dialect::now_plus(backend, delay))
+        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
+        .col_expr(Column::UpdateTime, dialect::now(backend))
+}
+
 /// `retry_count + 1`, the row's own count moved on.
 fn retry_count_plus_one() -> Expr {
     Expr::col(Column::RetryCount).add(1)

@@ -2,7 +2,13 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use sea_orm_outbox::redact::SecretKey;
 use sea_orm_outbox::WorkerConfig;
+
+/// A secret from the command line or the environment, kept redacted.
+fn secret(value: &str) -> Result<SecretKey, std::convert::Infallible> {
+    Ok(SecretKey::new(value))
+}
 
 /// The `outbox` command line.
 #[derive(Parser, Debug)]
@@ -172,6 +178,13 @@ pub(crate) struct RelayArgs {
     /// RocketMQ producer group [default: outbox_producer_group].
     #[arg(long, env = "ROCKETMQ_PRODUCER_GROUP")]
     pub(crate) producer_group: Option<String>,
+    /// RocketMQ access key (user) for a broker with authentication; needs the secret key too.
+    #[arg(long, env = "ROCKETMQ_ACCESS_KEY")]
+    pub(crate) rocketmq_access_key: Option<String>,
+    /// RocketMQ secret key of the access key. Prefer the environment variable (a flag shows
+    /// in the process list); never printed.
+    #[arg(long, env = "ROCKETMQ_SECRET_KEY", hide_env_values = true, value_parser = secret)]
+    pub(crate) rocketmq_secret_key: Option<SecretKey>,
     /// How long to keep trying to reach the database at start, e.g. 30s or 5m; `0s` tries once
     /// [default: no limit]. Only connection failures are retried (with back-off from 200 ms to
     /// 5 s); a malformed URL, a refused login or a missing table fail at once.
@@ -355,6 +368,35 @@ mod tests {
             (r.max_retries, r.backoff_base, r.max_backoff),
             (40, Duration::from_millis(100), Duration::from_secs(2))
         );
+    }
+
+    /// The secret key never shows: not in `--help` (even when set in the environment), not
+    /// in the parsed arguments' `Debug`.
+    #[test]
+    fn secret_key_stays_hidden() {
+        let cli = Cli::try_parse_from([
+            "outbox",
+            "relay",
+            "--rocketmq-access-key",
+            "svc",
+            "--rocketmq-secret-key",
+            "flag-secret-981",
+        ])
+        .expect("parse");
+        assert!(!format!("{cli:?}").contains("flag-secret-981"), "{cli:?}");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        assert_eq!(
+            args.rocketmq_secret_key.as_ref().map(SecretKey::expose),
+            Some("flag-secret-981")
+        );
+        let mut help = Vec::new();
+        let mut cmd = Cli::command();
+        let relay = cmd.find_subcommand_mut("relay").expect("relay");
+        relay.write_long_help(&mut help).expect("help");
+        let help = String::from_utf8_lossy(&help);
+        assert!(help.contains("ROCKETMQ_SECRET_KEY"), "{help}");
     }
 
     /// A production build has no fault injection: the flag is an unknown argument.

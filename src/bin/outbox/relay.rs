@@ -98,6 +98,7 @@ async fn relay_on(
 mod rmq {
     use std::sync::Arc;
 
+    use sea_orm_outbox::publisher::{Credentials, SecretKey};
     pub use sea_orm_outbox::RocketMqConfig;
     use sea_orm_outbox::{OutboxError, Publisher, RocketMqPublisher, WorkerConfig};
 
@@ -130,6 +131,12 @@ mod rmq {
         if let Some(spec) = given(&args.topic_map) {
             config = config.topics_from_spec(&spec)?;
         }
+        let secret = args
+            .rocketmq_secret_key
+            .as_ref()
+            .map(|s| SecretKey::new(s.expose().trim()))
+            .filter(|s| !s.is_empty());
+        config.credentials = Credentials::from_parts(given(&args.rocketmq_access_key), secret)?;
         config.validate_for(worker)?;
         Ok(config)
     }
@@ -138,7 +145,13 @@ mod rmq {
     pub async fn start(
         config: RocketMqConfig,
     ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
-        let mut target = format!("rocketmq {} topic {}", config.namesrv_addr, config.topic);
+        let access_key = config.credentials.as_ref().map(|c| c.access_key());
+        let mut target = format!(
+            "rocketmq {} topic {} access key {}",
+            config.namesrv_addr,
+            config.topic,
+            access_key.unwrap_or("-")
+        );
         for (event_type, topic) in &config.topics {
             target.push_str(&format!(", {event_type} to {topic}"));
         }

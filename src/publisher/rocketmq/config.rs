@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::credentials::{Credentials, SecretKey, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 use crate::config::WorkerConfig;
 use crate::error::OutboxError;
 
@@ -58,6 +59,13 @@ pub struct RocketMqConfig {
     /// at most the worker's `send_timeout` and well below its lease
     /// ([`RocketMqConfig::validate_for`]).
     pub send_timeout: Duration,
+    /// Access key and secret key for a broker with authentication (default none: requests
+    /// are not signed). `Debug` shows the access key only.
+    pub credentials: Option<Credentials>,
+    /// Whether [`RocketMqPublisher::start`](super::RocketMqPublisher::start) asks a broker
+    /// whether it accepts the credentials (or their absence) before it returns (default
+    /// `true`): see its documentation.
+    pub verify_credentials: bool,
 }
 
 impl Default for RocketMqConfig {
@@ -76,16 +84,21 @@ impl RocketMqConfig {
             topic: DEFAULT_TOPIC.to_owned(),
             topics: BTreeMap::new(),
             send_timeout: DEFAULT_SEND_TIMEOUT,
+            credentials: None,
+            verify_credentials: true,
         }
     }
 
     /// Reads `ROCKETMQ_NAMESRV_ADDR` (required), `ROCKETMQ_PRODUCER_GROUP`, `OUTBOX_TOPIC` and
     /// `OUTBOX_TOPICS` (optional; empty means the default; see [`ENV_TOPICS`] and
-    /// [`RocketMqConfig::topics_from_spec`]) and validates the result.
+    /// [`RocketMqConfig::topics_from_spec`]), `ROCKETMQ_ACCESS_KEY` and `ROCKETMQ_SECRET_KEY`
+    /// (both or neither; empty means unset) and validates the result. Values are trimmed.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
-    /// spaces, or a value fails [`RocketMqConfig::validate`] (an address that is not
+    /// spaces, only one of `ROCKETMQ_ACCESS_KEY` and `ROCKETMQ_SECRET_KEY` is set (the
+    /// message never shows the secret), or a value fails [`RocketMqConfig::validate`] (an
+    /// address that is not
     /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
     /// in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
     pub fn from_env() -> Result<Self, OutboxError> {
@@ -113,6 +126,10 @@ impl RocketMqConfig {
                 .topics_from_spec(&spec)
                 .map_err(|e| OutboxError::InvalidConfig(format!("{ENV_TOPICS}: {e}")))?;
         }
+        config.credentials = Credentials::from_parts(
+            var(ENV_ACCESS_KEY),
+            var(ENV_SECRET_KEY).map(SecretKey::from),
+        )?;
         config.validate()?;
         Ok(config)
     }
@@ -199,6 +216,27 @@ impl RocketMqConfig {
         self
     }
 
+    /// Signs every broker request with `access_key` and `secret_key` (RocketMQ
+    /// authentication / ACL). The secret is never shown: not by `Debug`, logs or errors.
+    pub fn credentials(
+        mut self,
+        access_key: impl Into<String>,
+        secret_key: impl Into<SecretKey>,
+    ) -> Self {
+        self.credentials = Some(Credentials::new(access_key, secret_key));
+        self
+    }
+
+    /// Whether [`RocketMqPublisher::start`](super::RocketMqPublisher::start) checks the
+    /// credentials with a broker before it returns (default `true`). Turn it off for a user
+    /// that may publish to the topic but not read its offsets (an ACL with `Pub` only and
+    /// authorization on): a rejection is then found by the first send, and the events stay
+    /// `WAIT` uncounted ([`crate::PublishErrorKind::Configuration`]).
+    pub fn verify_credentials(mut self, verify: bool) -> Self {
+        self.verify_credentials = verify;
+        self
+    }
+
     /// The name server addresses, one per `;`-separated entry.
     pub fn namesrv_addrs(&self) -> Vec<&str> {
         self.namesrv_addr
@@ -219,8 +257,8 @@ impl RocketMqConfig {
     /// `host:port` (host: a name or IPv4 address of letters, digits, `.`, `-`, `_`, or an IPv6
     /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
     /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
-    /// `_`, `-`; the default topic and every topic of the map), or the send timeout is zero or
-    /// longer than `u32::MAX` milliseconds.
+    /// `_`, `-`; the default topic and every topic of the map), the send timeout is zero or
+    /// longer than `u32::MAX` milliseconds, or the credentials fail [`Credentials::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         let addrs = self.namesrv_addrs();
@@ -248,6 +286,9 @@ impl RocketMqConfig {
                 "RocketMQ send_timeout must be between 1 ms and {} ms",
                 u32::MAX
             ));
+        }
+        if let Some(c) = &self.credentials {
+            c.validate()?;
         }
         Ok(())
     }
@@ -386,7 +427,34 @@ mod tests {
         std::env::remove_var(ENV_TOPICS);
         std::env::set_var(ENV_TOPIC, "bad topic");
         assert!(RocketMqConfig::from_env().is_err());
-        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC, ENV_TOPICS] {
+        std::env::remove_var(ENV_TOPIC);
+        assert_eq!(RocketMqConfig::from_env().expect("valid").credentials, None);
+        // Credentials: both or neither; the secret is never in an error or in Debug.
+        std::env::set_var(ENV_SECRET_KEY, "env-secret-4711");
+        let err = RocketMqConfig::from_env().expect_err("secret alone");
+        assert!(
+            err.to_string().contains(ENV_ACCESS_KEY) && !err.to_string().contains("4711"),
+            "{err}"
+        );
+        std::env::set_var(ENV_ACCESS_KEY, " order-svc ");
+        let c = RocketMqConfig::from_env().expect("both");
+        let creds = c.credentials.as_ref().expect("credentials");
+        assert_eq!(
+            (creds.access_key(), creds.secret_key().expose()),
+            ("order-svc", "env-secret-4711")
+        );
+        assert!(!format!("{c:?}").contains("4711"), "{c:?}");
+        std::env::remove_var(ENV_SECRET_KEY);
+        let err = RocketMqConfig::from_env().expect_err("access key alone");
+        assert!(err.to_string().contains(ENV_SECRET_KEY), "{err}");
+        for v in [
+            ENV_NAMESRV_ADDR,
+            ENV_PRODUCER_GROUP,
+            ENV_TOPIC,
+            ENV_TOPICS,
+            ENV_ACCESS_KEY,
+            ENV_SECRET_KEY,
+        ] {
             std::env::remove_var(v);
         }
     }

@@ -1,6 +1,6 @@
 //! [`RocketMqConsumer`], a small consumer for the crate's own tests, examples and demos (feature
 //! `test-support`; not an API), and the [`ReceivedMessage`]s it returns.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use rocketmq_client_rust::{
@@ -8,27 +8,37 @@ use rocketmq_client_rust::{
 };
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::common::message::MessageTrait;
 use rocketmq_model::common::topic::TopicValidator;
 
 use super::config::{check_name, RocketMqConfig, GROUP_MAX_LEN};
+use super::credentials::Credentials;
 use super::errors::client_error_text;
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
 use crate::error::OutboxError;
 
 /// Creates `topic` (4 queues) when the name server has no route for it yet, and waits until
 /// it has one.
-async fn ensure_topic(host: &ClientHost, namesrv_addr: &str, topic: &str) -> Result<(), String> {
+async fn ensure_topic(
+    host: &ClientHost,
+    namesrv_addr: &str,
+    topic: &str,
+    credentials: Option<&Credentials>,
+) -> Result<(), String> {
     const ROUTE_DEADLINE: Duration = Duration::from_secs(15);
     let group = format!(
         "outbox_topic_init_{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let mut producer = DefaultMQProducer::builder(host.runtime.clone())
+    let mut builder = DefaultMQProducer::builder(host.runtime.clone())
         .producer_group(group)
         .name_server_addr(namesrv_addr)
-        .send_msg_timeout(3_000)
-        .build();
+        .send_msg_timeout(3_000);
+    if let Some(c) = credentials {
+        builder = builder.rpc_hook(c.rpc_hook());
+    }
+    let mut producer = builder.build();
     Box::pin(producer.start())
         .await
         .map_err(|e| client_error_text(&e))?;
@@ -143,20 +153,43 @@ struct OwnedConsumer {
     host: ClientHost,
 }
 
+/// Longest the broker holds a pull open when there is nothing new (its long poll).
+const BROKER_SUSPEND_MS: u64 = 1_000;
+/// How long [`ConsumerHandle::shutdown`] lets the pulls in flight return after pausing every
+/// queue: the broker's long poll and a margin.
+const PULL_DRAIN: Duration = Duration::from_millis(BROKER_SUSPEND_MS + 500);
+
 impl ConsumerHandle for OwnedConsumer {
     fn poll(&self, timeout_ms: u64) -> SendFuture<'_, Vec<ReceivedMessage>> {
         Box::pin(async move {
-            Box::pin(self.consumer.poll_with_timeout(timeout_ms))
-                .await
+            let messages = Box::pin(self.consumer.poll_with_timeout(timeout_ms)).await;
+            // Commit only the queues that returned messages: the client's auto-commit also
+            // commits the queues nothing was read from yet and logs an ERROR ("Consume offset
+            // is -1 ..., skip commit") for each of them, at the first poll and every 5 s.
+            let queues: HashSet<MessageQueue> = messages
                 .iter()
-                .map(ReceivedMessage::from_ext)
-                .collect()
+                .map(|m| MessageQueue::from_parts(m.topic().clone(), m.broker_name(), m.queue_id()))
+                .collect();
+            if !queues.is_empty() {
+                Box::pin(self.consumer.commit_with_set(queues, false)).await;
+            }
+            messages.iter().map(ReceivedMessage::from_ext).collect()
         })
     }
 
     fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
         Box::pin(async move {
             let OwnedConsumer { consumer, host } = *self;
+            // The client's shutdown drops each queue's assignment before the pull in flight
+            // on it returns, and that pull then logs "Pull error ... core.argument.invalid" at
+            // ERROR. Paused first, every pull task finishes its pull (within the broker's long
+            // poll) and then waits, and a waiting task ends quietly at shutdown.
+            if let Ok(queues) = Box::pin(consumer.assignment()).await {
+                if !queues.is_empty() {
+                    Box::pin(consumer.pause(queues.into_iter().collect())).await;
+                    tokio::time::sleep(PULL_DRAIN).await;
+                }
+            }
             Box::pin(consumer.shutdown()).await;
             Box::pin(host.shutdown()).await;
         })
@@ -183,20 +216,40 @@ impl RocketMqConsumer {
     /// [`OutboxError::Broker`] when no name server answers, the topic's route does not appear
     /// within 15 s, or the consumer cannot start.
     pub async fn start(namesrv_addr: &str, group: &str, topic: &str) -> Result<Self, OutboxError> {
+        Self::start_with_credentials(namesrv_addr, group, topic, None).await
+    }
+
+    /// [`RocketMqConsumer::start`] with every broker request signed with `credentials` (a
+    /// broker with authentication; `None`: unsigned).
+    ///
+    /// # Errors
+    /// As [`RocketMqConsumer::start`], and [`OutboxError::InvalidConfig`] for credentials
+    /// that fail [`Credentials::validate`].
+    pub async fn start_with_credentials(
+        namesrv_addr: &str,
+        group: &str,
+        topic: &str,
+        credentials: Option<Credentials>,
+    ) -> Result<Self, OutboxError> {
         check_name("consumer group", group, GROUP_MAX_LEN)?;
-        let probe = RocketMqConfig::new(namesrv_addr).topic(topic);
+        let mut probe = RocketMqConfig::new(namesrv_addr).topic(topic);
+        probe.credentials = credentials.clone();
         probe.validate()?;
         probe_namesrv(&probe).await?;
         let host = ClientHost::new("consumer")?;
         let started = Box::pin(async {
-            ensure_topic(&host, namesrv_addr, topic).await?;
+            ensure_topic(&host, namesrv_addr, topic, credentials.as_ref()).await?;
             let client_config = ClientConfig::builder()
                 .namesrv_addr(namesrv_addr)
                 // The client's minimum (default 30 s): route changes are seen sooner.
                 .poll_name_server_interval(10_000)
                 .build()
                 .map_err(|e| client_error_text(&e))?;
-            let consumer = DefaultLitePullConsumer::builder(host.runtime.clone())
+            let mut builder = DefaultLitePullConsumer::builder(host.runtime.clone());
+            if let Some(c) = &credentials {
+                builder = builder.rpc_hook(c.rpc_hook());
+            }
+            let consumer = builder
                 .client_options(ClientOptions::legacy(client_config))
                 .consumer_group(group)
                 .name_server_addr(namesrv_addr)
@@ -204,10 +257,11 @@ impl RocketMqConsumer {
                 .pull_batch_size(32)
                 .poll_timeout_millis(500)
                 // Short broker long-polls: shutdown waits for the pull in flight on each queue.
-                .broker_suspend_max_time_millis(1_000)
+                .broker_suspend_max_time_millis(BROKER_SUSPEND_MS)
                 .consumer_timeout_millis_when_suspend(3_000)
                 .topic_metadata_check_interval_millis(1_000)
-                .auto_commit(true)
+                // Offsets are committed by `poll`, for the queues it read from.
+                .auto_commit(false)
                 .build()
                 .map_err(|e| client_error_text(&e))?;
             Box::pin(consumer.subscribe_with_expression(topic, "*"))

@@ -13,7 +13,8 @@
 //! use std::sync::Arc;
 //! use sea_orm_outbox::{CancellationToken, RocketMqConfig, RocketMqPublisher, Worker, WorkerConfig};
 //!
-//! let config = RocketMqConfig::from_env()?; // ROCKETMQ_NAMESRV_ADDR, ROCKETMQ_PRODUCER_GROUP, OUTBOX_TOPIC
+//! // ROCKETMQ_NAMESRV_ADDR, ROCKETMQ_PRODUCER_GROUP, OUTBOX_TOPIC, ROCKETMQ_ACCESS_KEY, ROCKETMQ_SECRET_KEY
+//! let config = RocketMqConfig::from_env()?;
 //! let publisher = Arc::new(RocketMqPublisher::start(config).await?);
 //! let worker = Worker::new(db, publisher.clone(), WorkerConfig::default().service_name("order"))?;
 //! let cancel = CancellationToken::new();
@@ -33,6 +34,7 @@
 mod config;
 #[cfg(feature = "test-support")]
 mod consumer;
+mod credentials;
 mod errors;
 mod producer;
 mod runtime;
@@ -44,5 +46,6 @@ pub use config::{
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub use consumer::{ReceivedMessage, RocketMqConsumer};
+pub use credentials::{Credentials, SecretKey, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 pub use errors::classify;
 pub use producer::RocketMqPublisher;

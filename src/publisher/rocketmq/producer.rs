@@ -3,9 +3,13 @@
 use async_trait::async_trait;
 use rocketmq_client_rust::{ClientResult, DefaultMQProducer, SendResult, SendStatus};
 use rocketmq_model::common::message::message_single::Message;
+use rocketmq_model::common::topic::TopicValidator;
 
 use super::config::RocketMqConfig;
-use super::errors::{classify, client_error_text, error_text};
+use super::errors::{
+    classify_for, client_error_text, error_text, is_no_permission, no_permission_text, Signer,
+    RESPONSE_NO_PERMISSION,
+};
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
 use crate::error::{OutboxError, PublishError};
 use crate::publisher::{OutboxMessage, Publisher};
@@ -80,25 +84,45 @@ impl std::fmt::Debug for RocketMqPublisher {
 }
 
 impl RocketMqPublisher {
-    /// Validates `config`, checks that a name server answers, and starts a producer with its
-    /// own client runtime.
+    /// Validates `config`, checks that a name server answers, starts a producer with its own
+    /// client runtime and, unless `config.verify_credentials` is off, checks that a broker
+    /// accepts the credentials (or their absence).
     ///
-    /// The broker itself is not contacted here: the topic's route is fetched on the first send
-    /// (a new topic is created by the broker then, if it auto-creates topics).
+    /// With credentials ([`RocketMqConfig::credentials`]) every broker request is signed. The
+    /// check at start is one signed, read-only request to a broker: the maximum offset
+    /// (`GET_MAX_OFFSET`) of a queue of the topic, or of the broker's `TBW102` template topic
+    /// when the topic has no route yet (it is created on the first send). A broker with
+    /// authentication answers it `NO_PERMISSION` (code 16) for wrong, unknown or missing
+    /// credentials, and then `start` refuses to start. When no broker can be asked (no route
+    /// for either topic, the broker does not answer), the check is skipped with an INFO line:
+    /// a rejection found by a send later keeps the events `WAIT` without counting the attempt
+    /// ([`crate::PublishErrorKind::Configuration`]).
+    ///
+    /// A `NO_PERMISSION` answer is never retried on another broker (the client's default
+    /// retries it).
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] for a configuration that fails
-    /// [`RocketMqConfig::validate`]; [`OutboxError::Broker`] when no name server accepts a
-    /// connection within 3 s or the client cannot start.
+    /// [`RocketMqConfig::validate`], or credentials the broker rejects ("RocketMQ rejected the
+    /// credentials (access key `..`) ..."; without credentials "RocketMQ requires credentials
+    /// ..."); [`OutboxError::Broker`] when no name server accepts a connection within 3 s or
+    /// the client cannot start.
     pub async fn start(config: RocketMqConfig) -> Result<Self, OutboxError> {
         config.validate()?;
         probe_namesrv(&config).await?;
         let host = ClientHost::new("producer")?;
-        let mut producer = DefaultMQProducer::builder(host.runtime.clone())
+        let mut builder = DefaultMQProducer::builder(host.runtime.clone())
             .producer_group(config.producer_group.clone())
             .name_server_addr(config.namesrv_addr.clone())
-            .send_msg_timeout(config.send_timeout_ms())
-            .build();
+            .send_msg_timeout(config.send_timeout_ms());
+        if let Some(c) = &config.credentials {
+            builder = builder.rpc_hook(c.rpc_hook());
+        }
+        let mut producer = builder.build();
+        // NO_PERMISSION is the publisher's configuration: another broker would refuse it too.
+        let mut retry_codes = producer.retry_response_codes();
+        retry_codes.remove(&RESPONSE_NO_PERMISSION);
+        producer.set_retry_response_codes(retry_codes);
         // Boxed here (and below) so that callers' futures stay shallow: the client's futures are
         // deep enough to need `recursion_limit` in every crate that embeds them inline.
         if let Err(e) = Box::pin(producer.start()).await {
@@ -108,8 +132,16 @@ impl RocketMqPublisher {
                 client_error_text(&e)
             )));
         }
+        if config.verify_credentials {
+            if let Err(e) = Box::pin(verify_credentials(&mut producer, &config)).await {
+                Box::pin(producer.shutdown()).await;
+                Box::pin(host.shutdown()).await;
+                return Err(e);
+            }
+        }
+        let access_key = config.credentials.as_ref().map(|c| c.access_key());
         tracing::info!(namesrv = %config.namesrv_addr, group = %config.producer_group, topic = %config.topic,
-            topics = ?config.topics, "RocketMQ publisher started");
+            topics = ?config.topics, access_key = access_key.unwrap_or("-"), "RocketMQ publisher started");
         Ok(RocketMqPublisher {
             config,
             producer: Box::new(OwnedProducer { producer, host }),
@@ -203,7 +235,71 @@ impl Publisher for RocketMqPublisher {
                 result.msg_id.as_ref().map_or("-", |m| m.as_str())
             ))),
             Ok(None) => Err(PublishError::retryable("RocketMQ send returned no result")),
-            Err(e) => Err(classify(&e)),
+            Err(e) => Err(classify_for(
+                &e,
+                Signer::of(self.config.credentials.as_ref()),
+            )),
+        }
+    }
+}
+
+/// Longest the credentials check at start may take.
+const VERIFY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Asks a broker for the maximum offset of a queue of `config.topic` (or of `TBW102` when the
+/// topic has no route yet), a signed read-only request: `NO_PERMISSION` means the credentials
+/// (or their absence) are rejected. When no broker can be asked the check is skipped (INFO).
+///
+/// # Errors
+/// [`OutboxError::InvalidConfig`] naming the access key when the broker answers
+/// `NO_PERMISSION`.
+async fn verify_credentials(
+    producer: &mut DefaultMQProducer,
+    config: &RocketMqConfig,
+) -> Result<(), OutboxError> {
+    let check = async {
+        let mut queue = None;
+        let mut why = String::new();
+        for topic in [
+            config.topic.as_str(),
+            TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
+        ] {
+            match Box::pin(producer.fetch_publish_message_queues(topic)).await {
+                Ok(queues) if !queues.is_empty() => {
+                    queue = queues.into_iter().next();
+                    break;
+                }
+                Ok(_) => why = format!("no queues for {topic}"),
+                Err(e) => why = format!("no route for {topic}: {}", client_error_text(&e)),
+            }
+        }
+        let Some(queue) = queue else {
+            return Err(why);
+        };
+        match Box::pin(producer.max_offset(&queue)).await {
+            Ok(_) => {
+                tracing::debug!(topic = %queue.topic(), broker = %queue.broker_name(), "RocketMQ broker accepted the publisher's credentials");
+                Ok(true)
+            }
+            Err(e) if is_no_permission(&e) => Ok(false),
+            Err(e) => Err(client_error_text(&e)),
+        }
+    };
+    match tokio::time::timeout(VERIFY_TIMEOUT, check).await {
+        Ok(Ok(true)) => Ok(()),
+        Ok(Ok(false)) => Err(OutboxError::InvalidConfig(no_permission_text(Signer::of(
+            config.credentials.as_ref(),
+        )))),
+        Ok(Err(why)) => {
+            tracing::info!(reason = %why, "RocketMQ credentials not checked at start (no broker could be asked); a rejection by the broker later keeps events WAIT, uncounted");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::info!(
+                timeout_ms = VERIFY_TIMEOUT.as_millis() as u64,
+                "RocketMQ credentials not checked at start (no answer in time)"
+            );
+            Ok(())
         }
     }
 }
