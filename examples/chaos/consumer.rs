@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sea_orm_outbox::publisher::RocketMqConsumer;
 
@@ -21,6 +21,8 @@ pub struct Received {
     pub total: u64,
     /// Messages without an `eventId`.
     pub without_id: u64,
+    /// When each poll that returned messages returned (the consumer's receive times).
+    pub arrivals: Vec<Instant>,
 }
 
 /// The consumer task of a run.
@@ -46,6 +48,9 @@ impl Consumer {
                 while !stop.load(Ordering::Relaxed) {
                     let batch = consumer.poll(Duration::from_millis(500)).await;
                     let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
+                    if !batch.is_empty() {
+                        r.arrivals.push(Instant::now());
+                    }
                     for m in batch {
                         r.total += 1;
                         match m.event_id {
@@ -69,6 +74,11 @@ impl Consumer {
             stop,
             task,
         })
+    }
+
+    /// What was received so far, shared (for a fault that waits for a share of the events).
+    pub fn shared(&self) -> Arc<Mutex<Received>> {
+        self.received.clone()
     }
 
     /// What was received so far.

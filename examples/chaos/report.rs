@@ -1,7 +1,7 @@
 //! The counts at the end of a run (the `workers:` line, the diagnostics line and the figures of
 //! the summary), and the diagnosis of lost events.
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QuerySelect};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
@@ -30,6 +30,22 @@ pub struct Tally {
     pub duplicates: u64,
     /// Expired leases taken back by the workers' reclaim passes (from their logs).
     pub reclaimed: u64,
+    /// The longest time between two consecutive deliveries while the events were written.
+    pub max_gap: Duration,
+}
+
+/// The longest time between two consecutive `arrivals` whose first is before `until` (all of
+/// them without `until`), and when that gap began; zero with fewer than two arrivals.
+pub fn longest_gap(
+    arrivals: &[Instant],
+    until: Option<Instant>,
+) -> (Duration, Option<Instant>) {
+    arrivals
+        .windows(2)
+        .filter(|w| until.is_none_or(|u| w[0] < u))
+        .map(|w| (w[1].duration_since(w[0]), Some(w[0])))
+        .max_by_key(|(gap, _)| *gap)
+        .unwrap_or((Duration::ZERO, None))
 }
 
 impl Tally {
@@ -88,6 +104,20 @@ impl Tally {
             fleet.unexpected_exits,
             max_retry.unwrap_or(0),
         ));
+        let (max_gap, gap_from) = longest_gap(&r.arrivals, writers.finished_at());
+        let since = |t: Option<Instant>| {
+            t.map_or("-".to_owned(), |t| {
+                format!("{:.1} s", t.duration_since(run.started).as_secs_f64())
+            })
+        };
+        log(format!(
+            "longest gap between deliveries (consumer receive times) while the events were written: \
+             {} ms, from {} after the start; {} deliveries, the writes ended at {}",
+            max_gap.as_millis(),
+            since(gap_from),
+            r.arrivals.len(),
+            since(writers.finished_at()),
+        ));
         println!(
             "workers: started={} killed={} unexpected_exits={} duplicate_bound={} (kills x batch)",
             fleet.spawned,
@@ -103,6 +133,7 @@ impl Tally {
             lost_ids,
             duplicates,
             reclaimed,
+            max_gap,
         })
     }
 }

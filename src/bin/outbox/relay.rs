@@ -127,6 +127,9 @@ mod rmq {
         if let Some(g) = given(&args.producer_group) {
             config = config.producer_group(g);
         }
+        if let Some(f) = given(&args.rocketmq_failover) {
+            config = config.failover(f.parse()?);
+        }
         config.validate_for(worker)?;
         Ok(config)
     }

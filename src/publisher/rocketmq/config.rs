@@ -19,6 +19,78 @@ pub const ENV_NAMESRV_ADDR: &str = "ROCKETMQ_NAMESRV_ADDR";
 pub const ENV_PRODUCER_GROUP: &str = "ROCKETMQ_PRODUCER_GROUP";
 /// The environment variable with the topic.
 pub const ENV_TOPIC: &str = "OUTBOX_TOPIC";
+/// The environment variable with the failover mode: `outbox`, `client` or `off` ([`Failover`]).
+pub const ENV_FAILOVER: &str = "ROCKETMQ_FAILOVER";
+/// Default time a broker is avoided after a failed send ([`RocketMqConfig::broker_avoidance`]):
+/// 30 s, which outlasts a broker that hangs for 20 s and is still short next to the 120 s the
+/// name server keeps listing a hung broker.
+pub const DEFAULT_BROKER_AVOIDANCE: Duration = Duration::from_secs(30);
+
+/// How [`RocketMqPublisher`](super::RocketMqPublisher) moves sends off a broker that fails, in
+/// a cluster of several broker masters (one broker: all three behave alike).
+///
+/// What the rocketmq-rust 1.0 client does by itself (measured in RELIABILITY.md, "A two-broker
+/// cluster"): it sends round robin over every queue of its cached route, which it refreshes from
+/// the name server every 30 s; a broker that was killed is dropped from the name server at once,
+/// but one that hangs (SIGSTOP, a frozen host) stays listed for 120 s and every send that picks
+/// one of its queues waits the whole send timeout. Its latency fault tolerance (off by default)
+/// isolates a failing broker for 10 s at a time.
+///
+/// Parsed from `outbox`, `client` or `off` ([`ENV_FAILOVER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Failover {
+    /// The publisher chooses each send's queue from the client's route itself, round robin
+    /// over the brokers that have not failed lately: a broker whose send failed (refused,
+    /// timed out, closed, an error response) is avoided for
+    /// [`RocketMqConfig::broker_avoidance`]; then one send tries it again (the others still
+    /// avoid it) and a success brings it back. When every broker is avoided, sends go to the
+    /// one whose avoidance ends first. The client's latency fault tolerance is on as well. The
+    /// default.
+    #[default]
+    Outbox,
+    /// The client chooses the queue with its latency fault tolerance and fault detector on
+    /// (`set_send_latency_fault_enable`, `set_start_detector_enable`).
+    Client,
+    /// The client as it comes (round robin, no fault tolerance): for comparison only.
+    Off,
+}
+
+impl Failover {
+    /// The mode's name as [`Failover::from_str`](std::str::FromStr) reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failover::Outbox => "outbox",
+            Failover::Client => "client",
+            Failover::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for Failover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Failover {
+    type Err = OutboxError;
+
+    /// `outbox`, `client` or `off` (ASCII case and surrounding spaces ignored).
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] naming the three values for anything else.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "outbox" => Ok(Failover::Outbox),
+            "client" => Ok(Failover::Client),
+            "off" => Ok(Failover::Off),
+            other => Err(OutboxError::InvalidConfig(format!(
+                "RocketMQ failover `{other}` is unknown: give outbox, client or off"
+            ))),
+        }
+    }
+}
 
 /// Longest topic name RocketMQ accepts.
 const TOPIC_MAX_LEN: usize = 127;
@@ -48,8 +120,15 @@ pub struct RocketMqConfig {
     pub topic: String,
     /// Longest one send may take, the client's internal retries included (default 3 s). Keep it
     /// at most the worker's `send_timeout` and well below its lease
-    /// ([`RocketMqConfig::validate_for`]).
+    /// ([`RocketMqConfig::validate_for`]). It also bounds each attempt: a send that timed out
+    /// is never sent again within the same call (the broker may have stored it); the outbox's
+    /// retry sends it again later.
     pub send_timeout: Duration,
+    /// How sends move off a broker that fails (default [`Failover::Outbox`]).
+    pub failover: Failover,
+    /// With [`Failover::Outbox`]: how long a broker is avoided after a send to it failed
+    /// (default [`DEFAULT_BROKER_AVOIDANCE`], 30 s); at least 1 ms.
+    pub broker_avoidance: Duration,
 }
 
 impl Default for RocketMqConfig {
@@ -67,16 +146,19 @@ impl RocketMqConfig {
             producer_group: DEFAULT_PRODUCER_GROUP.to_owned(),
             topic: DEFAULT_TOPIC.to_owned(),
             send_timeout: DEFAULT_SEND_TIMEOUT,
+            failover: Failover::default(),
+            broker_avoidance: DEFAULT_BROKER_AVOIDANCE,
         }
     }
 
-    /// Reads `ROCKETMQ_NAMESRV_ADDR` (required), `ROCKETMQ_PRODUCER_GROUP` and `OUTBOX_TOPIC`
-    /// (optional; empty means the default) and validates the result.
+    /// Reads `ROCKETMQ_NAMESRV_ADDR` (required), `ROCKETMQ_PRODUCER_GROUP`, `OUTBOX_TOPIC` and
+    /// `ROCKETMQ_FAILOVER` (optional; empty means the default) and validates the result.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
     /// spaces, or a value fails [`RocketMqConfig::validate`] (an address that is not
-    /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
+    /// `host:port`, for example) or `ROCKETMQ_FAILOVER` is not `outbox`, `client` or `off`. A
+    /// well-formed name that resolves nowhere passes here and fails
     /// in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
     pub fn from_env() -> Result<Self, OutboxError> {
         let var = |name: &str| {
@@ -97,6 +179,9 @@ impl RocketMqConfig {
         }
         if let Some(topic) = var(ENV_TOPIC) {
             config.topic = topic;
+        }
+        if let Some(failover) = var(ENV_FAILOVER) {
+            config.failover = failover.parse()?;
         }
         config.validate()?;
         Ok(config)
@@ -120,6 +205,18 @@ impl RocketMqConfig {
         self
     }
 
+    /// Sets the failover mode ([`Failover`]).
+    pub fn failover(mut self, failover: Failover) -> Self {
+        self.failover = failover;
+        self
+    }
+
+    /// Sets how long a broker is avoided after a failed send ([`Failover::Outbox`]).
+    pub fn broker_avoidance(mut self, avoidance: Duration) -> Self {
+        self.broker_avoidance = avoidance;
+        self
+    }
+
     /// The name server addresses, one per `;`-separated entry.
     pub fn namesrv_addrs(&self) -> Vec<&str> {
         self.namesrv_addr
@@ -140,7 +237,8 @@ impl RocketMqConfig {
     /// `host:port` (host: a name or IPv4 address of letters, digits, `.`, `-`, `_`, or an IPv6
     /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
     /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
-    /// `_`, `-`), or the send timeout is zero or longer than `u32::MAX` milliseconds.
+    /// `_`, `-`), the send timeout is zero or longer than `u32::MAX` milliseconds, or the broker
+    /// avoidance is shorter than 1 ms.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         let addrs = self.namesrv_addrs();
@@ -165,6 +263,9 @@ impl RocketMqConfig {
                 "RocketMQ send_timeout must be between 1 ms and {} ms",
                 u32::MAX
             ));
+        }
+        if self.broker_avoidance < Duration::from_millis(1) {
+            return bad("RocketMQ broker_avoidance must be at least 1 ms".into());
         }
         Ok(())
     }
@@ -257,6 +358,7 @@ mod tests {
             RocketMqConfig::default().topic("t".repeat(128)),
             RocketMqConfig::default().producer_group("g g"),
             RocketMqConfig::default().send_timeout(Duration::ZERO),
+            RocketMqConfig::default().broker_avoidance(Duration::ZERO),
         ] {
             assert!(
                 matches!(bad.validate(), Err(OutboxError::InvalidConfig(_))),
@@ -291,11 +393,31 @@ mod tests {
             ),
             ("127.0.0.1:19876", "order_service", DEFAULT_TOPIC)
         );
+        assert_eq!(c.failover, Failover::Outbox);
+        std::env::set_var(ENV_FAILOVER, " Client ");
+        assert_eq!(
+            RocketMqConfig::from_env().expect("valid").failover,
+            Failover::Client
+        );
+        std::env::set_var(ENV_FAILOVER, "sometimes");
+        let err = RocketMqConfig::from_env().expect_err("unknown failover");
+        assert!(err.to_string().contains("outbox, client or off"), "{err}");
+        std::env::remove_var(ENV_FAILOVER);
         std::env::set_var(ENV_TOPIC, "bad topic");
         assert!(RocketMqConfig::from_env().is_err());
-        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC] {
+        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC, ENV_FAILOVER] {
             std::env::remove_var(v);
         }
+    }
+
+    #[test]
+    fn failover_names() {
+        for f in [Failover::Outbox, Failover::Client, Failover::Off] {
+            assert_eq!(f.as_str().parse::<Failover>().expect("own name"), f);
+            assert_eq!(f.to_string(), f.as_str());
+        }
+        assert_eq!(Failover::default(), Failover::Outbox);
+        assert!("".parse::<Failover>().is_err());
     }
 
     #[test]
