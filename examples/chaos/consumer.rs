@@ -21,8 +21,9 @@ pub struct Received {
     pub total: u64,
     /// Messages without an `eventId`.
     pub without_id: u64,
-    /// When each poll that returned messages returned (the consumer's receive times).
-    pub arrivals: Vec<Instant>,
+    /// When each poll that returned messages returned (the consumer's receive times), with the
+    /// distinct events received by then.
+    pub arrivals: Vec<(Instant, usize)>,
 }
 
 /// The consumer task of a run.
@@ -48,9 +49,7 @@ impl Consumer {
                 while !stop.load(Ordering::Relaxed) {
                     let batch = consumer.poll(Duration::from_millis(500)).await;
                     let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
-                    if !batch.is_empty() {
-                        r.arrivals.push(Instant::now());
-                    }
+                    let arrived = (!batch.is_empty()).then(Instant::now);
                     for m in batch {
                         r.total += 1;
                         match m.event_id {
@@ -64,6 +63,10 @@ impl Consumer {
                             }
                             None => r.without_id += 1,
                         }
+                    }
+                    if let Some(at) = arrived {
+                        let distinct = r.per_event.len();
+                        r.arrivals.push((at, distinct));
                     }
                 }
                 consumer.shutdown().await;

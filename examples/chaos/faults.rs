@@ -29,6 +29,7 @@ pub fn start(
         let dir = c.state_dir.clone();
         let want = run.args.events * run.args.fault_at_percent as usize / 100;
         let (pause_for, write_over) = (run.args.pause_for, run.args.write_over);
+        let restarted = run.broker_restarted.clone();
         let script = move |args: &'static [&'static str]| {
             let dir = dir.clone();
             async move {
@@ -62,8 +63,11 @@ pub fn start(
                     let ok = script(&["broker-kill", "a"]).await;
                     log(format!("broker-a SIGKILLed at {at:.1} s (ok={ok}, {want} events received)"));
                     // What broker-a stored before the crash reaches the consumer only once it is
-                    // back: restart it after the writes.
-                    tokio::time::sleep_until((started + write_over + Duration::from_secs(2)).into()).await;
+                    // back: restart it after the writes (and at least 10 s after the crash).
+                    let back = (started + write_over + Duration::from_secs(2))
+                        .max(std::time::Instant::now() + Duration::from_secs(10));
+                    tokio::time::sleep_until(back.into()).await;
+                    restarted.set(std::time::Instant::now()).ok();
                     let ok = script(&["broker-start", "a"]).await;
                     log(format!(
                         "broker-a started again at {:.1} s (ok={ok})",

@@ -37,11 +37,15 @@
 //!   another worker sends it again, the stalled worker's late acknowledgement is refused.
 //!
 //! The last line is the summary:
-//! `summary: events=20000 success=20000 fail=0 lost=0 duplicates=37 kills=9 reclaimed=41 elapsed_s=58 max_gap_ms=212`
+//! `summary: events=20000 success=20000 fail=0 lost=0 duplicates=37 kills=9 reclaimed=41 elapsed_s=58 max_gap_ms=212 redelivered=0`
 //! - lost: written but never received by the consumer and not `FAIL`;
 //! - duplicates: receptions beyond the first per `eventId`;
+//! - redelivered: of those, receptions of a message already received from the same queue
+//!   and offset (the consumer read it again, e.g. its offsets went back when a broker crashed;
+//!   the rest were stored twice);
 //! - max_gap_ms: the longest time in milliseconds between two consecutive deliveries (the
-//!   consumer's receive times), from the first delivery until the last event was written;
+//!   consumer's receive times), from the first delivery until every event was received once
+//!   (with `--cluster kill-a`: at most until broker-a was started again);
 //! - reclaimed: expired leases taken back by the workers' reclaim passes (from their logs);
 //! - with `--dead-retry`, ` dead_retried=K` is appended: K dead letters were sent again by
 //!   `outbox dead retry --all` once the faults were over.
@@ -249,6 +253,8 @@ struct Run {
     namesrv: String,
     /// The run's topic.
     topic: String,
+    /// When a killed cluster broker was started again (`--cluster kill-a`).
+    broker_restarted: std::sync::Arc<std::sync::OnceLock<Instant>>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -332,6 +338,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         url: scratch.url.clone(),
         namesrv,
         args,
+        broker_restarted: Default::default(),
     };
     // The consumer first, so the topic exists before the workers send.
     let consumer = consumer::Consumer::start(&run).await?;
@@ -406,7 +413,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         std::fs::remove_dir_all(&work_dir).ok();
     }
     let mut line = format!(
-        "summary: events={} success={} fail={} lost={} duplicates={} kills={} reclaimed={} elapsed_s={} max_gap_ms={}",
+        "summary: events={} success={} fail={} lost={} duplicates={} kills={} reclaimed={} elapsed_s={} max_gap_ms={} redelivered={}",
         tally.events,
         tally.success,
         tally.fail,
@@ -415,7 +422,8 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         fleet.kills,
         tally.reclaimed,
         elapsed.as_secs(),
-        tally.max_gap.as_millis()
+        tally.max_gap.as_millis(),
+        tally.redelivered
     );
     if run.args.dead_retry {
         line.push_str(&format!(
