@@ -405,7 +405,12 @@ mod tests {
         std::env::remove_var(ENV_FAILOVER);
         std::env::set_var(ENV_TOPIC, "bad topic");
         assert!(RocketMqConfig::from_env().is_err());
-        for v in [ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC, ENV_FAILOVER] {
+        for v in [
+            ENV_NAMESRV_ADDR,
+            ENV_PRODUCER_GROUP,
+            ENV_TOPIC,
+            ENV_FAILOVER,
+        ] {
             std::env::remove_var(v);
         }
     }

@@ -75,9 +75,7 @@ async fn ensure_topic(host: &ClientHost, namesrv_addr: &str, topic: &str) -> Res
         while tokio::time::Instant::now() < end {
             match Box::pin(producer.fetch_publish_message_queues(topic)).await {
                 Ok(queues) if covered(&queues) => return Ok(()),
-                Ok(queues) => {
-                    last = format!("on brokers {:?} of {wanted:?}", brokers_of(&queues))
-                }
+                Ok(queues) => last = format!("on brokers {:?} of {wanted:?}", brokers_of(&queues)),
                 Err(e) => last = client_error_text(&e),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -183,7 +183,10 @@ impl Publisher for RocketMqPublisher {
             *chosen.lock().unwrap_or_else(|p| p.into_inner()) = Some(brokers[i].to_owned());
             queues.get(i).cloned()
         };
-        let sent = self.producer.send_selecting(message, timeout, &select).await;
+        let sent = self
+            .producer
+            .send_selecting(message, timeout, &select)
+            .await;
         let outcome = send_outcome(event, sent);
         let broker = chosen.into_inner().unwrap_or_else(|p| p.into_inner());
         if let Some(broker) = broker {

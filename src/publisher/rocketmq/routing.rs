@@ -151,7 +151,10 @@ mod tests {
         let picks: Vec<usize> = (0..8).map(|_| m.choose(&ROUTE, t0).expect("q")).collect();
         assert!(picks.iter().all(|&i| ROUTE[i] == "b"), "{picks:?}");
         assert_eq!(
-            picks.iter().collect::<std::collections::BTreeSet<_>>().len(),
+            picks
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
             4
         );
         let late = t0 + window - Duration::from_millis(1);
