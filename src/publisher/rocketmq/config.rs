@@ -30,11 +30,13 @@ pub const DEFAULT_BROKER_AVOIDANCE: Duration = Duration::from_secs(30);
 /// a cluster of several broker masters (one broker: all three behave alike).
 ///
 /// What the rocketmq-rust 1.0 client does by itself (measured in RELIABILITY.md, "A two-broker
-/// cluster"): it sends round robin over every queue of its cached route, which it refreshes from
-/// the name server every 30 s; a broker that was killed is dropped from the name server at once,
-/// but one that hangs (SIGSTOP, a frozen host) stays listed for 120 s and every send that picks
-/// one of its queues waits the whole send timeout. Its latency fault tolerance (off by default)
-/// isolates a failing broker for 10 s at a time.
+/// cluster"): it sends round robin over every queue of its cached route (refreshed from the
+/// name server every 30 s). A killed broker is handled: the name server drops it at once and a
+/// send that cannot connect is sent again to another broker within the call. A hung broker
+/// (SIGSTOP, a frozen host) stays listed for 120 s, and every send that picks one of its queues
+/// waits the whole send timeout; the client's latency fault tolerance (off by default) isolates
+/// it for 10 s, but only after some kinds of failure, so a relay can lose two or three send
+/// timeouts in a row to it.
 ///
 /// Parsed from `outbox`, `client` or `off` ([`ENV_FAILOVER`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
