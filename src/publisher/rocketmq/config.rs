@@ -39,6 +39,18 @@ pub const DEFAULT_BROKER_AVOIDANCE: Duration = Duration::from_secs(30);
 /// timeouts in a row to it.
 ///
 /// Parsed from `outbox`, `client` or `off` ([`ENV_FAILOVER`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use sea_orm_outbox::publisher::rocketmq::Failover;
+/// use sea_orm_outbox::RocketMqConfig;
+/// let config = RocketMqConfig::new("10.0.0.1:9876;10.0.0.2:9876")
+///     .failover(Failover::Outbox) // the default
+///     .broker_avoidance(Duration::from_secs(30));
+/// config.validate()?;
+/// assert_eq!("client".parse::<Failover>()?, Failover::Client);
+/// # Ok::<(), sea_orm_outbox::OutboxError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Failover {
