@@ -8,6 +8,30 @@
 #   scripts/rocketmq.sh stop-broker   stop only the broker (outage drills); `start` brings it back
 #   scripts/rocketmq.sh kill-broker   SIGKILL only the broker (a crash); `start` brings it back
 #
+# A two-broker cluster (issue 12): two name servers and two broker masters, `broker-a` and
+# `broker-b`, of one cluster (`OutboxCluster`), each with its own ports, store, state directory
+# and health port; every broker registers with both name servers. Each part can be stopped,
+# killed, paused and resumed on its own:
+#   scripts/rocketmq.sh cluster-start           start whatever part is not running, wait until ready
+#   scripts/rocketmq.sh cluster-stop            stop every part (a paused broker is resumed first)
+#   scripts/rocketmq.sh cluster-status          one line per part; exit 0 only when all four answer
+#   scripts/rocketmq.sh broker-start a|b        start one broker (through the settle pass)
+#   scripts/rocketmq.sh broker-stop a|b         SIGTERM (then SIGKILL after 20 s)
+#   scripts/rocketmq.sh broker-kill a|b         SIGKILL (a crash: the connections close)
+#   scripts/rocketmq.sh broker-pause a|b        SIGSTOP (a hang: the connections stay open, the name
+#                                               servers list it for 120 s more)
+#   scripts/rocketmq.sh broker-resume a|b       SIGCONT
+#   scripts/rocketmq.sh namesrv-start 1|2, namesrv-stop 1|2, namesrv-kill 1|2
+# Clients use ROCKETMQ_NAMESRV_ADDR="127.0.0.1:39876;127.0.0.1:39877" (cluster-start prints it).
+# A topic auto-created by a send lives only on the broker that got that send: create it on both
+# first (the crate's test consumer does, through the broker's TBW102 template).
+# Cluster environment (defaults in brackets; the single-instance variables above do not apply):
+#   ROCKETMQ_CLUSTER_DIR   [/tmp/outbox-rocketmq-cluster]  one state directory per part in it
+#   ROCKETMQ_CLUSTER_NAMESRV_PORT_1 [39876], ROCKETMQ_CLUSTER_NAMESRV_PORT_2 [39877]
+#   ROCKETMQ_CLUSTER_BROKER_PORT_A  [40911], ROCKETMQ_CLUSTER_BROKER_PORT_B  [40931]
+#                          (each broker also uses PORT-2, PORT+1 for HA, and +7 in its settle pass)
+#   ROCKETMQ_CLUSTER_HEALTH_PORT_A  [40990], ROCKETMQ_CLUSTER_HEALTH_PORT_B  [40991]
+#
 # Everything is idempotent: `start` when running does nothing, `stop` when stopped does nothing.
 # Environment (defaults in brackets); a second, independent instance only needs other values:
 #   ROCKETMQ_STATE_DIR     [/tmp/outbox-rocketmq]   configs, stores, pid files, logs
@@ -16,6 +40,8 @@
 #   ROCKETMQ_HA_PORT       [BROKER_PORT+1]
 #   ROCKETMQ_HEALTH_PORT   [10990]  broker's /readyz and /livez
 #   ROCKETMQ_BROKER_NAME   [outbox-broker-a]
+#   ROCKETMQ_BROKER_NAMESRV_ADDR [127.0.0.1:$ROCKETMQ_NAMESRV_PORT] the name server(s) the broker
+#                          registers with, `;`-separated
 #   ROCKETMQ_MAX_MESSAGE_SIZE [4194304] broker's maxMessageSize in bytes
 #   ROCKETMQ_START_TIMEOUT [60] seconds to wait for readiness
 #   ROCKETMQ_SETTLE_PORT_OFFSET [7] the settle pass before a restart (see settle_store) uses
@@ -35,6 +61,7 @@ BROKER_PORT=${ROCKETMQ_BROKER_PORT:-10911}
 HA_PORT=${ROCKETMQ_HA_PORT:-$((BROKER_PORT + 1))}
 HEALTH_PORT=${ROCKETMQ_HEALTH_PORT:-10990}
 BROKER_NAME=${ROCKETMQ_BROKER_NAME:-outbox-broker-a}
+BROKER_NAMESRV_ADDR=${ROCKETMQ_BROKER_NAMESRV_ADDR:-127.0.0.1:$NAMESRV_PORT}
 MAX_MESSAGE_SIZE=${ROCKETMQ_MAX_MESSAGE_SIZE:-4194304}
 START_TIMEOUT=${ROCKETMQ_START_TIMEOUT:-60}
 VERSION=1.0.0
@@ -134,7 +161,7 @@ EOF
     cat >"$STATE_DIR/broker.toml" <<EOF
 # Written by scripts/rocketmq.sh
 [broker]
-namesrvAddr = "127.0.0.1:$NAMESRV_PORT"
+namesrvAddr = "$BROKER_NAMESRV_ADDR"
 brokerIp1 = "127.0.0.1"
 listenPort = $BROKER_PORT
 storePathRootDir = "$STATE_DIR/broker"
@@ -280,8 +307,8 @@ start_broker() {
             ROCKETMQ_SECURITY_PROFILE=development-insecure-loopback \
             ROCKETMQ_HEALTH_BIND_ADDR="127.0.0.1:$HEALTH_PORT" \
             ROCKETMQ_SHUTDOWN_TIMEOUT_SECONDS="${ROCKETMQ_SHUTDOWN_TIMEOUT_SECONDS:-10}" \
-            NAMESRV_ADDR="127.0.0.1:$NAMESRV_PORT" \
-            setsid nohup "$BROKER_BIN" -c "$STATE_DIR/broker.toml" -n "127.0.0.1:$NAMESRV_PORT" \
+            NAMESRV_ADDR="$BROKER_NAMESRV_ADDR" \
+            setsid nohup "$BROKER_BIN" -c "$STATE_DIR/broker.toml" -n "$BROKER_NAMESRV_ADDR" \
             >>"$STATE_DIR/logs/broker.log" 2>&1 </dev/null &
         echo $! >"$STATE_DIR/broker.pid"
     fi
@@ -300,6 +327,8 @@ stop_one() { # name pidfile signal
     fi
     pid=$(cat "$f")
     log "stopping $name (pid $pid, SIG$sig)"
+    # A paused (SIGSTOPped) process acts on SIGTERM only once it runs again.
+    [[ $sig == KILL ]] || kill -CONT "$pid" 2>/dev/null || true
     kill -"$sig" "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + 20))
     while kill -0 "$pid" 2>/dev/null; do
@@ -358,14 +387,132 @@ cmd_status() {
     return $ok
 }
 
+# ---- the two-broker cluster ----------------------------------------------------------------------
+# Each part (name server 1 or 2, broker a or b) is a single instance of this script with its own
+# state directory and ports: the cluster commands run this script again on that part with the
+# internal commands `_namesrv-start`, `_broker-start`, `_stop`, `_signal`, `_status`.
+CLUSTER_DIR=${ROCKETMQ_CLUSTER_DIR:-/tmp/outbox-rocketmq-cluster}
+C_NS1=${ROCKETMQ_CLUSTER_NAMESRV_PORT_1:-39876}
+C_NS2=${ROCKETMQ_CLUSTER_NAMESRV_PORT_2:-39877}
+C_BROKER_A=${ROCKETMQ_CLUSTER_BROKER_PORT_A:-40911}
+C_BROKER_B=${ROCKETMQ_CLUSTER_BROKER_PORT_B:-40931}
+C_HEALTH_A=${ROCKETMQ_CLUSTER_HEALTH_PORT_A:-40990}
+C_HEALTH_B=${ROCKETMQ_CLUSTER_HEALTH_PORT_B:-40991}
+CLUSTER_ADDR="127.0.0.1:$C_NS1;127.0.0.1:$C_NS2"
+
+on_part() { # part (1|2|a|b), internal command...: runs this script on that part of the cluster
+    local part=$1; shift
+    case $part in
+        1 | 2)
+            local port=$C_NS1
+            [[ $part == 2 ]] && port=$C_NS2
+            ROCKETMQ_STATE_DIR="$CLUSTER_DIR/namesrv-$part" ROCKETMQ_NAMESRV_PORT=$port \
+                bash "$0" "$@"
+            ;;
+        a | b)
+            local port=$C_BROKER_A health=$C_HEALTH_A
+            [[ $part == b ]] && port=$C_BROKER_B health=$C_HEALTH_B
+            # NAMESRV_PORT only places the settle pass's own name server (+SETTLE_OFFSET).
+            ROCKETMQ_STATE_DIR="$CLUSTER_DIR/broker-$part" ROCKETMQ_NAMESRV_PORT=$C_NS1 \
+                ROCKETMQ_BROKER_PORT=$port ROCKETMQ_HA_PORT=$((port + 1)) \
+                ROCKETMQ_HEALTH_PORT=$health ROCKETMQ_BROKER_NAME="broker-$part" \
+                ROCKETMQ_BROKER_NAMESRV_ADDR="$CLUSTER_ADDR" bash "$0" "$@"
+            ;;
+        *) die "unknown cluster part '$part' (name servers: 1, 2; brokers: a, b)" ;;
+    esac
+}
+
+broker_part() { [[ ${1:-} == a || ${1:-} == b ]] || die "give the broker: a or b"; }
+namesrv_part() { [[ ${1:-} == 1 || ${1:-} == 2 ]] || die "give the name server: 1 or 2"; }
+
+cmd_signal() { # component (broker|namesrv) signal: sends it to the part's process
+    local f="$STATE_DIR/$1.pid"
+    pid_alive "$f" || die "$1 of $STATE_DIR is not running"
+    kill -"$2" "$(cat "$f")"
+    log "sent SIG$2 to the $1 (pid $(cat "$f"))"
+}
+
+cmd_part_status() { # component (broker|namesrv): one line
+    local f="$STATE_DIR/$1.pid" state
+    if [[ $1 == namesrv ]]; then
+        if namesrv_up; then echo "name server 127.0.0.1:$NAMESRV_PORT: up"; return 0; fi
+        echo "name server 127.0.0.1:$NAMESRV_PORT: down"; return 1
+    fi
+    if pid_alive "$f"; then
+        state=$(awk '{print $3}' "/proc/$(cat "$f")/stat" 2>/dev/null || true)
+        if [[ $state == T ]]; then
+            echo "$BROKER_NAME 127.0.0.1:$BROKER_PORT: paused (SIGSTOP; resume with broker-resume)"
+            return 1
+        fi
+    fi
+    if broker_ready; then
+        echo "$BROKER_NAME 127.0.0.1:$BROKER_PORT: ready (health 127.0.0.1:$HEALTH_PORT)"
+        return 0
+    fi
+    echo "$BROKER_NAME 127.0.0.1:$BROKER_PORT: not ready"
+    return 1
+}
+
+cmd_cluster_start() {
+    install_if_missing "$NAMESRV_BIN" rocketmq-namesrv
+    install_if_missing "$BROKER_BIN" rocketmq-broker
+    local p
+    for p in 1 2; do on_part "$p" _namesrv-start; done
+    for p in a b; do on_part "$p" _broker-start; done
+    log "cluster running: ROCKETMQ_NAMESRV_ADDR=\"$CLUSTER_ADDR\" (state and logs in $CLUSTER_DIR)"
+}
+
+cmd_cluster_stop() {
+    local p
+    for p in a b; do on_part "$p" _stop broker; done
+    for p in 1 2; do on_part "$p" _stop namesrv; done
+    log "cluster stopped"
+}
+
+cmd_cluster_status() {
+    local ok=0 p
+    for p in 1 2; do on_part "$p" _status namesrv || ok=1; done
+    for p in a b; do on_part "$p" _status broker || ok=1; done
+    return $ok
+}
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     stop-broker) stop_one broker "$STATE_DIR/broker.pid" TERM; wait_port_closed "$BROKER_PORT" ;;
     kill-broker) stop_one broker "$STATE_DIR/broker.pid" KILL; wait_port_closed "$BROKER_PORT" ;;
+    cluster-start) cmd_cluster_start ;;
+    cluster-stop) cmd_cluster_stop ;;
+    cluster-status) cmd_cluster_status ;;
+    broker-start) broker_part "${2:-}"; on_part "$2" _broker-start ;;
+    broker-stop) broker_part "${2:-}"; on_part "$2" _stop broker TERM ;;
+    broker-kill) broker_part "${2:-}"; on_part "$2" _stop broker KILL ;;
+    broker-pause) broker_part "${2:-}"; on_part "$2" _signal broker STOP ;;
+    broker-resume) broker_part "${2:-}"; on_part "$2" _signal broker CONT ;;
+    namesrv-start) namesrv_part "${2:-}"; on_part "$2" _namesrv-start ;;
+    namesrv-stop) namesrv_part "${2:-}"; on_part "$2" _stop namesrv TERM ;;
+    namesrv-kill) namesrv_part "${2:-}"; on_part "$2" _stop namesrv KILL ;;
+    # Internal: one part of the cluster (see on_part).
+    _namesrv-start) write_configs; start_namesrv ;;
+    _broker-start) write_configs; start_broker ;;
+    _stop)
+        if [[ $2 == broker ]]; then
+            settle_cleanup
+            stop_one "$BROKER_NAME" "$STATE_DIR/broker.pid" "${3:-TERM}"
+            wait_port_closed "$BROKER_PORT"
+        else
+            stop_one "name server 127.0.0.1:$NAMESRV_PORT" "$STATE_DIR/namesrv.pid" "${3:-TERM}"
+            wait_port_closed "$NAMESRV_PORT"
+        fi
+        ;;
+    _signal) cmd_signal "$2" "$3" ;;
+    _status) cmd_part_status "$2" ;;
     *)
         echo "usage: $0 start|stop|status|stop-broker|kill-broker" >&2
+        echo "       $0 cluster-start|cluster-stop|cluster-status" >&2
+        echo "       $0 broker-start|broker-stop|broker-kill|broker-pause|broker-resume a|b" >&2
+        echo "       $0 namesrv-start|namesrv-stop|namesrv-kill 1|2" >&2
         exit 2
         ;;
 esac

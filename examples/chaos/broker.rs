@@ -1,5 +1,6 @@
 //! A name server + broker of the run's own (`--broker-down`, `--private-broker`), on ports of
-//! its own so that other suites sharing the default broker are not disturbed.
+//! its own so that other suites sharing the default broker are not disturbed; and the
+//! two-broker cluster of `--cluster` (ports 39876/39877, 40911/40931).
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -72,5 +73,81 @@ impl PrivateBroker {
 impl Drop for PrivateBroker {
     fn drop(&mut self) {
         Self::script(&self.state_dir, "stop");
+    }
+}
+
+/// The cluster's first name server (`--cluster`; the script's defaults, spelled out here).
+const CLUSTER_NAMESRV_PORTS: [u16; 2] = [39876, 39877];
+/// The cluster's brokers: (part, port, health port).
+const CLUSTER_BROKERS: [(&str, u16, u16); 2] = [("a", 40911, 40990), ("b", 40931, 40991)];
+
+/// The two-broker cluster of `--cluster` (`scripts/rocketmq.sh cluster-*`): two name servers
+/// and two broker masters `broker-a`, `broker-b`; stopped and removed on drop.
+pub struct Cluster {
+    /// Its state (one directory per part: pid files, logs, stores).
+    pub state_dir: PathBuf,
+}
+
+impl Cluster {
+    /// Runs `scripts/rocketmq.sh <args>` on the cluster in `state_dir`; whether it succeeded.
+    pub fn script(state_dir: &Path, args: &[&str]) -> bool {
+        let [ns1, ns2] = CLUSTER_NAMESRV_PORTS;
+        let [(_, a, health_a), (_, b, health_b)] = CLUSTER_BROKERS;
+        Command::new("bash")
+            .arg(script())
+            .args(args)
+            .env("ROCKETMQ_CLUSTER_DIR", state_dir)
+            .env("ROCKETMQ_CLUSTER_NAMESRV_PORT_1", ns1.to_string())
+            .env("ROCKETMQ_CLUSTER_NAMESRV_PORT_2", ns2.to_string())
+            .env("ROCKETMQ_CLUSTER_BROKER_PORT_A", a.to_string())
+            .env("ROCKETMQ_CLUSTER_BROKER_PORT_B", b.to_string())
+            .env("ROCKETMQ_CLUSTER_HEALTH_PORT_A", health_a.to_string())
+            .env("ROCKETMQ_CLUSTER_HEALTH_PORT_B", health_b.to_string())
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts both name servers and both brokers with their state in `state_dir`; refuses when
+    /// a port of the cluster is taken.
+    pub fn start(state_dir: PathBuf) -> Result<Self, BoxError> {
+        let ports = CLUSTER_NAMESRV_PORTS
+            .into_iter()
+            .chain(CLUSTER_BROKERS.iter().map(|(_, p, _)| *p));
+        for port in ports {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Err(format!(
+                    "port {port} is in use: a leftover cluster from an earlier chaos run? \
+                     (stop it: ss -ltnp | grep {port})"
+                )
+                .into());
+            }
+        }
+        let cluster = Cluster { state_dir };
+        if !Self::script(&cluster.state_dir, &["cluster-start"]) {
+            return Err(format!(
+                "the RocketMQ cluster did not start (logs in {})",
+                cluster.state_dir.display()
+            )
+            .into());
+        }
+        Ok(cluster)
+    }
+
+    /// Both name servers, as clients are given them.
+    pub fn addr() -> String {
+        let [ns1, ns2] = CLUSTER_NAMESRV_PORTS;
+        format!("127.0.0.1:{ns1};127.0.0.1:{ns2}")
+    }
+
+    /// Runs `scripts/rocketmq.sh <args>` on this cluster; whether it succeeded.
+    pub fn run(&self, args: &[&str]) -> bool {
+        Self::script(&self.state_dir, args)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        Self::script(&self.state_dir, &["cluster-stop"]);
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sea_orm_outbox::publisher::RocketMqConsumer;
 
@@ -21,6 +21,9 @@ pub struct Received {
     pub total: u64,
     /// Messages without an `eventId`.
     pub without_id: u64,
+    /// When each poll that returned messages returned (the consumer's receive times), with the
+    /// distinct events received by then.
+    pub arrivals: Vec<(Instant, usize)>,
 }
 
 /// The consumer task of a run.
@@ -46,6 +49,7 @@ impl Consumer {
                 while !stop.load(Ordering::Relaxed) {
                     let batch = consumer.poll(Duration::from_millis(500)).await;
                     let mut r = received.lock().unwrap_or_else(|p| p.into_inner());
+                    let arrived = (!batch.is_empty()).then(Instant::now);
                     for m in batch {
                         r.total += 1;
                         match m.event_id {
@@ -60,6 +64,10 @@ impl Consumer {
                             None => r.without_id += 1,
                         }
                     }
+                    if let Some(at) = arrived {
+                        let distinct = r.per_event.len();
+                        r.arrivals.push((at, distinct));
+                    }
                 }
                 consumer.shutdown().await;
             }
@@ -69,6 +77,11 @@ impl Consumer {
             stop,
             task,
         })
+    }
+
+    /// What was received so far, shared (for a fault that waits for a share of the events).
+    pub fn shared(&self) -> Arc<Mutex<Received>> {
+        self.received.clone()
     }
 
     /// What was received so far.

@@ -102,6 +102,9 @@ impl Fleet {
             kills: 0,
             unexpected_exits: 0,
         };
+        if let Some(f) = &args.failover {
+            fleet.envs.push(("ROCKETMQ_FAILOVER".into(), f.clone()));
+        }
         for slot in 0..args.workers {
             fleet.spawn(slot)?;
         }

@@ -23,14 +23,29 @@
 //! - `--broker-down 10s..25s`: stop the broker (`scripts/rocketmq.sh stop-broker`) and start it
 //!   again. Uses a private name server and broker (ports 29876/30911) so that other suites
 //!   sharing the default broker are not disturbed.
+//! - `--cluster kill-a|pause-a|namesrv-down [--failover outbox|client|off]`: a two-broker
+//!   cluster of the run's own (`scripts/rocketmq.sh cluster-start`: name servers 39876 and
+//!   39877, `broker-a` 40911, `broker-b` 40931; the topic on both brokers; the relays and the
+//!   consumer get both name servers). `kill-a`: broker-a is SIGKILLed once `--fault-at-percent`
+//!   (30) of the events were received, and started again after the writes so that what it
+//!   stored reaches the consumer. `pause-a`: broker-a is SIGSTOPped at that point for
+//!   `--pause-for` (20 s), then SIGCONTed. `namesrv-down`: name server 1, the first address
+//!   every client is given, is stopped before the consumer and the relays start. `--failover`
+//!   sets the relays' `ROCKETMQ_FAILOVER` (to compare the client's own failover with ours).
 //! - `--slow-send`: the first send of every `--slow-send-every`-th event stalls its worker for
 //!   twice the lease after the broker accepted it (`OUTBOX_CHAOS_SEND_STALL`): the lease expires,
 //!   another worker sends it again, the stalled worker's late acknowledgement is refused.
 //!
 //! The last line is the summary:
-//! `summary: events=20000 success=20000 fail=0 lost=0 duplicates=37 kills=9 reclaimed=41 elapsed_s=58`
+//! `summary: events=20000 success=20000 fail=0 lost=0 duplicates=37 kills=9 reclaimed=41 elapsed_s=58 max_gap_ms=212 redelivered=0`
 //! - lost: written but never received by the consumer and not `FAIL`;
 //! - duplicates: receptions beyond the first per `eventId`;
+//! - redelivered: of those, receptions of a message already received from the same queue
+//!   and offset (the consumer read it again, e.g. its offsets went back when a broker crashed;
+//!   the rest were stored twice);
+//! - max_gap_ms: the longest time in milliseconds between two consecutive deliveries (the
+//!   consumer's receive times), from the first delivery until every event was received once
+//!   (with `--cluster kill-a`: at most until broker-a was started again);
 //! - reclaimed: expired leases taken back by the workers' reclaim passes (from their logs);
 //! - with `--dead-retry`, ` dead_retried=K` is appended: K dead letters were sent again by
 //!   `outbox dead retry --all` once the faults were over.
@@ -64,7 +79,7 @@ use clap::{Parser, ValueEnum};
 use sea_orm::{ConnectionTrait, Schema};
 use sea_orm_outbox::{Migrator, MigratorTrait, RetryPolicy};
 
-use broker::PrivateBroker;
+use broker::{Cluster, PrivateBroker};
 use fleet::Fleet;
 use scratch::{BoxError, ScratchDb};
 use server::Server;
@@ -78,6 +93,19 @@ enum BackendArg {
     Postgres,
     #[value(alias = "mariadb")]
     Mysql,
+}
+
+/// The fault of `--cluster`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum ClusterFault {
+    /// No fault: the cluster only.
+    None,
+    /// SIGKILL broker-a once `--fault-at-percent` of the events were received.
+    KillA,
+    /// SIGSTOP broker-a then for `--pause-for`, then SIGCONT.
+    PauseA,
+    /// Name server 1 (the first address) down for the whole run.
+    NamesrvDown,
 }
 
 #[derive(Parser, Debug)]
@@ -126,6 +154,19 @@ struct Args {
     /// Use a private name server and broker even without `--broker-down`.
     #[arg(long)]
     private_broker: bool,
+    /// Run on a two-broker cluster of the run's own with this fault (see the module docs).
+    #[arg(long, value_enum, conflicts_with_all = ["broker_down", "private_broker"])]
+    cluster: Option<ClusterFault>,
+    /// With `--cluster kill-a|pause-a`: the fault starts once this share of the events (in %)
+    /// was received.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=100))]
+    fault_at_percent: u32,
+    /// With `--cluster pause-a`: how long broker-a stays stopped.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    pause_for: Duration,
+    /// The relays' `ROCKETMQ_FAILOVER`: outbox, client or off [default: the relay's, outbox].
+    #[arg(long)]
+    failover: Option<String>,
     /// Name server of the shared broker (without a private one).
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR", default_value = "127.0.0.1:9876")]
     namesrv: String,
@@ -212,6 +253,8 @@ struct Run {
     namesrv: String,
     /// The run's topic.
     topic: String,
+    /// When a killed cluster broker was started again (`--cluster kill-a`).
+    broker_restarted: std::sync::Arc<std::sync::OnceLock<Instant>>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -246,10 +289,24 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     } else {
         None
     };
-    let namesrv = match &private {
-        Some(_) => PrivateBroker::addr(),
-        None => args.namesrv.clone(),
+    let cluster = match args.cluster {
+        Some(_) => {
+            log("starting a two-broker RocketMQ cluster (two name servers, broker-a, broker-b)");
+            Some(Cluster::start(work_dir.join("cluster"))?)
+        }
+        None => None,
     };
+    let namesrv = match (&private, &cluster) {
+        (Some(_), _) => PrivateBroker::addr(),
+        (_, Some(_)) => Cluster::addr(),
+        _ => args.namesrv.clone(),
+    };
+    if let (Some(ClusterFault::NamesrvDown), Some(c)) = (args.cluster, &cluster) {
+        if !c.run(&["namesrv-stop", "1"]) {
+            return Err("could not stop name server 1 of the cluster".into());
+        }
+        log("name server 1 (the first address of both) is down for the whole run");
+    }
 
     // A fresh database.
     let (server, admin) = Server::of(args.backend, args.admin_url.as_deref());
@@ -281,6 +338,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         url: scratch.url.clone(),
         namesrv,
         args,
+        broker_restarted: Default::default(),
     };
     // The consumer first, so the topic exists before the workers send.
     let consumer = consumer::Consumer::start(&run).await?;
@@ -308,7 +366,13 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         work_dir.display()
     ));
     let writers = writers::Writers::start(&run, &db);
-    let faults = faults::start(&run, server, private.as_ref());
+    let faults = faults::start(
+        &run,
+        server,
+        private.as_ref(),
+        cluster.as_ref(),
+        consumer.shared(),
+    );
 
     // Supervise until everything written is settled and received (or the drain deadline).
     let settled =
@@ -341,14 +405,15 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     }
     let keep = run.args.keep_db || tally.lost > 0 || !settled.drained;
     db.close().await.ok();
-    // Stop the private broker while its state (pid files) is still there.
+    // Stop the private broker (or cluster) while its state (pid files) is still there.
     drop(private);
+    drop(cluster);
     if !keep {
         scratch.drop_db().await.ok();
         std::fs::remove_dir_all(&work_dir).ok();
     }
     let mut line = format!(
-        "summary: events={} success={} fail={} lost={} duplicates={} kills={} reclaimed={} elapsed_s={}",
+        "summary: events={} success={} fail={} lost={} duplicates={} kills={} reclaimed={} elapsed_s={} max_gap_ms={} redelivered={}",
         tally.events,
         tally.success,
         tally.fail,
@@ -356,7 +421,9 @@ async fn run(args: Args) -> Result<u64, BoxError> {
         tally.duplicates,
         fleet.kills,
         tally.reclaimed,
-        elapsed.as_secs()
+        elapsed.as_secs(),
+        tally.max_gap.as_millis(),
+        tally.redelivered
     );
     if run.args.dead_retry {
         line.push_str(&format!(

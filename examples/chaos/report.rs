@@ -1,7 +1,7 @@
 //! The counts at the end of a run (the `workers:` line, the diagnostics line and the figures of
 //! the summary), and the diagnosis of lost events.
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QuerySelect};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
@@ -28,8 +28,28 @@ pub struct Tally {
     pub lost: u64,
     /// Receptions beyond the first per event id.
     pub duplicates: u64,
+    /// Of the duplicates, receptions of a message already received from the same place (queue,
+    /// queue offset, commit-log offset): the consumer read it again (its committed offset went
+    /// back, e.g. when a broker crashed), the broker did not store it twice.
+    pub redelivered: u64,
     /// Expired leases taken back by the workers' reclaim passes (from their logs).
     pub reclaimed: u64,
+    /// The longest time between two consecutive deliveries while the events were written.
+    pub max_gap: Duration,
+}
+
+/// The longest time between two consecutive `arrivals` that both came by `until` (all of them
+/// without `until`), and when that gap began; zero with fewer than two arrivals.
+pub fn longest_gap(
+    arrivals: &[(Instant, usize)],
+    until: Option<Instant>,
+) -> (Duration, Option<Instant>) {
+    arrivals
+        .windows(2)
+        .filter(|w| until.is_none_or(|u| w[1].0 <= u))
+        .map(|w| (w[1].0.duration_since(w[0].0), Some(w[0].0)))
+        .max_by_key(|(gap, _)| *gap)
+        .unwrap_or((Duration::ZERO, None))
 }
 
 impl Tally {
@@ -55,6 +75,11 @@ impl Tally {
             .collect();
         let distinct = r.per_event.len() as u64;
         let duplicates = r.per_event.values().map(|n| u64::from(n - 1)).sum::<u64>();
+        let redelivered = r
+            .places
+            .values()
+            .map(|p| (p.len() - p.iter().collect::<HashSet<_>>().len()) as u64)
+            .sum::<u64>();
         let written: HashSet<i64> = all.iter().map(|(id, _)| *id).collect();
         let foreign = r
             .per_event
@@ -88,6 +113,33 @@ impl Tally {
             fleet.unexpected_exits,
             max_retry.unwrap_or(0),
         ));
+        // Deliveries are expected until every event was received once, except across the restart
+        // of a killed broker (what it stored before the crash waits for the restart).
+        let all_received = r
+            .arrivals
+            .iter()
+            .find(|(_, distinct)| *distinct >= all.len())
+            .map(|(at, _)| *at);
+        let until = [all_received, run.broker_restarted.get().copied()]
+            .into_iter()
+            .flatten()
+            .min();
+        let (max_gap, gap_from) = longest_gap(&r.arrivals, until);
+        let since = |t: Option<Instant>| {
+            t.map_or("-".to_owned(), |t| {
+                format!("{:.1} s", t.duration_since(run.started).as_secs_f64())
+            })
+        };
+        log(format!(
+            "longest gap between deliveries (consumer receive times) until every event was \
+             received or a killed broker restarted ({}): {} ms, from {} after the start; {} \
+             deliveries, the writes ended at {}",
+            since(until),
+            max_gap.as_millis(),
+            since(gap_from),
+            r.arrivals.len(),
+            since(writers.finished_at()),
+        ));
         println!(
             "workers: started={} killed={} unexpected_exits={} duplicate_bound={} (kills x batch)",
             fleet.spawned,
@@ -102,7 +154,9 @@ impl Tally {
             lost: lost_ids.len() as u64,
             lost_ids,
             duplicates,
+            redelivered,
             reclaimed,
+            max_gap,
         })
     }
 }

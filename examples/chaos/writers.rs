@@ -1,8 +1,8 @@
 //! The business writers: `--events` orders, each with its event in one transaction, spread
 //! evenly over `--write-over` by `--writers` tasks.
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, NotSet,
@@ -57,6 +57,7 @@ async fn write_one(db: &DatabaseConnection, i: usize, errors: &AtomicU64) {
 pub struct Writers {
     done: tokio::task::JoinHandle<()>,
     errors: Arc<AtomicU64>,
+    finished_at: Arc<OnceLock<Instant>>,
 }
 
 impl Writers {
@@ -78,12 +79,26 @@ impl Writers {
                 }
             }));
         }
-        let done = tokio::spawn(async move {
-            for w in writers {
-                w.await.ok();
+        let finished_at = Arc::new(OnceLock::new());
+        let done = tokio::spawn({
+            let finished_at = finished_at.clone();
+            async move {
+                for w in writers {
+                    w.await.ok();
+                }
+                finished_at.set(Instant::now()).ok();
             }
         });
-        Writers { done, errors }
+        Writers {
+            done,
+            errors,
+            finished_at,
+        }
+    }
+
+    /// When the last event was written (`None` while writing).
+    pub fn finished_at(&self) -> Option<Instant> {
+        self.finished_at.get().copied()
     }
 
     /// Whether every event has been written.

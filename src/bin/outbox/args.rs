@@ -185,6 +185,10 @@ pub(crate) struct RelayArgs {
     /// in the process list); never printed.
     #[arg(long, env = "ROCKETMQ_SECRET_KEY", hide_env_values = true, value_parser = secret)]
     pub(crate) rocketmq_secret_key: Option<SecretKey>,
+    /// How RocketMQ sends move off a broker that fails: `outbox` (the relay avoids it for 30 s),
+    /// `client` (the client's latency fault tolerance only) or `off` [default: outbox].
+    #[arg(long, env = "ROCKETMQ_FAILOVER")]
+    pub(crate) rocketmq_failover: Option<String>,
     /// How long to keep trying to reach the database at start, e.g. 30s or 5m; `0s` tries once
     /// [default: no limit]. Only connection failures are retried (with back-off from 200 ms to
     /// 5 s); a malformed URL, a refused login or a missing table fail at once.

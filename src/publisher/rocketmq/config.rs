@@ -24,6 +24,92 @@ pub const ENV_TOPIC: &str = "OUTBOX_TOPIC";
 /// The environment variable with the topic of each event type:
 /// `EVENT_TYPE=TOPIC[,EVENT_TYPE=TOPIC...]`, e.g. `ORDER_PAID=PAYMENT_TOPIC,ORDER_SHIPPED=SHIPPING_TOPIC`.
 pub const ENV_TOPICS: &str = "OUTBOX_TOPICS";
+/// The environment variable with the failover mode: `outbox`, `client` or `off` ([`Failover`]).
+pub const ENV_FAILOVER: &str = "ROCKETMQ_FAILOVER";
+/// Default time a broker is avoided after a failed send ([`RocketMqConfig::broker_avoidance`]):
+/// 30 s, which outlasts a broker that hangs for 20 s and is still short next to the 120 s the
+/// name server keeps listing a hung broker.
+pub const DEFAULT_BROKER_AVOIDANCE: Duration = Duration::from_secs(30);
+
+/// How [`RocketMqPublisher`](super::RocketMqPublisher) moves sends off a broker that fails, in
+/// a cluster of several broker masters (one broker: all three behave alike).
+///
+/// What the rocketmq-rust 1.0 client does by itself (measured in RELIABILITY.md, "A two-broker
+/// cluster"): it sends round robin over every queue of its cached route (refreshed from the
+/// name server every 30 s). A killed broker is handled: the name server drops it at once and a
+/// send that cannot connect is sent again to another broker within the call. A hung broker
+/// (SIGSTOP, a frozen host) stays listed for 120 s, and every send that picks one of its queues
+/// waits the whole send timeout; the client's latency fault tolerance (off by default) isolates
+/// it for 10 s, but only after some kinds of failure, so a relay can lose two or three send
+/// timeouts in a row to it.
+///
+/// Parsed from `outbox`, `client` or `off` ([`ENV_FAILOVER`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use sea_orm_outbox::publisher::rocketmq::Failover;
+/// use sea_orm_outbox::RocketMqConfig;
+/// let config = RocketMqConfig::new("10.0.0.1:9876;10.0.0.2:9876")
+///     .failover(Failover::Outbox) // the default
+///     .broker_avoidance(Duration::from_secs(30));
+/// config.validate()?;
+/// assert_eq!("client".parse::<Failover>()?, Failover::Client);
+/// # Ok::<(), sea_orm_outbox::OutboxError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Failover {
+    /// The publisher chooses each send's queue from the client's route itself, round robin
+    /// over the brokers that have not failed lately: a broker whose send failed (refused,
+    /// timed out, closed, an error response) is avoided for
+    /// [`RocketMqConfig::broker_avoidance`]; then one send tries it again (the others still
+    /// avoid it) and a success brings it back. When every broker is avoided, sends go to the
+    /// one whose avoidance ends first. The client's latency fault tolerance is on as well. The
+    /// default.
+    #[default]
+    Outbox,
+    /// The client chooses the queue with its latency fault tolerance and fault detector on
+    /// (`set_send_latency_fault_enable`, `set_start_detector_enable`).
+    Client,
+    /// The client as it comes (round robin, no fault tolerance): for comparison only.
+    Off,
+}
+
+impl Failover {
+    /// The mode's name as [`Failover::from_str`](std::str::FromStr) reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failover::Outbox => "outbox",
+            Failover::Client => "client",
+            Failover::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for Failover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Failover {
+    type Err = OutboxError;
+
+    /// `outbox`, `client` or `off` (ASCII case and surrounding spaces ignored).
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] naming the three values for anything else.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "outbox" => Ok(Failover::Outbox),
+            "client" => Ok(Failover::Client),
+            "off" => Ok(Failover::Off),
+            other => Err(OutboxError::InvalidConfig(format!(
+                "RocketMQ failover `{other}` is unknown: give outbox, client or off"
+            ))),
+        }
+    }
+}
 
 /// Longest topic name RocketMQ accepts.
 const TOPIC_MAX_LEN: usize = 127;
@@ -57,7 +143,9 @@ pub struct RocketMqConfig {
     pub topics: BTreeMap<String, String>,
     /// Longest one send may take, the client's internal retries included (default 3 s). Keep it
     /// at most the worker's `send_timeout` and well below its lease
-    /// ([`RocketMqConfig::validate_for`]).
+    /// ([`RocketMqConfig::validate_for`]). It also bounds each attempt: a send that timed out
+    /// is never sent again within the same call (the broker may have stored it); the outbox's
+    /// retry sends it again later.
     pub send_timeout: Duration,
     /// Access key and secret key for a broker with authentication (default none: requests
     /// are not signed). `Debug` shows the access key only.
@@ -66,6 +154,11 @@ pub struct RocketMqConfig {
     /// whether it accepts the credentials (or their absence) before it returns (default
     /// `true`): see its documentation.
     pub verify_credentials: bool,
+    /// How sends move off a broker that fails (default [`Failover::Outbox`]).
+    pub failover: Failover,
+    /// With [`Failover::Outbox`]: how long a broker is avoided after a send to it failed
+    /// (default [`DEFAULT_BROKER_AVOIDANCE`], 30 s); at least 1 ms.
+    pub broker_avoidance: Duration,
 }
 
 impl Default for RocketMqConfig {
@@ -86,19 +179,22 @@ impl RocketMqConfig {
             send_timeout: DEFAULT_SEND_TIMEOUT,
             credentials: None,
             verify_credentials: true,
+            failover: Failover::default(),
+            broker_avoidance: DEFAULT_BROKER_AVOIDANCE,
         }
     }
 
     /// Reads `ROCKETMQ_NAMESRV_ADDR` (required), `ROCKETMQ_PRODUCER_GROUP`, `OUTBOX_TOPIC` and
     /// `OUTBOX_TOPICS` (optional; empty means the default; see [`ENV_TOPICS`] and
     /// [`RocketMqConfig::topics_from_spec`]), `ROCKETMQ_ACCESS_KEY` and `ROCKETMQ_SECRET_KEY`
-    /// (both or neither; empty means unset) and validates the result. Values are trimmed.
+    /// (both or neither; empty means unset), `ROCKETMQ_FAILOVER` (optional; empty means the
+    /// default) and validates the result. Values are trimmed.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
     /// spaces, only one of `ROCKETMQ_ACCESS_KEY` and `ROCKETMQ_SECRET_KEY` is set (the
-    /// message never shows the secret), or a value fails [`RocketMqConfig::validate`] (an
-    /// address that is not
+    /// message never shows the secret), `ROCKETMQ_FAILOVER` is not `outbox`, `client` or `off`,
+    /// or a value fails [`RocketMqConfig::validate`] (an address that is not
     /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
     /// in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
     pub fn from_env() -> Result<Self, OutboxError> {
@@ -130,6 +226,9 @@ impl RocketMqConfig {
             var(ENV_ACCESS_KEY),
             var(ENV_SECRET_KEY).map(SecretKey::from),
         )?;
+        if let Some(failover) = var(ENV_FAILOVER) {
+            config.failover = failover.parse()?;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -237,6 +336,18 @@ impl RocketMqConfig {
         self
     }
 
+    /// Sets the failover mode ([`Failover`]).
+    pub fn failover(mut self, failover: Failover) -> Self {
+        self.failover = failover;
+        self
+    }
+
+    /// Sets how long a broker is avoided after a failed send ([`Failover::Outbox`]).
+    pub fn broker_avoidance(mut self, avoidance: Duration) -> Self {
+        self.broker_avoidance = avoidance;
+        self
+    }
+
     /// The name server addresses, one per `;`-separated entry.
     pub fn namesrv_addrs(&self) -> Vec<&str> {
         self.namesrv_addr
@@ -258,7 +369,8 @@ impl RocketMqConfig {
     /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
     /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
     /// `_`, `-`; the default topic and every topic of the map), the send timeout is zero or
-    /// longer than `u32::MAX` milliseconds, or the credentials fail [`Credentials::validate`].
+    /// longer than `u32::MAX` milliseconds, the broker avoidance is shorter than 1 ms, or the
+    /// credentials fail [`Credentials::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         let addrs = self.namesrv_addrs();
@@ -289,6 +401,9 @@ impl RocketMqConfig {
         }
         if let Some(c) = &self.credentials {
             c.validate()?;
+        }
+        if self.broker_avoidance < Duration::from_millis(1) {
+            return bad("RocketMQ broker_avoidance must be at least 1 ms".into());
         }
         Ok(())
     }
@@ -382,6 +497,7 @@ mod tests {
             RocketMqConfig::default().producer_group("g g"),
             RocketMqConfig::default().topic_for("ORDER_PAID", "bad topic"),
             RocketMqConfig::default().send_timeout(Duration::ZERO),
+            RocketMqConfig::default().broker_avoidance(Duration::ZERO),
         ] {
             assert!(
                 matches!(bad.validate(), Err(OutboxError::InvalidConfig(_))),
@@ -447,6 +563,19 @@ mod tests {
         std::env::remove_var(ENV_SECRET_KEY);
         let err = RocketMqConfig::from_env().expect_err("access key alone");
         assert!(err.to_string().contains(ENV_SECRET_KEY), "{err}");
+        std::env::remove_var(ENV_ACCESS_KEY);
+        assert_eq!(c.failover, Failover::Outbox);
+        std::env::set_var(ENV_FAILOVER, " Client ");
+        assert_eq!(
+            RocketMqConfig::from_env().expect("valid").failover,
+            Failover::Client
+        );
+        std::env::set_var(ENV_FAILOVER, "sometimes");
+        let err = RocketMqConfig::from_env().expect_err("unknown failover");
+        assert!(err.to_string().contains("outbox, client or off"), "{err}");
+        std::env::remove_var(ENV_FAILOVER);
+        std::env::set_var(ENV_TOPIC, "bad topic");
+        assert!(RocketMqConfig::from_env().is_err());
         for v in [
             ENV_NAMESRV_ADDR,
             ENV_PRODUCER_GROUP,
@@ -454,6 +583,7 @@ mod tests {
             ENV_TOPICS,
             ENV_ACCESS_KEY,
             ENV_SECRET_KEY,
+            ENV_FAILOVER,
         ] {
             std::env::remove_var(v);
         }
@@ -476,6 +606,16 @@ mod tests {
             assert!(matches!(err, OutboxError::InvalidConfig(_)), "{bad}: {err}");
         }
         assert!(RocketMqConfig::default().topics_from_spec("").is_ok());
+    }
+
+    #[test]
+    fn failover_names() {
+        for f in [Failover::Outbox, Failover::Client, Failover::Off] {
+            assert_eq!(f.as_str().parse::<Failover>().expect("own name"), f);
+            assert_eq!(f.to_string(), f.as_str());
+        }
+        assert_eq!(Failover::default(), Failover::Outbox);
+        assert!("".parse::<Failover>().is_err());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! [`RocketMqConsumer`], a small consumer for the crate's own tests, examples and demos (feature
 //! `test-support`; not an API), and the [`ReceivedMessage`]s it returns.
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use rocketmq_client_rust::{
@@ -18,8 +18,17 @@ use super::errors::client_error_text;
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
 use crate::error::OutboxError;
 
-/// Creates `topic` (4 queues) when the name server has no route for it yet, and waits until
-/// it has one.
+/// The broker names of `queues`.
+fn brokers_of(queues: &[MessageQueue]) -> BTreeSet<String> {
+    queues
+        .iter()
+        .map(|q| q.broker_name().as_str().to_owned())
+        .collect()
+}
+
+/// Creates `topic` (4 queues per broker) unless its route already lists every broker master of
+/// the `TBW102` template's route (every broker that auto-creates topics: a topic auto-created
+/// by a send lives only on the broker that got the send), and waits until its route does.
 async fn ensure_topic(
     host: &ClientHost,
     namesrv_addr: &str,
@@ -43,9 +52,22 @@ async fn ensure_topic(
         .await
         .map_err(|e| client_error_text(&e))?;
     let result = Box::pin(async {
+        // The brokers the topic must be on (none known: any route will do).
+        let wanted = match Box::pin(
+            producer.fetch_publish_message_queues(TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC),
+        )
+        .await
+        {
+            Ok(queues) => brokers_of(&queues),
+            Err(_) => BTreeSet::new(),
+        };
+        let covered = |queues: &[MessageQueue]| {
+            let has = brokers_of(queues);
+            !has.is_empty() && wanted.is_subset(&has)
+        };
         let mut last = match Box::pin(producer.fetch_publish_message_queues(topic)).await {
-            Ok(queues) if !queues.is_empty() => return Ok(()),
-            Ok(_) => String::from("no queues"),
+            Ok(queues) if covered(&queues) => return Ok(()),
+            Ok(queues) => format!("on brokers {:?} of {wanted:?}", brokers_of(&queues)),
             Err(e) => client_error_text(&e),
         };
         if let Err(e) = Box::pin(producer.create_topic(
@@ -61,14 +83,14 @@ async fn ensure_topic(
         let end = tokio::time::Instant::now() + ROUTE_DEADLINE;
         while tokio::time::Instant::now() < end {
             match Box::pin(producer.fetch_publish_message_queues(topic)).await {
-                Ok(queues) if !queues.is_empty() => return Ok(()),
-                Ok(_) => last = String::from("no queues"),
+                Ok(queues) if covered(&queues) => return Ok(()),
+                Ok(queues) => last = format!("on brokers {:?} of {wanted:?}", brokers_of(&queues)),
                 Err(e) => last = client_error_text(&e),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Err(format!(
-            "topic {topic} has no route after {} s: {last}",
+            "topic {topic} has no route on every broker after {} s: {last}",
             ROUTE_DEADLINE.as_secs()
         ))
     })
@@ -207,9 +229,10 @@ impl std::fmt::Debug for RocketMqConsumer {
 impl RocketMqConsumer {
     /// Subscribes `group` to `topic` through the name server(s) at `namesrv_addr` and starts.
     ///
-    /// The topic is created first when missing (4 queues, through the broker's `TBW102`
-    /// template), so the consumer's queues are assigned at start instead of after a later route
-    /// poll (every 10 s here, 30 s by default).
+    /// The topic is created first when missing or not on every broker of the `TBW102`
+    /// template's route (4 queues per broker), so the consumer's queues are assigned at start
+    /// instead of after a later route poll (every 10 s here, 30 s by default), and a cluster's
+    /// producers can send to every broker.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] for an invalid group or topic name,

@@ -28,7 +28,8 @@
 //!
 //! One home for each concern: `config` ([`RocketMqConfig`] and its checks), `runtime` (the
 //! runtime owner, telemetry guard and client runtime every client needs), `producer`
-//! ([`RocketMqPublisher`]), `errors` ([`classify`]: client errors as retryable or permanent) and,
+//! ([`RocketMqPublisher`]), `routing` (which broker a send avoids under
+//! [`Failover::Outbox`]), `errors` ([`classify`]: client errors as retryable or permanent) and,
 //! with the hidden `test-support` feature only, `consumer` (a small consumer for the crate's
 //! own tests and examples; not an API).
 mod config;
@@ -37,11 +38,13 @@ mod consumer;
 mod credentials;
 mod errors;
 mod producer;
+mod routing;
 mod runtime;
 
 pub use config::{
-    RocketMqConfig, DEFAULT_NAMESRV_ADDR, DEFAULT_PRODUCER_GROUP, DEFAULT_SEND_TIMEOUT,
-    DEFAULT_TOPIC, ENV_NAMESRV_ADDR, ENV_PRODUCER_GROUP, ENV_TOPIC,
+    Failover, RocketMqConfig, DEFAULT_BROKER_AVOIDANCE, DEFAULT_NAMESRV_ADDR,
+    DEFAULT_PRODUCER_GROUP, DEFAULT_SEND_TIMEOUT, DEFAULT_TOPIC, ENV_FAILOVER, ENV_NAMESRV_ADDR,
+    ENV_PRODUCER_GROUP, ENV_TOPIC,
 };
 #[cfg(feature = "test-support")]
 #[doc(hidden)]

@@ -1,17 +1,22 @@
 //! [`RocketMqPublisher`]: one shared producer on its own client runtime, and the message each
 //! outbox event becomes.
+use std::sync::Mutex;
+use std::time::Instant;
+
 use async_trait::async_trait;
 use rocketmq_client_rust::{ClientResult, DefaultMQProducer, SendResult, SendStatus};
+use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_model::common::topic::TopicValidator;
 
-use super::config::RocketMqConfig;
+use super::config::{Failover, RocketMqConfig};
 use super::errors::{
     classify_for, client_error_text, error_text, is_no_permission, no_permission_text, Signer,
     RESPONSE_NO_PERMISSION,
 };
+use super::routing::{BrokerAvoidance, Failed};
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
-use crate::error::{OutboxError, PublishError};
+use crate::error::{OutboxError, PublishError, PublishErrorKind};
 use crate::publisher::{OutboxMessage, Publisher};
 
 /// Publishes outbox events to RocketMQ with one shared producer.
@@ -23,7 +28,12 @@ use crate::publisher::{OutboxMessage, Publisher};
 pub struct RocketMqPublisher {
     config: RocketMqConfig,
     producer: Box<dyn ProducerHandle>,
+    /// The brokers that failed lately ([`Failover::Outbox`] only).
+    avoidance: Option<BrokerAvoidance>,
 }
+
+/// Picks a queue out of the route's queues (`None`: none fits).
+type QueueSelector<'a> = &'a (dyn Fn(&[MessageQueue]) -> Option<MessageQueue> + Send + Sync);
 
 /// The producer and the runtime it runs on, behind a trait object (see [`SendFuture`]).
 trait ProducerHandle: Send + Sync {
@@ -39,6 +49,14 @@ trait ProducerHandle: Send + Sync {
         messages: Vec<Message>,
         timeout_ms: u64,
     ) -> SendFuture<'_, ClientResult<SendResult>>;
+    /// Sends `message` to the queue `select` picks from the client's route of its topic (no
+    /// retry by the client), giving up after `timeout_ms` milliseconds.
+    fn send_selecting<'a>(
+        &'a self,
+        message: Message,
+        timeout_ms: u64,
+        select: QueueSelector<'a>,
+    ) -> SendFuture<'a, ClientResult<Option<SendResult>>>;
     /// Stops the producer, then its host.
     fn shutdown(self: Box<Self>) -> SendFuture<'static, ()>;
 }
@@ -64,6 +82,20 @@ impl ProducerHandle for OwnedProducer {
         timeout_ms: u64,
     ) -> SendFuture<'_, ClientResult<SendResult>> {
         Box::pin(self.producer.send_batch_with_timeout(messages, timeout_ms))
+    }
+
+    fn send_selecting<'a>(
+        &'a self,
+        message: Message,
+        timeout_ms: u64,
+        select: QueueSelector<'a>,
+    ) -> SendFuture<'a, ClientResult<Option<SendResult>>> {
+        Box::pin(self.producer.send_with_selector_timeout(
+            message,
+            move |queues: &[MessageQueue], _: &Message, _: &()| select(queues),
+            (),
+            timeout_ms,
+        ))
     }
 
     fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
@@ -101,6 +133,9 @@ impl RocketMqPublisher {
     /// A `NO_PERMISSION` answer is never retried on another broker (the client's default
     /// retries it).
     ///
+    /// The client's latency fault tolerance and fault detector are on unless `config.failover`
+    /// is [`Failover::Off`].
+    ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] for a configuration that fails
     /// [`RocketMqConfig::validate`], or credentials the broker rejects ("RocketMQ rejected the
@@ -123,6 +158,9 @@ impl RocketMqPublisher {
         let mut retry_codes = producer.retry_response_codes();
         retry_codes.remove(&RESPONSE_NO_PERMISSION);
         producer.set_retry_response_codes(retry_codes);
+        let fault_tolerance = config.failover != Failover::Off;
+        producer.set_send_latency_fault_enable(fault_tolerance);
+        producer.set_start_detector_enable(fault_tolerance);
         // Boxed here (and below) so that callers' futures stay shallow: the client's futures are
         // deep enough to need `recursion_limit` in every crate that embeds them inline.
         if let Err(e) = Box::pin(producer.start()).await {
@@ -141,10 +179,14 @@ impl RocketMqPublisher {
         }
         let access_key = config.credentials.as_ref().map(|c| c.access_key());
         tracing::info!(namesrv = %config.namesrv_addr, group = %config.producer_group, topic = %config.topic,
-            topics = ?config.topics, access_key = access_key.unwrap_or("-"), "RocketMQ publisher started");
+            topics = ?config.topics, access_key = access_key.unwrap_or("-"),
+            failover = %config.failover, "RocketMQ publisher started");
+        let avoidance = (config.failover == Failover::Outbox)
+            .then(|| BrokerAvoidance::new(config.broker_avoidance));
         Ok(RocketMqPublisher {
             config,
             producer: Box::new(OwnedProducer { producer, host }),
+            avoidance,
         })
     }
 
@@ -201,7 +243,10 @@ impl RocketMqPublisher {
                 "RocketMQ batch send status {:?} (not SEND_OK)",
                 result.send_status
             ))),
-            Err(e) => Err(classify(&e)),
+            Err(e) => Err(classify_for(
+                &e,
+                Signer::of(self.config.credentials.as_ref()),
+            )),
         }
     }
 
@@ -214,32 +259,80 @@ impl RocketMqPublisher {
 
 #[async_trait]
 impl Publisher for RocketMqPublisher {
+    /// Sends the event's message once. Under [`Failover::Outbox`] the queue is chosen here
+    /// ([`Failover`]); the outcome of the send updates which brokers are avoided. Never sent a
+    /// second time within one call: a failure is returned (retryable unless the message itself
+    /// was refused) and the outbox's retry sends it again, to another broker if this one failed.
     async fn publish(&self, event: &OutboxMessage) -> Result<(), PublishError> {
         let message = self.to_message(event)?;
         let timeout = u64::from(self.config.send_timeout_ms());
-        match self.producer.send(message, timeout).await {
-            Ok(Some(result)) if result.send_status == SendStatus::SendOk => {
-                tracing::debug!(
-                    event_id = event.event_id,
-                    msg_id = result.msg_id.as_ref().map_or("-", |m| m.as_str()),
-                    offset_msg_id = result.offset_msg_id.as_deref().unwrap_or("-"),
-                    queue_id = result.message_queue.as_ref().map_or(-1, |q| q.queue_id()),
-                    queue_offset = result.queue_offset,
-                    "RocketMQ send ok"
-                );
-                Ok(())
+        let signer = Signer::of(self.config.credentials.as_ref());
+        let Some(avoidance) = &self.avoidance else {
+            return send_outcome(event, self.producer.send(message, timeout).await, signer);
+        };
+        let chosen: Mutex<Option<String>> = Mutex::new(None);
+        let select = |queues: &[MessageQueue]| {
+            let brokers: Vec<&str> = queues.iter().map(|q| q.broker_name().as_str()).collect();
+            let i = avoidance.choose(&brokers, Instant::now())?;
+            *chosen.lock().unwrap_or_else(|p| p.into_inner()) = Some(brokers[i].to_owned());
+            queues.get(i).cloned()
+        };
+        let sent = self
+            .producer
+            .send_selecting(message, timeout, &select)
+            .await;
+        let outcome = send_outcome(event, sent, signer);
+        let broker = chosen.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Some(broker) = broker {
+            match &outcome {
+                Ok(()) => {
+                    if avoidance.succeeded(&broker) {
+                        tracing::info!(%broker, "RocketMQ broker answers again; sending to it");
+                    }
+                }
+                Err(e) if e.kind == PublishErrorKind::Retryable => {
+                    if avoidance.failed(&broker, Instant::now()) == Failed::NewlyAvoided {
+                        tracing::warn!(%broker, avoid_ms = avoidance.window().as_millis() as u64,
+                            error = %e.message, "RocketMQ send to a broker failed; other brokers take the sends");
+                    }
+                }
+                Err(_) => {}
             }
-            Ok(Some(result)) => Err(PublishError::retryable(format!(
-                "RocketMQ send status {:?} (not SEND_OK; msgId {})",
-                result.send_status,
-                result.msg_id.as_ref().map_or("-", |m| m.as_str())
-            ))),
-            Ok(None) => Err(PublishError::retryable("RocketMQ send returned no result")),
-            Err(e) => Err(classify_for(
-                &e,
-                Signer::of(self.config.credentials.as_ref()),
-            )),
         }
+        outcome
+    }
+}
+
+/// What a send's result means for the event (`signer`: the credentials in use, for the text of
+/// a `NO_PERMISSION` answer).
+fn send_outcome(
+    event: &OutboxMessage,
+    sent: ClientResult<Option<SendResult>>,
+    signer: Signer<'_>,
+) -> Result<(), PublishError> {
+    match sent {
+        Ok(Some(result)) if result.send_status == SendStatus::SendOk => {
+            tracing::debug!(
+                event_id = event.event_id,
+                msg_id = result.msg_id.as_ref().map_or("-", |m| m.as_str()),
+                offset_msg_id = result.offset_msg_id.as_deref().unwrap_or("-"),
+                queue_id = result.message_queue.as_ref().map_or(-1, |q| q.queue_id()),
+                queue_offset = result.queue_offset,
+                broker = result
+                    .message_queue
+                    .as_ref()
+                    .map_or("-", |q| q.broker_name().as_str()),
+                "RocketMQ send ok"
+            );
+            Ok(())
+        }
+        Ok(Some(result)) => Err(PublishError::retryable(format!(
+            "RocketMQ send status {:?} (not SEND_OK; msgId {})",
+            result.send_status,
+            result.msg_id.as_ref().map_or("-", |m| m.as_str())
+        ))),
+        Ok(None) => Err(PublishError::retryable("RocketMQ send returned no result")),
+        Err(e) => Err(classify_for(&e, signer)),
     }
 }
 
@@ -303,6 +396,7 @@ async fn verify_credentials(
         }
     }
 }
+
 
 /// The message for `event` on `topic` (see [`RocketMqPublisher::to_message`]).
 fn build_message(topic: &str, event: &OutboxMessage) -> Result<Message, PublishError> {
