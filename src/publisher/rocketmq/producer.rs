@@ -397,7 +397,6 @@ async fn verify_credentials(
     }
 }
 
-
 /// The message for `event` on `topic` (see [`RocketMqPublisher::to_message`]).
 fn build_message(topic: &str, event: &OutboxMessage) -> Result<Message, PublishError> {
     let mut builder = Message::builder()
