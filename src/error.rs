@@ -83,8 +83,9 @@ pub enum OutboxError {
     /// error names the column).
     #[error(
         "t_event_record lacks a column of this sea-orm-outbox version: apply the outbox's newer \
-         migrations (`m20261201_000003_add_event_headers`, `AddEventHeaders`, adds `headers`; \
-         `outbox migrate up`, `sea-orm-cli migrate up` or `Migrator::up(&db, None)`): {0}"
+         migration `m20261201_000003_add_event_headers` (adds `headers`): with your own \
+         Migrator, append `sea_orm_outbox_migration::AddEventHeaders` and run `sea-orm-cli \
+         migrate up`; with the standalone one, `outbox migrate up` or `Migrator::up(&db, None)`: {0}"
     )]
     SchemaOutdated(#[source] DbErr),
     /// An argument that cannot work, such as an empty or over-long consumer group or message
@@ -143,7 +144,20 @@ fn is_missing_table(err: &DbErr) -> bool {
 /// 42703, MySQL 1054, SQLite "no such column" / "has no column named") and names it.
 fn is_missing_outbox_column(err: &DbErr) -> bool {
     use crate::db_error::{db_error_kind, DbErrorKind};
-    db_error_kind(err) == DbErrorKind::MissingColumn && err.to_string().contains("headers")
+    if db_error_kind(err) != DbErrorKind::MissingColumn {
+        return false;
+    }
+    // The column as each backend names it (an application's own `request_headers` is not it).
+    let text = err.to_string();
+    [
+        "t_event_record.headers",
+        "\"headers\"",
+        "'headers'",
+        "column named headers",
+        "no such column: headers",
+    ]
+    .iter()
+    .any(|form| text.contains(form))
 }
 
 /// Whether a failed publish may succeed if tried again.

@@ -35,8 +35,8 @@ pub trait OutboxExt: ConnectionTrait + Sized {
     /// `RETURNING id` on Postgres and SQLite, `LAST_INSERT_ID()` on MySQL.
     ///
     /// With the feature `opentelemetry`, the current W3C trace context is recorded as the
-    /// event's `traceparent` / `tracestate` headers first (see [`crate::otel`]; a
-    /// `traceparent` set with [`NewEvent::header`] is kept).
+    /// event's `traceparent` / `tracestate` headers first (module `sea_orm_outbox::otel`; a
+    /// `traceparent` set with [`NewEvent::header`] is kept, and then no `tracestate` is added).
     ///
     /// # Errors
     /// [`OutboxError::InvalidEvent`] before anything is written when the event breaks

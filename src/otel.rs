@@ -7,7 +7,13 @@
 //! `tracing-opentelemetry`'s layer installed), else OpenTelemetry's own current context; the
 //! headers are written by OpenTelemetry's `TraceContextPropagator` (W3C Trace Context,
 //! <https://www.w3.org/TR/trace-context/>). Nothing is recorded when there is no valid span
-//! context, and a `traceparent` the caller set with [`NewEvent::header`] is kept.
+//! context, and a `traceparent` the caller set with [`NewEvent::header`] is kept (with the
+//! caller's `tracestate`, if any).
+//!
+//! Versions: this feature builds on `opentelemetry` / `opentelemetry_sdk` 0.33 and
+//! `tracing-opentelemetry` 0.34. The application must use the same minor versions (one copy of
+//! each crate in `cargo tree -d`): with another version its spans live in another copy of the
+//! crates, whose current context this one cannot see, and nothing is recorded.
 //!
 //! [`OutboxExt::with_event`]: crate::OutboxExt::with_event
 //! [`NewEvent::header`]: crate::NewEvent::header
@@ -37,8 +43,12 @@ fn current_context() -> opentelemetry::Context {
 }
 
 /// Adds the current trace context to `event` as `traceparent` (and `tracestate` when not
-/// empty), unless the event has those headers already or there is no valid span context.
+/// empty), unless the event has a `traceparent` already (the caller's pair is kept whole) or
+/// there is no valid span context.
 pub(crate) fn record_trace_context(event: &mut NewEvent) {
+    if event.headers().contains_key(TRACEPARENT) {
+        return;
+    }
     let cx = current_context();
     if !cx.span().span_context().is_valid() {
         return;

@@ -55,11 +55,16 @@
 //! version adds new migrations and never changes these.
 //!
 //! ## Upgrading
-//! Version 0.2 added [`AddEventHeaders`] (`m20261201_000003_add_event_headers`, the nullable
+//! The release after the first (0.1.0) adds [`AddEventHeaders`] (`m20261201_000003_add_event_headers`, the nullable
 //! `t_event_record.headers` column). Composed: append `Box::new(AddEventHeaders)` to your list
 //! (after your newest migration) and run `migrate up` before the new relay starts; standalone:
 //! `migrate up` with this crate's [`Migrator`]. A relay or writer of the new version on a table
-//! without the column fails with `OutboxError::SchemaOutdated`, naming the migration.
+//! without the column fails with `OutboxError::SchemaOutdated`, naming the migration, writers
+//! included (`with_event` names the column): run the migration BEFORE any binary of the new
+//! version starts. The previous version keeps working on the migrated table, but its relays
+//! send events without their headers: upgrade every relay before writers set headers (or turn
+//! on the `opentelemetry` feature). Rolling back: stop the new binaries, then `migrate down -n
+//! 1` drops the column (and the headers of events not yet sent).
 #![deny(missing_docs)]
 
 use sea_orm_migration::sea_orm::DynIden;

@@ -26,6 +26,11 @@ enum TEventRecord {
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // Idempotent: a table that has the column already (added by hand, or by the other of
+        // the two ways to migrate) is left as it is.
+        if manager.has_column("t_event_record", "headers").await? {
+            return Ok(());
+        }
         manager
             .alter_table(
                 Table::alter()

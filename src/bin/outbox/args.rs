@@ -185,6 +185,11 @@ pub(crate) struct RelayArgs {
     /// in the process list); never printed.
     #[arg(long, env = "ROCKETMQ_SECRET_KEY", hide_env_values = true, value_parser = secret)]
     pub(crate) rocketmq_secret_key: Option<SecretKey>,
+    /// Whether the RocketMQ publisher checks the credentials at start with a signed read of a
+    /// queue's offset (needs the `Get` permission when the broker runs authorization): `false`
+    /// for a user that may only publish [default: true].
+    #[arg(long, env = "ROCKETMQ_VERIFY_CREDENTIALS")]
+    pub(crate) rocketmq_verify_credentials: Option<bool>,
     /// How RocketMQ sends move off a broker that fails: `outbox` (the relay avoids it for 30 s),
     /// `client` (the client's latency fault tolerance only) or `off` [default: outbox].
     #[arg(long, env = "ROCKETMQ_FAILOVER")]

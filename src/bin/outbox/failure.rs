@@ -74,9 +74,10 @@ impl Failure {
                  first (`outbox migrate up`). ({e})"
             ),
             Failure::Outbox(OutboxError::SchemaOutdated(e)) => format!(
-                "the outbox table lacks a column of this version: run the newer migrations \
-                 first (`outbox migrate up`; in your own Migrator add \
-                 `sea_orm_outbox_migration::AddEventHeaders`). ({e})"
+                "the outbox table lacks a column of this version: run the newer migration first \
+                 (with your own Migrator: append `sea_orm_outbox_migration::AddEventHeaders` and \
+                 run `sea-orm-cli migrate up`; with the standalone one: `outbox migrate up`). \
+                 ({e})"
             ),
             Failure::Outbox(e) => e.to_string(),
             Failure::Migration(e) => format!("migration failed: {e}"),

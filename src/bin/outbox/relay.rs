@@ -137,6 +137,9 @@ mod rmq {
             .map(|s| SecretKey::new(s.expose().trim()))
             .filter(|s| !s.is_empty());
         config.credentials = Credentials::from_parts(given(&args.rocketmq_access_key), secret)?;
+        if let Some(verify) = args.rocketmq_verify_credentials {
+            config = config.verify_credentials(verify);
+        }
         if let Some(f) = given(&args.rocketmq_failover) {
             config = config.failover(f.parse()?);
         }

@@ -19,6 +19,9 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 pub const ENV_NAMESRV_ADDR: &str = "ROCKETMQ_NAMESRV_ADDR";
 /// The environment variable with the producer group.
 pub const ENV_PRODUCER_GROUP: &str = "ROCKETMQ_PRODUCER_GROUP";
+/// The environment variable that turns the start-up check of the credentials off (`false`) or
+/// on (`true`, the default): [`RocketMqConfig::verify_credentials`].
+pub const ENV_VERIFY_CREDENTIALS: &str = "ROCKETMQ_VERIFY_CREDENTIALS";
 /// The environment variable with the default topic.
 pub const ENV_TOPIC: &str = "OUTBOX_TOPIC";
 /// The environment variable with the topic of each event type:
@@ -194,6 +197,8 @@ impl RocketMqConfig {
     /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
     /// spaces, only one of `ROCKETMQ_ACCESS_KEY` and `ROCKETMQ_SECRET_KEY` is set (the
     /// message never shows the secret), `ROCKETMQ_FAILOVER` is not `outbox`, `client` or `off`,
+    /// `ROCKETMQ_VERIFY_CREDENTIALS` (optional: `false` turns the start-up check of the
+    /// credentials off, see [`RocketMqConfig::verify_credentials`]) is not `true` or `false`,
     /// or a value fails [`RocketMqConfig::validate`] (an address that is not
     /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
     /// in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
@@ -228,6 +233,17 @@ impl RocketMqConfig {
         )?;
         if let Some(failover) = var(ENV_FAILOVER) {
             config.failover = failover.parse()?;
+        }
+        if let Some(verify) = var(ENV_VERIFY_CREDENTIALS) {
+            config.verify_credentials = match verify.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" => false,
+                _ => {
+                    return Err(OutboxError::InvalidConfig(format!(
+                        "{ENV_VERIFY_CREDENTIALS} must be true or false, not `{verify}`"
+                    )))
+                }
+            };
         }
         config.validate()?;
         Ok(config)
@@ -368,7 +384,8 @@ impl RocketMqConfig {
     /// `host:port` (host: a name or IPv4 address of letters, digits, `.`, `-`, `_`, or an IPv6
     /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
     /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
-    /// `_`, `-`; the default topic and every topic of the map), the send timeout is zero or
+    /// `_`, `-`; the default topic and every topic of the map; no RocketMQ system topic such as
+    /// `TBW102` or `rmq_sys_*`), the send timeout is zero or
     /// longer than `u32::MAX` milliseconds, the broker avoidance is shorter than 1 ms, or the
     /// credentials fail [`Credentials::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
@@ -389,9 +406,9 @@ impl RocketMqConfig {
             }
         }
         check_name("producer_group", &self.producer_group, GROUP_MAX_LEN)?;
-        check_name("topic", &self.topic, TOPIC_MAX_LEN)?;
+        check_topic("topic", &self.topic)?;
         for (event_type, topic) in &self.topics {
-            check_name(&format!("topic of `{event_type}`"), topic, TOPIC_MAX_LEN)?;
+            check_topic(&format!("topic of `{event_type}`"), topic)?;
         }
         if self.send_timeout.is_zero() || u32::try_from(self.send_timeout.as_millis()).is_err() {
             return bad(format!(
@@ -440,6 +457,21 @@ fn is_host(host: &str) -> bool {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
         }
     }
+}
+
+/// A topic events may be sent to: a valid name ([`check_name`]) that is not one of RocketMQ's
+/// system topics (`TBW102`, `SCHEDULE_TOPIC_XXXX`, `rmq_sys_*`, ...) nor one the broker refuses
+/// sends to (`%RETRY%`/`%DLQ%` topics): the client's `TopicValidator` rules, which would refuse
+/// every send for good and make every event of the topic a dead letter.
+fn check_topic(what: &str, topic: &str) -> Result<(), OutboxError> {
+    use rocketmq_model::common::topic::TopicValidator;
+    check_name(what, topic, TOPIC_MAX_LEN)?;
+    if TopicValidator::is_system_topic(topic) || TopicValidator::is_not_allowed_send_topic(topic) {
+        return Err(OutboxError::InvalidConfig(format!(
+            "RocketMQ {what} `{topic}` is a system topic of RocketMQ, which takes no events"
+        )));
+    }
+    Ok(())
 }
 
 /// Topic and group names: 1..=max characters out of `[%|a-zA-Z0-9_-]`.
@@ -496,6 +528,8 @@ mod tests {
             RocketMqConfig::default().topic("t".repeat(128)),
             RocketMqConfig::default().producer_group("g g"),
             RocketMqConfig::default().topic_for("ORDER_PAID", "bad topic"),
+            RocketMqConfig::default().topic("TBW102"),
+            RocketMqConfig::default().topic_for("ORDER_PAID", "SCHEDULE_TOPIC_XXXX"),
             RocketMqConfig::default().send_timeout(Duration::ZERO),
             RocketMqConfig::default().broker_avoidance(Duration::ZERO),
         ] {

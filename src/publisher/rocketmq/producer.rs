@@ -277,10 +277,20 @@ impl Publisher for RocketMqPublisher {
             *chosen.lock().unwrap_or_else(|p| p.into_inner()) = Some(brokers[i].to_owned());
             queues.get(i).cloned()
         };
+        // The worker's own send timeout may drop this future before the client's timeout
+        // returns (both are `send_timeout` by default): the broker chosen then counts as failed
+        // too, or a hung broker would stay in the round robin.
+        let mut pending = PendingSend {
+            avoidance,
+            chosen: &chosen,
+            finished: false,
+        };
         let sent = self
             .producer
             .send_selecting(message, timeout, &select)
             .await;
+        pending.finished = true;
+        drop(pending);
         let outcome = send_outcome(event, sent, signer);
         let broker = chosen.into_inner().unwrap_or_else(|p| p.into_inner());
         if let Some(broker) = broker {
@@ -300,6 +310,33 @@ impl Publisher for RocketMqPublisher {
             }
         }
         outcome
+    }
+}
+
+/// A send in flight under [`Failover::Outbox`]: dropped before it finished (the caller gave up
+/// on it, e.g. the worker's send timeout), it counts as a failure of the broker it chose.
+struct PendingSend<'a> {
+    avoidance: &'a BrokerAvoidance,
+    chosen: &'a Mutex<Option<String>>,
+    finished: bool,
+}
+
+impl Drop for PendingSend<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let broker = self
+            .chosen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(broker) = broker {
+            if self.avoidance.failed(&broker, Instant::now()) == Failed::NewlyAvoided {
+                tracing::warn!(%broker, avoid_ms = self.avoidance.window().as_millis() as u64,
+                    "RocketMQ send to a broker was given up (no answer in time); other brokers take the sends");
+            }
+        }
     }
 }
 
@@ -459,5 +496,39 @@ mod tests {
         // A reserved name (only possible for a row edited by hand) is refused, not sent.
         let bad = event.clone().with_header("KEYS", "x");
         assert!(build_message("T", &bad).is_err());
+    }
+
+    #[test]
+    fn a_send_given_up_counts_as_a_failure_of_its_broker() {
+        let avoidance = BrokerAvoidance::new(std::time::Duration::from_secs(30));
+        let brokers = ["broker-a", "broker-b"];
+        // Finished sends leave the avoidance to the outcome.
+        let chosen = Mutex::new(Some("broker-a".to_owned()));
+        drop(PendingSend {
+            avoidance: &avoidance,
+            chosen: &chosen,
+            finished: true,
+        });
+        let now = Instant::now();
+        let picks: Vec<_> = (0..4)
+            .map(|_| avoidance.choose(&brokers, now).expect("a broker"))
+            .collect();
+        assert!(picks.contains(&0), "broker-a still chosen: {picks:?}");
+        // Dropped before it finished (the worker's timeout): broker-a is avoided.
+        drop(PendingSend {
+            avoidance: &avoidance,
+            chosen: &chosen,
+            finished: false,
+        });
+        for _ in 0..4 {
+            assert_eq!(avoidance.choose(&brokers, now), Some(1));
+        }
+        // Dropped before any queue was chosen: nothing to count.
+        let none = Mutex::new(None);
+        drop(PendingSend {
+            avoidance: &avoidance,
+            chosen: &none,
+            finished: false,
+        });
     }
 }
