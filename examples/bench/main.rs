@@ -217,7 +217,9 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     let dups = relay::comparison_figures(&mut figs, limit, per_row.as_ref(), batch.as_ref());
 
     // 3. RocketMQ (when ROCKETMQ_NAMESRV_ADDR is set).
-    let rocketmq_dups = rocketmq::figures(&mut figs, bench, &setup, args).await?;
+    // Its duplicates are reported (`rocketmq_duplicates`), not an error: a send the broker
+    // stored but answered too late is sent again (at-least-once); lost events are an error.
+    rocketmq::figures(&mut figs, bench, &setup, args).await?;
 
     // 4. Idle latency, polling only and woken on commit; write throughput with and without
     // the notify.
@@ -244,8 +246,6 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     if dups > 0 {
         return Err(format!("{dups} duplicate publications in a fault-free run").into());
     }
-    if rocketmq_dups > 0 {
-        return Err(format!("{rocketmq_dups} duplicates received through RocketMQ").into());
-    }
+
     Ok(())
 }
