@@ -93,16 +93,19 @@ impl Credentials {
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the access key is empty or holds whitespace or
-    /// control characters, or the secret key is empty or holds control characters (the
-    /// message shows the access key, never the secret).
+    /// control characters (the value is not shown: it may be a misplaced secret), or the secret
+    /// key is empty or holds control characters (the message shows the access key, never the
+    /// secret).
     pub fn validate(&self) -> Result<(), OutboxError> {
         let ak = &self.access_key;
         if ak.is_empty() || ak.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(OutboxError::InvalidConfig(format!(
-                "RocketMQ access key `{}` is invalid: it must not be empty or hold spaces or \
-                 control characters",
-                ak.escape_debug()
-            )));
+            // Not shown: an access key with spaces may well be a secret key set in its place.
+            return Err(OutboxError::InvalidConfig(
+                "RocketMQ access key is invalid (value not shown): it must not be empty or hold \
+                 spaces or control characters; is ROCKETMQ_SECRET_KEY's value in \
+                 ROCKETMQ_ACCESS_KEY?"
+                    .into(),
+            ));
         }
         if self.secret_key.is_empty() || self.secret_key.expose().chars().any(char::is_control) {
             return Err(OutboxError::InvalidConfig(format!(
@@ -167,5 +170,9 @@ mod tests {
                 assert!(!err.to_string().contains(sk), "{err}");
             }
         }
+        // A secret set as the access key by mistake (it has a space) is not echoed.
+        let err = Credentials::from_parts(Some("pass phrase 42".into()), Some("x".into()))
+            .expect_err("spaces");
+        assert!(!err.to_string().contains("phrase"), "{err}");
     }
 }
