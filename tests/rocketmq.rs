@@ -54,7 +54,8 @@ macro_rules! rocketmq_tests {
 
 rocketmq_tests!(
     order_reaches_a_real_consumer_exactly_once,
-    three_workers_deliver_1000_events_once_each,
+    three_workers_deliver_5000_events_once_each_in_batches,
+    batches_are_cut_by_size_and_a_large_event_goes_alone,
     oversized_message_fails_at_once_and_blocks_nothing,
     resent_event_adds_points_once,
     event_types_reach_their_topics_with_headers,
@@ -117,14 +118,60 @@ async fn order_reaches_a_real_consumer_exactly_once(ctx: &TestContext, addr: &st
     assert_eq!(m.property("bizNo"), Some("ORD-E2E-1"));
 }
 
-async fn three_workers_deliver_1000_events_once_each(ctx: &TestContext, addr: &str) {
-    const N: usize = 1000;
+/// The number of messages of each publish call.
+type Calls = Arc<std::sync::Mutex<Vec<usize>>>;
+
+/// Delegates to the RocketMQ publisher, recording the size of every publish call (hand it to
+/// the fleet and keep only the [`Calls`]: the publisher must be unshared at shutdown).
+struct Counted {
+    inner: Arc<RocketMqPublisher>,
+    calls: Calls,
+}
+
+impl Counted {
+    fn new(inner: &Arc<RocketMqPublisher>) -> (Arc<Self>, Calls) {
+        let calls = Calls::default();
+        let counted = Counted {
+            inner: inner.clone(),
+            calls: calls.clone(),
+        };
+        (Arc::new(counted), calls)
+    }
+}
+
+#[async_trait::async_trait]
+impl Publisher for Counted {
+    async fn publish(
+        &self,
+        m: &sea_orm_outbox::OutboxMessage,
+    ) -> Result<(), sea_orm_outbox::PublishError> {
+        self.calls.lock().unwrap().push(1);
+        self.inner.publish(m).await
+    }
+    async fn publish_batch(
+        &self,
+        m: &[sea_orm_outbox::OutboxMessage],
+    ) -> Vec<Result<(), sea_orm_outbox::PublishError>> {
+        self.calls.lock().unwrap().push(m.len());
+        self.inner.publish_batch(m).await
+    }
+    fn batches(&self) -> bool {
+        self.inner.batches()
+    }
+}
+
+/// Issue 14, acceptance 2: 3 relays × 5,000 events with batch sends (the default): every event
+/// received, none twice, and the calls carried batches.
+async fn three_workers_deliver_5000_events_once_each_in_batches(ctx: &TestContext, addr: &str) {
+    const N: usize = 5000;
     let clients = Clients::start(addr, "OUTBOX_RACE", Duration::from_secs(3)).await;
 
     let ids: HashSet<i64> = insert_many(&ctx.db, "ORD", N).await.into_iter().collect();
 
     let started = std::time::Instant::now();
-    let fleet = start_workers(ctx, &clients.publisher, 3).await;
+    let (counted, calls) = Counted::new(&clients.publisher);
+    let configs = (0..3).map(|w| worker_config(&format!("rmq-w{w}"), retry()));
+    let fleet = Fleet::start(ctx, 3, counted, configs).await;
     let drained = wait_for_success(&ctx.db, N as u64, Duration::from_secs(240)).await;
     let drain_time = started.elapsed();
     let (received, summaries) = clients.receive_and_stop(fleet, &ids).await;
@@ -147,10 +194,98 @@ async fn three_workers_deliver_1000_events_once_each(ctx: &TestContext, addr: &s
         "a fault-free run delivers each event once"
     );
     assert_eq!(received.all.len(), N);
+    let calls = calls.lock().unwrap().clone();
+    assert!(
+        calls.iter().filter(|&&n| n > 1).count() * 2 > calls.len(),
+        "most calls should carry batches: {calls:?}"
+    );
     eprintln!(
-        "{:?}: {N} events through RocketMQ by 3 workers in {:.1} s",
+        "{:?}: {N} events through RocketMQ by 3 workers in {:.1} s, {} publish calls (largest {})",
         ctx.backend,
-        drain_time.as_secs_f64()
+        drain_time.as_secs_f64(),
+        calls.len(),
+        calls.iter().max().unwrap_or(&0)
+    );
+}
+
+/// Batches are cut at `max_batch_bytes` (64 KiB here): 30 events of 20 KiB go as batches of
+/// at most three; an event of 100 KiB (over the batch limit, under the message limit) goes
+/// alone and is delivered; one of 300 KiB (over `max_message_bytes`, 256 KiB here) fails
+/// alone, for good, and takes no other event with it.
+async fn batches_are_cut_by_size_and_a_large_event_goes_alone(ctx: &TestContext, addr: &str) {
+    let topic = unique("OUTBOX_CUT");
+    let config = RocketMqConfig::new(addr)
+        .topic(topic.as_str())
+        .producer_group(unique("outbox_cut_pg"))
+        .send_timeout(Duration::from_secs(3))
+        .max_message_bytes(256 * 1024)
+        .max_batch_bytes(64 * 1024);
+    let clients = Clients::start_with(addr, &topic, config).await;
+    let db = &ctx.db;
+    let blob = |n: usize| format!(r#"{{"blob":"{}"}}"#, "x".repeat(n));
+    let mut ids = HashSet::new();
+    let txn = sea_orm::TransactionTrait::begin(db).await.expect("begin");
+    for i in 0..30 {
+        let e = NewEvent::raw(format!("MID-{i}"), "ORDER_CREATED", blob(20 * 1024));
+        ids.insert(txn.with_event(e).await.expect("insert"));
+        if i == 10 {
+            let e = NewEvent::raw("LARGE-1", "ORDER_CREATED", blob(100 * 1024));
+            ids.insert(txn.with_event(e).await.expect("insert"));
+        }
+        if i == 20 {
+            let e = NewEvent::raw("HUGE-1", "ORDER_CREATED", blob(300 * 1024));
+            txn.with_event(e).await.expect("insert");
+        }
+    }
+    txn.commit().await.expect("commit");
+    let (counted, calls) = Counted::new(&clients.publisher);
+    let config = worker_config("rmq-cut", retry()).batch_size(100);
+    let fleet = Fleet::start(ctx, 3, counted, [config]).await;
+    let settled = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || async {
+            count(db, EventStatus::Success).await == 31 && count(db, EventStatus::Fail).await == 1
+        },
+    )
+    .await;
+    let (received, summaries) = clients.receive_and_stop(fleet, &ids).await;
+    assert!(
+        settled,
+        "expected 31 SUCCESS and 1 FAIL: {} / {}",
+        count(db, EventStatus::Success).await,
+        count(db, EventStatus::Fail).await
+    );
+    for s in summaries {
+        assert_eq!(
+            (s.published, s.dead_lettered, s.retried),
+            (31, 1, 0),
+            "{s:?}"
+        );
+    }
+    let huge = event_by_biz_no(db, "HUGE-1").await;
+    assert_eq!((huge.status, huge.retry_count), (EventStatus::Fail, 1));
+    let reason = huge.last_error.unwrap_or_default();
+    assert!(
+        reason.contains("max value"),
+        "reason names the size: {reason}"
+    );
+    received.assert_all_arrived(&ids);
+    assert_eq!(received.duplicates(), 0);
+    // Every message arrived whole.
+    let by_event = received.by_event();
+    for id in &ids {
+        let m = by_event[id][0];
+        assert!(
+            m.body.len() >= 20 * 1024,
+            "event {id} arrived cut: {} bytes",
+            m.body.len()
+        );
+    }
+    eprintln!(
+        "{:?}: publish calls {:?}; oversized event FAIL with: {reason}",
+        ctx.backend,
+        calls.lock().unwrap()
     );
 }
 

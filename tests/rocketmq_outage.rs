@@ -104,6 +104,9 @@ async fn broker_outage_backs_off_then_delivers_everything() {
         let ctx = TestContext::new(backend, "rmq_outage").await;
         outage_drill(&ctx, &cluster).await;
         ctx.cleanup().await;
+        let ctx = TestContext::new(backend, "rmq_outage_mid_batch").await;
+        mid_batch_drill(&ctx, &cluster).await;
+        ctx.cleanup().await;
     }
 }
 
@@ -248,5 +251,76 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
         received.duplicates()
     );
     assert!(retried >= N as u64, "every phase-B event was retried");
+    received.assert_all_arrived(&ids);
+}
+
+/// Issue 14, acceptance 2: the broker killed (SIGKILL) while 3 relays send batches of 100:
+/// the batches in flight fail and their events back off; after the restart every event is
+/// delivered, none is lost and none is a dead letter.
+async fn mid_batch_drill(ctx: &TestContext, cluster: &PrivateCluster) {
+    const N: usize = 10_000;
+    let addr = cluster.addr();
+    let db = &ctx.db;
+    let clients = Clients::start(&addr, "OUTBOX_MID_BATCH", Duration::from_secs(2)).await;
+    let ids = insert(ctx, "C", N).await;
+    let configs =
+        (0..3).map(|w| worker_config(&format!("mid-batch-w{w}"), outage_retry()).batch_size(100));
+    let fleet = Fleet::start(ctx, 3, clients.publisher.clone(), configs).await;
+    let flowing = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || async { count(db, EventStatus::Success).await >= 500 },
+    )
+    .await;
+    assert!(flowing, "the batches did not start flowing");
+    assert!(cluster.script("kill-broker"), "kill-broker");
+    let at_kill = count(db, EventStatus::Success).await;
+    assert!(
+        at_kill < N as u64,
+        "everything was delivered before the kill: nothing was in flight"
+    );
+    // Batches fail while the broker is down: their events back off (retry_count >= 1).
+    let failed = wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async {
+            assert_no_fail(db).await;
+            Events::find()
+                .filter(Column::RetryCount.gte(1))
+                .one(db)
+                .await
+                .expect("rows")
+                .is_some()
+        },
+    )
+    .await;
+    assert!(failed, "no send failed while the broker was down");
+    assert!(cluster.script("start"), "broker restart");
+    let delivered = wait_until(
+        Duration::from_secs(180),
+        Duration::from_millis(200),
+        || async {
+            assert_no_fail(db).await;
+            count(db, EventStatus::Success).await == N as u64
+        },
+    )
+    .await;
+    let (received, summaries) = clients.receive_and_stop(fleet, &ids).await;
+    assert!(
+        delivered,
+        "not all delivered after the restart: {} SUCCESS",
+        count(db, EventStatus::Success).await
+    );
+    let retried: u64 = summaries.iter().map(|s| s.retried).sum();
+    for s in &summaries {
+        assert_eq!(s.dead_lettered, 0, "{s:?}");
+    }
+    eprintln!(
+        "{:?}: broker killed mid-batch at {at_kill} of {N} SUCCESS; all delivered after the \
+         restart; {retried} retries; consumer got {} messages ({} duplicates)",
+        ctx.backend,
+        received.all.len(),
+        received.duplicates()
+    );
     received.assert_all_arrived(&ids);
 }

@@ -136,6 +136,13 @@ struct Args {
     /// Also measure the relay through RocketMQ with 1, 2, 4 and 8 workers.
     #[arg(long)]
     rocketmq_scaling: bool,
+    /// Send slots per worker with batch sends in the RocketMQ phase (each carries up to
+    /// --batch events; the raw batch figure keeps workers × this many batches in flight).
+    #[arg(long, default_value_t = 2)]
+    rocketmq_batch_concurrency: usize,
+    /// Events written one at a time for the commit → received latency through RocketMQ.
+    #[arg(long, default_value_t = 200)]
+    rocketmq_latency_events: usize,
     /// Skip the with_event overhead.
     #[arg(long)]
     skip_overhead: bool,
@@ -157,6 +164,7 @@ impl Args {
             self.events = self.events.min(3_000);
             self.rocketmq_events = self.rocketmq_events.min(300);
             self.rocketmq_scaling = false;
+            self.rocketmq_latency_events = self.rocketmq_latency_events.min(20);
             self.idle_events = self.idle_events.min(20);
             self.idle_poll_ms = self.idle_poll_ms.min(20);
             self.overhead_samples = self.overhead_samples.min(50);

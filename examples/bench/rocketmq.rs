@@ -1,14 +1,20 @@
 //! Through the real broker (issue 14; run when `ROCKETMQ_NAMESRV_ADDR` is set):
 //! - `rocketmq_raw_eps`: the crate's publisher alone (no database) sending the relay's messages
-//!   (same body, keys, tag, properties) with the relay's concurrency (workers × concurrency
-//!   sends in flight), one message per send;
-//! - `rocketmq_raw_batch_eps`: the same messages as RocketMQ batch messages of `--batch`
-//!   events, one batch in flight per worker;
-//! - `rocketmq_relay_eps`: W workers draining N `WAIT` events through `RocketMqPublisher`, until
-//!   every row is `SUCCESS`; a consumer counts what arrived (`rocketmq_received`,
-//!   `rocketmq_duplicates`);
+//!   (same body, keys, tag, properties) with the relay's one-message concurrency (workers ×
+//!   concurrency sends in flight), one message per send;
+//! - `rocketmq_raw_batch_eps`: the same messages through `publish_batch` in batches of
+//!   `--batch` events, workers × `--rocketmq-batch-concurrency` batches in flight (what the
+//!   relay's batch sends keep in flight);
+//! - `rocketmq_relay_eps`: W workers with batch sends (the default) draining N `WAIT` events
+//!   through `RocketMqPublisher`, until every row is `SUCCESS`; a consumer counts what arrived
+//!   (`rocketmq_received`, `rocketmq_duplicates`);
+//! - `rocketmq_relay_single_eps`: the same with `batch_sends(false)` (one message per send,
+//!   `--concurrency` sends in flight per worker), and `batch_over_single`;
 //! - `relay_over_raw`, `relay_over_raw_batch`;
-//! - with `--rocketmq-scaling`: `rocketmq_relay_eps_w<W>` for W = 1, 2, 4, 8.
+//! - `rocketmq_latency_p50_ms` / `_p99_ms`: commit → received by the consumer for events
+//!   written one at a time (Postgres waking on commit, poll delay 5 s; other backends polling
+//!   every `--idle-poll-ms`);
+//! - with `--rocketmq-scaling`: `rocketmq_relay_eps_w<W>` for W = 1, 2, 4, 8 (batch sends).
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,19 +27,24 @@ use sea_orm_outbox::{
     RocketMqPublisher,
 };
 
-use crate::figures::{f1, f3, Figures};
+use crate::figures::{f1, f3, percentile, Figures};
 use crate::relay::{start_workers, worker_config};
 use crate::scratch::{BoxError, ScratchDb};
 use crate::setup::{fill, reset, status_counts};
 use crate::Args;
 
 /// The figures of this phase, in the order printed.
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 10] = [
     "rocketmq_raw_eps",
     "rocketmq_raw_batch_eps",
     "rocketmq_relay_eps",
     "relay_over_raw",
     "relay_over_raw_batch",
+    "rocketmq_relay_single_eps",
+    "batch_over_single",
+    "rocketmq_latency_p50_ms",
+    "rocketmq_latency_p99_ms",
+    "rocketmq_duplicates",
 ];
 
 /// The message the relay sends for bench row `id` (see `setup::fill`).
@@ -93,7 +104,9 @@ async fn raw(
                 if per_send == 1 {
                     p.publish(&batch[0]).await?;
                 } else {
-                    p.publish_batch(&batch).await?;
+                    for sent in p.publish_batch(&batch).await {
+                        sent?;
+                    }
                 }
             }
         }));
@@ -112,14 +125,23 @@ struct RelayRun {
     duplicates: usize,
 }
 
+/// How the relay sends in a run.
+#[derive(Clone, Copy)]
+enum Sends {
+    /// Batch sends (the default), `--rocketmq-batch-concurrency` batches in flight per worker.
+    Batches,
+    /// One message per send, `--concurrency` in flight per worker.
+    Single,
+}
+
 /// `workers` workers drain `n` WAIT rows through `p` (topic `topic`, read by `consumer`).
 async fn relay(
     bench: &ScratchDb,
     setup: &DatabaseConnection,
     args: &Args,
     workers: usize,
-    p: &Arc<RocketMqPublisher>,
-    consumer: &RocketMqConsumer,
+    sends: Sends,
+    (p, consumer): (&Arc<RocketMqPublisher>, &RocketMqConsumer),
     n: u64,
 ) -> Result<RelayRun, BoxError> {
     reset(setup).await?;
@@ -127,13 +149,12 @@ async fn relay(
     let mut args = args.clone();
     args.workers = workers;
     let poll = Duration::from_millis(args.poll_delay_ms);
-    let config = worker_config(
-        ClaimStrategy::Batch,
-        args.batch,
-        args.concurrency,
-        poll,
-        false,
-    );
+    let concurrency = match sends {
+        Sends::Batches => args.rocketmq_batch_concurrency,
+        Sends::Single => args.concurrency,
+    };
+    let config = worker_config(ClaimStrategy::Batch, args.batch, concurrency, poll, false)
+        .batch_sends(matches!(sends, Sends::Batches));
     let cancel = CancellationToken::new();
     let deadline = Duration::from_secs(args.timeout_s);
     let start = Instant::now();
@@ -191,6 +212,102 @@ async fn relay(
     })
 }
 
+/// Commit → received latencies (ms, sorted) of `--rocketmq-latency-events` events written one
+/// at a time through `with_event`, a pseudo-random gap of up to `--idle-poll-ms` apart, to 3
+/// idle workers sending through `p`; received = when `consumer`'s poll returned it.
+async fn latency(
+    bench: &ScratchDb,
+    setup: &DatabaseConnection,
+    args: &Args,
+    (p, consumer): (&Arc<RocketMqPublisher>, &RocketMqConsumer),
+) -> Result<(Vec<f64>, String), BoxError> {
+    reset(setup).await?;
+    let postgres = bench.backend == sea_orm::DbBackend::Postgres;
+    let (poll, how) = if postgres {
+        (
+            sea_orm_outbox::config::DEFAULT_POLL_DELAY,
+            "waking on commit, poll delay 5 s".to_owned(),
+        )
+    } else {
+        let poll = Duration::from_millis(args.idle_poll_ms);
+        (poll, format!("polling every {} ms", args.idle_poll_ms))
+    };
+    let config = worker_config(
+        ClaimStrategy::Batch,
+        args.batch,
+        args.rocketmq_batch_concurrency,
+        poll,
+        postgres,
+    );
+    let cancel = CancellationToken::new();
+    let (ws, handles) = start_workers(
+        bench,
+        args,
+        &config,
+        p.clone() as Arc<dyn Publisher>,
+        &cancel,
+        "rmqlat",
+    )
+    .await?;
+    let writer = bench.pool(1).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut seed: u64 = 42;
+    let mut latencies = Vec::with_capacity(args.rocketmq_latency_events);
+    for i in 0..args.rocketmq_latency_events {
+        let txn = sea_orm::TransactionTrait::begin(&writer).await?;
+        let id = sea_orm_outbox::OutboxExt::with_event(
+            &txn,
+            sea_orm_outbox::NewEvent::raw(
+                format!("LAT-{i}"),
+                "ORDER_CREATED",
+                format!("{{\"orderId\":{i}}}"),
+            ),
+        )
+        .await?;
+        txn.commit().await?;
+        let committed = Instant::now();
+        let deadline = committed + Duration::from_secs(30);
+        'wait: loop {
+            for m in consumer.poll(Duration::from_millis(50)).await {
+                if m.event_id == Some(id) {
+                    latencies.push(committed.elapsed().as_secs_f64() * 1000.0);
+                    break 'wait;
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("latency event {id} not received within 30 s").into());
+            }
+        }
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let gap = (seed >> 33) % (args.idle_poll_ms * 1000).max(1);
+        tokio::time::sleep(Duration::from_micros(gap)).await;
+    }
+    cancel.cancel();
+    for h in handles {
+        h.await?;
+    }
+    for w in ws {
+        w.db().clone().close().await.ok();
+    }
+    writer.close().await?;
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    Ok((latencies, how))
+}
+
+/// A consumer (first: it creates the topic on every broker master) and a publisher on a topic
+/// of their own.
+async fn clients(
+    addr: &str,
+    prefix: &str,
+) -> Result<(Arc<RocketMqPublisher>, RocketMqConsumer), BoxError> {
+    let topic = unique(prefix);
+    let consumer = RocketMqConsumer::start(addr, &unique("outbox_bench_cg"), &topic).await?;
+    let p = publisher(addr, &topic).await?;
+    Ok((p, consumer))
+}
+
 /// The phase's figures (`rocketmq_duplicates`: what the consumer got twice over every relay run).
 ///
 /// # Errors
@@ -212,6 +329,7 @@ pub async fn figures(
     };
     let n = args.rocketmq_events;
     let in_flight = args.workers * args.concurrency;
+    let batches_in_flight = args.workers * args.rocketmq_batch_concurrency;
 
     // Raw: a topic of its own, created (and its route known) by a first send.
     let raw_topic = unique("OUTBOX_BENCH_RAW");
@@ -223,66 +341,125 @@ pub async fn figures(
         f1(raw_eps),
         format!("{n} sends of one message, {in_flight} in flight, no database"),
     );
-    let raw_batch_eps = raw(&p, n, args.workers, args.batch).await?;
+    let raw_batch_eps = raw(&p, n, batches_in_flight, args.batch).await?;
     figs.add(
         "rocketmq_raw_batch_eps",
         f1(raw_batch_eps),
         format!(
-            "{n} messages in batches of {}, {} batches in flight, no database",
-            args.batch, args.workers
+            "{n} messages through publish_batch in batches of {}, {batches_in_flight} batches in \
+             flight, no database",
+            args.batch
         ),
     );
     shutdown(p).await;
 
-    // The relay: the consumer first (it creates the topic on every broker master).
-    let topic = unique("OUTBOX_BENCH_RELAY");
-    let consumer = RocketMqConsumer::start(&addr, &unique("outbox_bench_cg"), &topic).await?;
-    let p = publisher(&addr, &topic).await?;
-    let r = relay(bench, setup, args, args.workers, &p, &consumer, n).await?;
+    let mut duplicates = 0;
+    let mut lost = 0;
+    let mut tally = |r: &RelayRun| {
+        duplicates += r.duplicates;
+        lost += (n as usize).saturating_sub(r.received);
+    };
+    let (p, consumer) = clients(&addr, "OUTBOX_BENCH_RELAY").await?;
+    let r = relay(
+        bench,
+        setup,
+        args,
+        args.workers,
+        Sends::Batches,
+        (&p, &consumer),
+        n,
+    )
+    .await?;
+    tally(&r);
     figs.add(
         "rocketmq_relay_eps",
         f1(r.eps),
         format!(
-            "{} workers, Batch {}, concurrency {}, one message per send: {n} events in {:.2} s; \
-             received {}, duplicates {}",
-            args.workers, args.batch, args.concurrency, r.secs, r.received, r.duplicates
+            "{} workers, Batch {}, batch sends, {} batches in flight per worker: {n} events in \
+             {:.2} s; received {}, duplicates {}",
+            args.workers,
+            args.batch,
+            args.rocketmq_batch_concurrency,
+            r.secs,
+            r.received,
+            r.duplicates
         ),
     );
     figs.add(
         "relay_over_raw",
         f3(r.eps / raw_eps),
-        "rocketmq_relay_eps / rocketmq_raw_eps",
+        "rocketmq_relay_eps / rocketmq_raw_eps (goal >= 2)",
     );
     figs.add(
         "relay_over_raw_batch",
         f3(r.eps / raw_batch_eps),
-        "rocketmq_relay_eps / rocketmq_raw_batch_eps",
+        "rocketmq_relay_eps / rocketmq_raw_batch_eps (goal >= 0.8)",
     );
-    let mut duplicates = r.duplicates;
-    let mut lost = (n as usize).saturating_sub(r.received);
+    consumer.shutdown().await;
+    shutdown(p).await;
+
+    let (p, consumer) = clients(&addr, "OUTBOX_BENCH_SINGLE").await?;
+    let single = relay(
+        bench,
+        setup,
+        args,
+        args.workers,
+        Sends::Single,
+        (&p, &consumer),
+        n,
+    )
+    .await?;
+    tally(&single);
+    figs.add(
+        "rocketmq_relay_single_eps",
+        f1(single.eps),
+        format!(
+            "the same with batch_sends(false): one message per send, {} in flight per worker; \
+             {n} events in {:.2} s; received {}, duplicates {}",
+            args.concurrency, single.secs, single.received, single.duplicates
+        ),
+    );
+    figs.add(
+        "batch_over_single",
+        f3(r.eps / single.eps),
+        "rocketmq_relay_eps / rocketmq_relay_single_eps",
+    );
+    consumer.shutdown().await;
+    shutdown(p).await;
+
+    let (p, consumer) = clients(&addr, "OUTBOX_BENCH_LATENCY").await?;
+    let (l, how) = latency(bench, setup, args, (&p, &consumer)).await?;
+    let note = format!(
+        "{} events one at a time, 3 workers {how}, commit -> consumer; max {:.1} ms",
+        l.len(),
+        l.last().copied().unwrap_or(f64::NAN)
+    );
+    figs.add(
+        "rocketmq_latency_p50_ms",
+        f1(percentile(&l, 50.0)),
+        note.clone(),
+    );
+    figs.add("rocketmq_latency_p99_ms", f1(percentile(&l, 99.0)), note);
+    consumer.shutdown().await;
+    shutdown(p).await;
+
     if args.rocketmq_scaling {
         for w in [1, 2, 4, 8] {
-            let topic = unique("OUTBOX_BENCH_SCALE");
-            let consumer =
-                RocketMqConsumer::start(&addr, &unique("outbox_bench_cg"), &topic).await?;
-            let p = publisher(&addr, &topic).await?;
-            let r = relay(bench, setup, args, w, &p, &consumer, n).await?;
+            let (p, consumer) = clients(&addr, "OUTBOX_BENCH_SCALE").await?;
+            let r = relay(bench, setup, args, w, Sends::Batches, (&p, &consumer), n).await?;
+            tally(&r);
             figs.add(
                 &format!("rocketmq_relay_eps_w{w}"),
                 f1(r.eps),
                 format!(
-                    "{w} workers: {n} events in {:.2} s; received {}, duplicates {}",
+                    "{w} workers, batch sends: {n} events in {:.2} s; received {}, duplicates {}",
                     r.secs, r.received, r.duplicates
                 ),
             );
-            duplicates += r.duplicates;
-            lost += (n as usize).saturating_sub(r.received);
             consumer.shutdown().await;
             shutdown(p).await;
         }
     }
-    consumer.shutdown().await;
-    shutdown(p).await;
     figs.add(
         "rocketmq_duplicates",
         duplicates,

@@ -130,4 +130,34 @@ pub trait Publisher: Send + Sync {
     /// [`PublishError::retryable`] for failures worth retrying after back-off,
     /// [`PublishError::permanent`] for failures that can never succeed (the event goes to `FAIL`).
     async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError>;
+
+    /// Publishes `messages` together, in as few broker requests as the broker allows, and
+    /// returns one result per message, in the order given (a result missing from the returned
+    /// `Vec` counts as a retryable failure of its message). Each result is recorded as
+    /// [`Publisher::publish`]'s would be: `Ok` marks the event `SUCCESS`, an error puts it back
+    /// with back-off or makes it a dead letter, per event.
+    ///
+    /// The relay calls it (instead of `publish`) with up to `batch_size` claimed events of one
+    /// claim when [`Publisher::batches`] says so and [`crate::WorkerConfig::batch_sends`] is
+    /// on, within one send timeout for the whole call. The default sends the messages one after
+    /// another with [`Publisher::publish`].
+    ///
+    /// A batch the broker refused for good because of one of its messages must not fail the
+    /// others for good: send them alone, or return a retryable error for them
+    /// ([`RocketMqPublisher`] sends them alone).
+    async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let mut results = Vec::with_capacity(messages.len());
+        for message in messages {
+            results.push(self.publish(message).await);
+        }
+        results
+    }
+
+    /// Whether [`Publisher::publish_batch`] carries several messages per broker request. Only
+    /// then does the relay hand it a claim's events in one call; otherwise it calls
+    /// [`Publisher::publish`] once per event, `send_concurrency` at a time. `false` unless the
+    /// publisher overrides it.
+    fn batches(&self) -> bool {
+        false
+    }
 }

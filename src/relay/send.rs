@@ -1,4 +1,5 @@
-//! One send: a claimed event published in a task of its own, within the send timeout.
+//! One send: a claimed event (or, with batch sends, a claim's events) published in a task of
+//! its own, within the send timeout.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,24 +80,104 @@ impl SendContext {
         crate::otel::link_send_span(&tracing::Span::current(), &message);
         // A panicking publisher fails this send (retryable) instead of the whole worker.
         let publish = std::panic::AssertUnwindSafe(self.publisher.publish(&message)).catch_unwind();
-        let result = tokio::time::timeout(self.timeout, publish).await;
-        match result {
+        match tokio::time::timeout(self.timeout, publish).await {
             Ok(Ok(Ok(()))) => Sent::Ok,
             Ok(Ok(Err(e))) => Sent::Failed(e),
-            Ok(Err(panic)) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                Sent::Failed(PublishError::retryable(format!(
-                    "publisher panicked: {what}"
-                )))
-            }
-            Err(_) => Sent::Failed(PublishError::retryable(format!(
-                "send timed out after {} ms",
-                self.timeout.as_millis()
-            ))),
+            Ok(Err(panic)) => Sent::Failed(panicked(&panic)),
+            Err(_) => Sent::Failed(self.timed_out()),
         }
     }
+
+    /// Sends `events` (one claim's, with batch sends) in one [`Publisher::publish_batch`] call
+    /// within one send timeout; each event's result is its own. Events that cannot start
+    /// (shutdown, lost lease) are skipped and the rest go; a row that is not a valid message
+    /// fails alone. A timeout or panic fails every event of the call (retryable).
+    pub(crate) async fn run_batch(self, events: Vec<Model>) -> Vec<Done> {
+        let mut done = Vec::with_capacity(events.len());
+        let mut going = Vec::with_capacity(events.len());
+        let mut messages = Vec::with_capacity(events.len());
+        for event in events {
+            let startable = !self.cancel.is_cancelled()
+                && self
+                    .inflight
+                    .start(owner_of(&event), event.id, self.start_by);
+            if !startable {
+                done.push(Done {
+                    event,
+                    sent: Sent::Skipped,
+                    took: None,
+                });
+                continue;
+            }
+            match OutboxMessage::try_from(&event) {
+                Ok(message) => {
+                    messages.push(message);
+                    going.push(event);
+                }
+                Err(e) => {
+                    self.inflight.sent(owner_of(&event), event.id);
+                    done.push(Done {
+                        event,
+                        sent: Sent::Failed(e),
+                        took: Some(Duration::ZERO),
+                    });
+                }
+            }
+        }
+        if going.is_empty() {
+            return done;
+        }
+        // Runs inside the call's `outbox_batch` span (see slots.rs): one link per message.
+        #[cfg(feature = "opentelemetry")]
+        for message in &messages {
+            crate::otel::link_send_span(&tracing::Span::current(), message);
+        }
+        let started = Instant::now();
+        let publish =
+            std::panic::AssertUnwindSafe(self.publisher.publish_batch(&messages)).catch_unwind();
+        let results: Vec<Result<(), PublishError>> =
+            match tokio::time::timeout(self.timeout, publish).await {
+                Ok(Ok(results)) => results,
+                Ok(Err(panic)) => vec![Err(panicked(&panic)); going.len()],
+                Err(_) => vec![Err(self.timed_out()); going.len()],
+            };
+        let took = started.elapsed();
+        let answered = results.len();
+        let mut results = results.into_iter();
+        for event in going {
+            self.inflight.sent(owner_of(&event), event.id);
+            let sent = match results.next() {
+                Some(Ok(())) => Sent::Ok,
+                Some(Err(e)) => Sent::Failed(e),
+                None => Sent::Failed(PublishError::retryable(format!(
+                    "the publisher returned {answered} results for {} messages",
+                    messages.len()
+                ))),
+            };
+            done.push(Done {
+                event,
+                sent,
+                took: Some(took),
+            });
+        }
+        done
+    }
+
+    /// The error of a send the worker gave up on after the send timeout.
+    fn timed_out(&self) -> PublishError {
+        PublishError::retryable(format!(
+            "send timed out after {} ms",
+            self.timeout.as_millis()
+        ))
+    }
+}
+
+/// The error of a publish call that panicked (retryable: the publisher's bug, not the event's).
+fn panicked(panic: &Box<dyn std::any::Any + Send>) -> PublishError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    PublishError::retryable(format!("publisher panicked: {what}"))
 }

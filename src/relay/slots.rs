@@ -1,6 +1,8 @@
-//! The send slots: up to `send_concurrency` sends in flight, each in a task of its own. A send
-//! that hangs (or blocks its thread) holds its own slot and nothing else; the worker claims only
-//! as many events as it has free slots and refills them as sends finish.
+//! The send slots: up to `send_concurrency` publish calls in flight, each in a task of its own.
+//! A send that hangs (or blocks its thread) holds its own slot and nothing else; the worker claims
+//! only as many events as its free slots carry and refills them as sends finish. Without batch
+//! sends a slot carries one event; with them ([`crate::WorkerConfig::batch_sends`] and a
+//! publisher that [`crate::Publisher::batches`]) one claim's events, up to `batch_size`.
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -21,7 +23,7 @@ use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 const REFILL_LINGER: Duration = Duration::from_millis(20);
 
 /// A finished send task, as `JoinSet::join_next` returns it.
-type Joined = Result<Done, tokio::task::JoinError>;
+type Joined = Result<Vec<Done>, tokio::task::JoinError>;
 
 /// The signals between the pump and the poll timer ([`crate::wake::Wake`]).
 #[derive(Default)]
@@ -47,17 +49,21 @@ impl Signals {
 /// A worker's slots and the recorder of their outcomes.
 pub(crate) struct Slots<'w> {
     worker: &'w Worker,
-    tasks: JoinSet<Done>,
+    tasks: JoinSet<Vec<Done>>,
     ctx: SendContext,
+    /// Events one slot carries: 1, or `batch_size` with batch sends.
+    per_slot: u64,
     pub(crate) recorder: Recorder<'w>,
 }
 
 impl<'w> Slots<'w> {
     pub(crate) fn new(worker: &'w Worker, inflight: &Inflight, cancel: &CancellationToken) -> Self {
         let c = &worker.config;
+        let batching = c.batch_sends && worker.publisher.batches();
         Slots {
             worker,
             tasks: JoinSet::new(),
+            per_slot: if batching { c.batch_size } else { 1 },
             ctx: SendContext {
                 publisher: worker.publisher.clone(),
                 timeout: c.send_timeout,
@@ -78,11 +84,33 @@ impl<'w> Slots<'w> {
             .saturating_sub(self.tasks.len())
     }
 
-    /// Starts the send of `event` in a task of its own.
-    fn spawn(&mut self, event: Model) {
-        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&event));
-        self.tasks
-            .spawn(self.ctx.clone().run(event).instrument(span));
+    /// Events the free slots carry, at most a claim's `batch_size`.
+    fn free_events(&self) -> u64 {
+        (self.free() as u64)
+            .saturating_mul(self.per_slot)
+            .min(self.worker.config.batch_size)
+    }
+
+    /// Starts the sends of `events` (in claim order), each slot's in a task of its own: one
+    /// event per task, or with batch sends up to `batch_size` per task.
+    fn spawn(&mut self, events: Vec<Model>) {
+        if self.per_slot == 1 {
+            for event in events {
+                let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&event));
+                let send = self.ctx.clone().run(event);
+                self.tasks
+                    .spawn(async move { vec![send.await] }.instrument(span));
+            }
+            return;
+        }
+        let mut events = events.into_iter().peekable();
+        while events.peek().is_some() {
+            let chunk: Vec<Model> = events.by_ref().take(self.per_slot as usize).collect();
+            let (first, last) = (chunk[0].id, chunk[chunk.len() - 1].id);
+            let span = tracing::info_span!("outbox_batch", events = chunk.len(), first_event_id = first, last_event_id = last, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&chunk[0]));
+            self.tasks
+                .spawn(self.ctx.clone().run_batch(chunk).instrument(span));
+        }
     }
 
     /// Records the send that just finished (`first`, from `join_next`, which is
@@ -92,7 +120,7 @@ impl<'w> Slots<'w> {
         let mut next = first;
         while let Some(joined) = next {
             match joined {
-                Ok(d) => done.push(d),
+                Ok(d) => done.extend(d),
                 // A send task ends without its outcome only when it is aborted (the runtime is
                 // shutting down; the publish call itself runs under `catch_unwind`): its event
                 // stays SENDING under this worker's lease, for the reclaim.
@@ -112,7 +140,11 @@ impl<'w> Slots<'w> {
         // A full claim's worth of free slots, or whatever is free after REFILL_LINGER: fast
         // sends keep claims (and their marks) full-sized; a slow or hung send delays the
         // others' next claim by 20 ms at most.
-        let refill_at = c.send_concurrency.min(c.batch_size as usize).max(1);
+        let refill_at = if self.per_slot == 1 {
+            c.send_concurrency.min(c.batch_size as usize).max(1)
+        } else {
+            1
+        };
         let mut claimer = Claimer::new(w);
         let mut due = true;
         let mut refill_by: Option<Instant> = None;
@@ -132,14 +164,12 @@ impl<'w> Slots<'w> {
                 let lingered = refill_by.is_some_and(|t| t <= Instant::now());
                 if free >= refill_at || self.tasks.is_empty() || lingered {
                     refill_by = None;
-                    let want = (free as u64).min(c.batch_size);
+                    let want = self.free_events();
                     let inflight = self.ctx.inflight.clone();
                     match claimer.claim(want, cancel, &inflight, &mut s).await {
                         Ok(got) => {
                             due = got.more && c.drain;
-                            for event in got.events {
-                                self.spawn(event);
-                            }
+                            self.spawn(got.events);
                         }
                         Err(e) => {
                             let what = "outbox claim failed; retrying after the poll delay";
@@ -196,11 +226,10 @@ impl<'w> Slots<'w> {
                 let unsent: Vec<Model> = queue.drain(..).collect();
                 self.recorder.release(unsent, s).await;
             }
-            while self.free() > 0 {
-                let Some(event) = queue.pop_front() else {
-                    break;
-                };
-                self.spawn(event);
+            while self.free() > 0 && !queue.is_empty() {
+                let take = (self.per_slot as usize).min(queue.len());
+                let chunk: Vec<Model> = queue.drain(..take).collect();
+                self.spawn(chunk);
             }
             if self.tasks.is_empty() {
                 break;

@@ -182,6 +182,19 @@ impl Clients {
         }
     }
 
+    /// A consumer on `topic` and a publisher started with `config` (which should name the
+    /// same topic), at the name server `addr`.
+    pub async fn start_with(addr: &str, topic: &str, config: RocketMqConfig) -> Self {
+        let consumer = consumer(addr, topic).await;
+        let publisher = RocketMqPublisher::start(config)
+            .await
+            .expect("publisher starts");
+        Clients {
+            consumer,
+            publisher: Arc::new(publisher),
+        }
+    }
+
     /// [`receive_all`] (`expected` within 120 s, then 3 s more for late duplicates), then
     /// stops `fleet` and shuts both clients down: what arrived and the workers' summaries.
     pub async fn receive_and_stop(

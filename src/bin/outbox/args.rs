@@ -136,9 +136,14 @@ pub(crate) struct RelayArgs {
     /// [default: batch].
     #[arg(long, env = "OUTBOX_CLAIM_STRATEGY", value_enum)]
     pub(crate) claim_strategy: Option<Strategy>,
-    /// Sends of one round in flight at once [default: 1].
+    /// Publish calls in flight at once, each one event, or with batch sends up to --batch
+    /// events [default: 1].
     #[arg(long, env = "OUTBOX_SEND_CONCURRENCY")]
     pub(crate) send_concurrency: Option<usize>,
+    /// Send a claim's events as RocketMQ batch messages, each event's outcome its own
+    /// [default: true].
+    #[arg(long, env = "OUTBOX_BATCH_SENDS")]
+    pub(crate) batch_sends: Option<bool>,
     /// Interval between reclaim passes [default: 60s].
     #[arg(long, env = "OUTBOX_RECLAIM_INTERVAL", value_parser = humantime::parse_duration)]
     pub(crate) reclaim_interval: Option<Duration>,
@@ -194,6 +199,13 @@ pub(crate) struct RelayArgs {
     /// `client` (the client's latency fault tolerance only) or `off` [default: outbox].
     #[arg(long, env = "ROCKETMQ_FAILOVER")]
     pub(crate) rocketmq_failover: Option<String>,
+    /// Largest RocketMQ batch message in bytes; a larger event goes alone [default: 1048576].
+    #[arg(long, env = "ROCKETMQ_MAX_BATCH_BYTES")]
+    pub(crate) rocketmq_max_batch_bytes: Option<u32>,
+    /// Largest message body in bytes, at most the broker's maxMessageSize; a larger event is a
+    /// dead letter [default: 4194304].
+    #[arg(long, env = "ROCKETMQ_MAX_MESSAGE_BYTES")]
+    pub(crate) rocketmq_max_message_bytes: Option<u32>,
     /// How long to keep trying to reach the database at start, e.g. 30s or 5m; `0s` tries once
     /// [default: no limit]. Only connection failures are retried (with back-off from 200 ms to
     /// 5 s); a malformed URL, a refused login or a missing table fail at once.
@@ -244,6 +256,9 @@ impl RelayArgs {
         }
         if let Some(n) = self.send_concurrency {
             c = c.send_concurrency(n);
+        }
+        if let Some(on) = self.batch_sends {
+            c = c.batch_sends(on);
         }
         if let Some(d) = self.poll_delay {
             c = c.poll_delay(d);

@@ -143,6 +143,12 @@ mod rmq {
         if let Some(f) = given(&args.rocketmq_failover) {
             config = config.failover(f.parse()?);
         }
+        if let Some(n) = args.rocketmq_max_message_bytes {
+            config = config.max_message_bytes(n);
+        }
+        if let Some(n) = args.rocketmq_max_batch_bytes {
+            config = config.max_batch_bytes(n);
+        }
         config.validate_for(worker)?;
         Ok(config)
     }

@@ -33,6 +33,13 @@ pub const ENV_FAILOVER: &str = "ROCKETMQ_FAILOVER";
 /// 30 s, which outlasts a broker that hangs for 20 s and is still short next to the 120 s the
 /// name server keeps listing a hung broker.
 pub const DEFAULT_BROKER_AVOIDANCE: Duration = Duration::from_secs(30);
+/// Default largest message body, in bytes: 4 MiB, the broker's default `maxMessageSize` and
+/// the client's default (`DefaultMQProducer::max_message_size`).
+pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 4 * 1024 * 1024;
+/// Default largest batch, in bytes of encoded messages: 1 MiB, the split size of RocketMQ's
+/// own batch example (`ListSplitter`, "Batch Example" in the RocketMQ docs), well inside
+/// the 4 MiB a batch as a whole may have.
+pub const DEFAULT_MAX_BATCH_BYTES: u32 = 1024 * 1024;
 
 /// How [`RocketMqPublisher`](super::RocketMqPublisher) moves sends off a broker that fails, in
 /// a cluster of several broker masters (one broker: all three behave alike).
@@ -162,6 +169,15 @@ pub struct RocketMqConfig {
     /// With [`Failover::Outbox`]: how long a broker is avoided after a send to it failed
     /// (default [`DEFAULT_BROKER_AVOIDANCE`], 30 s); at least 1 ms.
     pub broker_avoidance: Duration,
+    /// Largest message body the client sends, in bytes (default [`DEFAULT_MAX_MESSAGE_BYTES`],
+    /// 4 MiB; keep it at most the broker's `maxMessageSize`). A larger event fails alone and
+    /// for good (a dead letter), also when it came in a batch.
+    pub max_message_bytes: u32,
+    /// Largest batch message, in bytes of the encoded messages it carries (default
+    /// [`DEFAULT_MAX_BATCH_BYTES`], 1 MiB; at most `max_message_bytes`). A relay's batch is
+    /// cut into as many RocketMQ batches as this needs; an event larger than this on its own
+    /// is sent alone.
+    pub max_batch_bytes: u32,
 }
 
 impl Default for RocketMqConfig {
@@ -184,6 +200,8 @@ impl RocketMqConfig {
             verify_credentials: true,
             failover: Failover::default(),
             broker_avoidance: DEFAULT_BROKER_AVOIDANCE,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
         }
     }
 
@@ -364,6 +382,18 @@ impl RocketMqConfig {
         self
     }
 
+    /// Sets the largest message body in bytes ([`RocketMqConfig::max_message_bytes`]).
+    pub fn max_message_bytes(mut self, bytes: u32) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Sets the largest batch in bytes ([`RocketMqConfig::max_batch_bytes`]).
+    pub fn max_batch_bytes(mut self, bytes: u32) -> Self {
+        self.max_batch_bytes = bytes;
+        self
+    }
+
     /// The name server addresses, one per `;`-separated entry.
     pub fn namesrv_addrs(&self) -> Vec<&str> {
         self.namesrv_addr
@@ -386,8 +416,9 @@ impl RocketMqConfig {
     /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
     /// `_`, `-`; the default topic and every topic of the map; no RocketMQ system topic such as
     /// `TBW102` or `rmq_sys_*`), the send timeout is zero or
-    /// longer than `u32::MAX` milliseconds, the broker avoidance is shorter than 1 ms, or the
-    /// credentials fail [`Credentials::validate`].
+    /// longer than `u32::MAX` milliseconds, the broker avoidance is shorter than 1 ms,
+    /// `max_message_bytes` or `max_batch_bytes` is zero or `max_batch_bytes` exceeds
+    /// `max_message_bytes`, or the credentials fail [`Credentials::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         let addrs = self.namesrv_addrs();
@@ -421,6 +452,16 @@ impl RocketMqConfig {
         }
         if self.broker_avoidance < Duration::from_millis(1) {
             return bad("RocketMQ broker_avoidance must be at least 1 ms".into());
+        }
+        if self.max_message_bytes == 0 || self.max_batch_bytes == 0 {
+            return bad("RocketMQ max_message_bytes and max_batch_bytes must be at least 1".into());
+        }
+        if self.max_batch_bytes > self.max_message_bytes {
+            return bad(format!(
+                "RocketMQ max_batch_bytes ({}) must be at most max_message_bytes ({}): a batch is \
+                 one message to the broker",
+                self.max_batch_bytes, self.max_message_bytes
+            ));
         }
         Ok(())
     }

@@ -5,9 +5,13 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use rocketmq_client_rust::{ClientResult, DefaultMQProducer, SendResult, SendStatus};
+use rocketmq_model::common::message::message_batch::MessageBatch;
+use rocketmq_model::common::message::message_client_id_setter::MessageClientIDSetter;
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::common::message::message_single::Message;
+use rocketmq_model::common::message::MessageTrait;
 use rocketmq_model::common::topic::TopicValidator;
+use rocketmq_protocol::common::message::message_decoder::{encode_message, encode_messages};
 
 use super::config::{Failover, RocketMqConfig};
 use super::errors::{
@@ -49,11 +53,11 @@ trait ProducerHandle: Send + Sync {
         messages: Vec<Message>,
         timeout_ms: u64,
     ) -> SendFuture<'_, ClientResult<SendResult>>;
-    /// Sends `message` to the queue `select` picks from the client's route of its topic (no
-    /// retry by the client), giving up after `timeout_ms` milliseconds.
+    /// Sends `message` (one message or a batch) to the queue `select` picks from the client's
+    /// route of its topic (no retry by the client), giving up after `timeout_ms` milliseconds.
     fn send_selecting<'a>(
         &'a self,
-        message: Message,
+        message: Outgoing,
         timeout_ms: u64,
         select: QueueSelector<'a>,
     ) -> SendFuture<'a, ClientResult<Option<SendResult>>>;
@@ -86,16 +90,24 @@ impl ProducerHandle for OwnedProducer {
 
     fn send_selecting<'a>(
         &'a self,
-        message: Message,
+        message: Outgoing,
         timeout_ms: u64,
         select: QueueSelector<'a>,
     ) -> SendFuture<'a, ClientResult<Option<SendResult>>> {
-        Box::pin(self.producer.send_with_selector_timeout(
-            message,
-            move |queues: &[MessageQueue], _: &Message, _: &()| select(queues),
-            (),
-            timeout_ms,
-        ))
+        match message {
+            Outgoing::One(message) => Box::pin(self.producer.send_with_selector_timeout(
+                message,
+                move |queues: &[MessageQueue], _: &Message, _: &()| select(queues),
+                (),
+                timeout_ms,
+            )),
+            Outgoing::Batch(batch) => Box::pin(self.producer.send_with_selector_timeout(
+                batch,
+                move |queues: &[MessageQueue], _: &MessageBatch, _: &()| select(queues),
+                (),
+                timeout_ms,
+            )),
+        }
     }
 
     fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
@@ -149,7 +161,8 @@ impl RocketMqPublisher {
         let mut builder = DefaultMQProducer::builder(host.runtime.clone())
             .producer_group(config.producer_group.clone())
             .name_server_addr(config.namesrv_addr.clone())
-            .send_msg_timeout(config.send_timeout_ms());
+            .send_msg_timeout(config.send_timeout_ms())
+            .max_message_size(config.max_message_bytes);
         if let Some(c) = &config.credentials {
             builder = builder.rpc_hook(c.rpc_hook());
         }
@@ -207,49 +220,6 @@ impl RocketMqPublisher {
         build_message(self.config.topic_of(&event.event_type), event)
     }
 
-    /// Sends `events` as ONE RocketMQ batch message (each event its own message, as
-    /// [`RocketMqPublisher::to_message`] builds it): all or nothing, to one queue of one broker.
-    /// Not used by the relay yet (it sends one event per call); the bench's
-    /// `rocketmq_raw_batch_eps` measures it.
-    ///
-    /// # Errors
-    /// A permanent [`PublishError`] when the events' topics differ or a message cannot be built;
-    /// otherwise as [`Publisher::publish`] (the whole batch failed). An empty `events` sends
-    /// nothing and succeeds.
-    pub async fn publish_batch(&self, events: &[OutboxMessage]) -> Result<(), PublishError> {
-        let Some(first) = events.first() else {
-            return Ok(());
-        };
-        let topic = self.config.topic_of(&first.event_type);
-        if let Some(other) = events
-            .iter()
-            .find(|e| self.config.topic_of(&e.event_type) != topic)
-        {
-            return Err(PublishError::permanent(format!(
-                "a RocketMQ batch holds one topic: event {} goes to `{}`, event {} to `{topic}`",
-                other.event_id,
-                self.config.topic_of(&other.event_type),
-                first.event_id
-            )));
-        }
-        let messages = events
-            .iter()
-            .map(|e| self.to_message(e))
-            .collect::<Result<Vec<_>, _>>()?;
-        let timeout = u64::from(self.config.send_timeout_ms());
-        match self.producer.send_batch(messages, timeout).await {
-            Ok(result) if result.send_status == SendStatus::SendOk => Ok(()),
-            Ok(result) => Err(PublishError::retryable(format!(
-                "RocketMQ batch send status {:?} (not SEND_OK)",
-                result.send_status
-            ))),
-            Err(e) => Err(classify_for(
-                &e,
-                Signer::of(self.config.credentials.as_ref()),
-            )),
-        }
-    }
-
     /// Stops the producer, then the client runtime, then the runtime owner, in that order.
     pub async fn shutdown(self) {
         self.producer.shutdown().await;
@@ -257,18 +227,28 @@ impl RocketMqPublisher {
     }
 }
 
-#[async_trait]
-impl Publisher for RocketMqPublisher {
-    /// Sends the event's message once. Under [`Failover::Outbox`] the queue is chosen here
-    /// ([`Failover`]); the outcome of the send updates which brokers are avoided. Never sent a
-    /// second time within one call: a failure is returned (retryable unless the message itself
-    /// was refused) and the outbox's retry sends it again, to another broker if this one failed.
-    async fn publish(&self, event: &OutboxMessage) -> Result<(), PublishError> {
-        let message = self.to_message(event)?;
+impl RocketMqPublisher {
+    /// Sends `message` (carrying `count` events, the first `first_id`) once: under
+    /// [`Failover::Outbox`] to a queue chosen here, the outcome updating which brokers are
+    /// avoided; otherwise as the client chooses.
+    async fn send(
+        &self,
+        message: Outgoing,
+        first_id: i64,
+        count: usize,
+    ) -> Result<(), PublishError> {
         let timeout = u64::from(self.config.send_timeout_ms());
         let signer = Signer::of(self.config.credentials.as_ref());
         let Some(avoidance) = &self.avoidance else {
-            return send_outcome(event, self.producer.send(message, timeout).await, signer);
+            let sent = match message {
+                Outgoing::One(message) => self.producer.send(message, timeout).await,
+                Outgoing::Batch(batch) => self
+                    .producer
+                    .send_batch(batch.messages, timeout)
+                    .await
+                    .map(Some),
+            };
+            return send_outcome(first_id, count, sent, signer);
         };
         let chosen: Mutex<Option<String>> = Mutex::new(None);
         let select = |queues: &[MessageQueue]| {
@@ -291,7 +271,7 @@ impl Publisher for RocketMqPublisher {
             .await;
         pending.finished = true;
         drop(pending);
-        let outcome = send_outcome(event, sent, signer);
+        let outcome = send_outcome(first_id, count, sent, signer);
         let broker = chosen.into_inner().unwrap_or_else(|p| p.into_inner());
         if let Some(broker) = broker {
             match &outcome {
@@ -310,6 +290,126 @@ impl Publisher for RocketMqPublisher {
             }
         }
         outcome
+    }
+
+    /// Sends one chunk of [`Publisher::publish_batch`]: a lone message as itself, several as
+    /// one batch message. A batch refused for good is sent again message by message, so that
+    /// only the message at fault fails for good; any other failure is every message's.
+    async fn send_chunk(&self, chunk: Vec<(i64, Message)>) -> Vec<Result<(), PublishError>> {
+        if chunk.len() == 1 {
+            let (id, message) = chunk.into_iter().next().expect("one message");
+            return vec![self.send(Outgoing::One(message), id, 1).await];
+        }
+        let first_id = chunk[0].0;
+        let n = chunk.len();
+        let messages: Vec<Message> = chunk.iter().map(|(_, m)| m.clone()).collect();
+        let outcome = match batch_message(messages) {
+            Ok(batch) => self.send(Outgoing::Batch(batch), first_id, n).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => vec![Ok(()); n],
+            Err(e) if e.kind == PublishErrorKind::Permanent => {
+                tracing::warn!(first_event_id = first_id, events = n, error = %e.message,
+                    "RocketMQ refused a batch for good; sending its messages one by one");
+                let mut results = Vec::with_capacity(n);
+                for (id, message) in chunk {
+                    results.push(self.send(Outgoing::One(message), id, 1).await);
+                }
+                results
+            }
+            Err(e) => vec![Err(e); n],
+        }
+    }
+}
+
+#[async_trait]
+impl Publisher for RocketMqPublisher {
+    /// Sends the event's message once. Under [`Failover::Outbox`] the queue is chosen here
+    /// ([`Failover`]); the outcome of the send updates which brokers are avoided. Never sent a
+    /// second time within one call: a failure is returned (retryable unless the message itself
+    /// was refused) and the outbox's retry sends it again, to another broker if this one failed.
+    async fn publish(&self, event: &OutboxMessage) -> Result<(), PublishError> {
+        let message = self.to_message(event)?;
+        self.send(Outgoing::One(message), event.event_id, 1).await
+    }
+
+    /// Sends `events` as RocketMQ batch messages: one per topic ([`RocketMqConfig::topic_of`])
+    /// and at most [`RocketMqConfig::max_batch_bytes`] of encoded messages each (the
+    /// client's wire encoding), in event order, the topics' batches concurrently. A batch goes
+    /// to one queue of one broker and is stored all or nothing, so each event's result is its
+    /// batch's.
+    ///
+    /// An event whose message alone exceeds `max_batch_bytes` is sent alone, and fails alone
+    /// (permanently: the client refuses it, `MESSAGE_ILLEGAL`) when its body exceeds
+    /// [`RocketMqConfig::max_message_bytes`]. A batch refused for good (an empty body, say) is
+    /// sent again message by message, so that only the message at fault becomes a dead
+    /// letter. A batch that failed otherwise (time-out, broker down or busy) fails for each of
+    /// its events, retryable, and the relay puts each back with its own back-off; under
+    /// [`Failover::Outbox`] its broker is then avoided like after a failed single send. Never
+    /// sent a second time within one call except in the permanent case above, whose first
+    /// attempt the broker refused.
+    async fn publish_batch(&self, events: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; events.len()];
+        let mut chunks: Vec<(String, Vec<usize>, Vec<(i64, Message)>, usize)> = Vec::new();
+        let limit = self.config.max_batch_bytes as usize;
+        // Per topic, the chunk being filled (an index into `chunks`).
+        let mut open: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (i, event) in events.iter().enumerate() {
+            let mut message = match self.to_message(event) {
+                Ok(m) => m,
+                Err(e) => {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+            };
+            // Set here (the client would set it while sending) so that the size is the one sent.
+            MessageClientIDSetter::set_uniq_id(&mut message);
+            let size = encode_message(&message).len();
+            let topic = self.config.topic_of(&event.event_type);
+            let alone =
+                size > limit || event.payload.len() > self.config.max_message_bytes as usize;
+            let fits = open
+                .get(topic)
+                .is_some_and(|&c| !alone && chunks[c].3 + size <= limit);
+            if fits {
+                let c = open[topic];
+                chunks[c].1.push(i);
+                chunks[c].2.push((event.event_id, message));
+                chunks[c].3 += size;
+            } else {
+                chunks.push((
+                    topic.to_owned(),
+                    vec![i],
+                    vec![(event.event_id, message)],
+                    size,
+                ));
+                if alone {
+                    open.remove(topic);
+                } else {
+                    open.insert(topic, chunks.len() - 1);
+                }
+            }
+        }
+        let (indexes, sends): (Vec<Vec<usize>>, Vec<_>) = chunks
+            .into_iter()
+            .map(|(_, idx, msgs, _)| (idx, self.send_chunk(msgs)))
+            .unzip();
+        let sent = futures::future::join_all(sends).await;
+        for (idx, outcomes) in indexes.into_iter().zip(sent) {
+            for (i, outcome) in idx.into_iter().zip(outcomes) {
+                results[i] = Some(outcome);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
+            .collect()
+    }
+
+    /// `true`: [`Publisher::publish_batch`] sends RocketMQ batch messages.
+    fn batches(&self) -> bool {
+        true
     }
 }
 
@@ -343,14 +443,16 @@ impl Drop for PendingSend<'_> {
 /// What a send's result means for the event (`signer`: the credentials in use, for the text of
 /// a `NO_PERMISSION` answer).
 fn send_outcome(
-    event: &OutboxMessage,
+    first_id: i64,
+    count: usize,
     sent: ClientResult<Option<SendResult>>,
     signer: Signer<'_>,
 ) -> Result<(), PublishError> {
     match sent {
         Ok(Some(result)) if result.send_status == SendStatus::SendOk => {
             tracing::debug!(
-                event_id = event.event_id,
+                event_id = first_id,
+                events = count,
                 msg_id = result.msg_id.as_ref().map_or("-", |m| m.as_str()),
                 offset_msg_id = result.offset_msg_id.as_deref().unwrap_or("-"),
                 queue_id = result.message_queue.as_ref().map_or(-1, |q| q.queue_id()),
@@ -432,6 +534,34 @@ async fn verify_credentials(
             Ok(())
         }
     }
+}
+
+/// What one send carries: one message, or a batch of one topic's messages.
+enum Outgoing {
+    One(Message),
+    Batch(MessageBatch),
+}
+
+/// `messages` (one topic, each with its unique id set) as one RocketMQ batch message, built as
+/// the client builds one (`DefaultMQProducer::batch`): the messages encoded one after another
+/// in the batch's body, the batch with a unique id of its own.
+///
+/// # Errors
+/// A permanent [`PublishError`] when the client refuses to batch them (topics differ).
+fn batch_message(messages: Vec<Message>) -> Result<MessageBatch, PublishError> {
+    let mut batch = MessageBatch::generate_from_messages(messages).map_err(|e| {
+        PublishError::permanent(format!(
+            "RocketMQ batch could not be built: {}",
+            error_text(&e)
+        ))
+    })?;
+    for message in &mut batch.messages {
+        MessageClientIDSetter::set_uniq_id(message);
+    }
+    MessageClientIDSetter::set_uniq_id(&mut batch.final_message);
+    let body = encode_messages(&batch.messages);
+    batch.set_body(body);
+    Ok(batch)
 }
 
 /// The message for `event` on `topic` (see [`RocketMqPublisher::to_message`]).
