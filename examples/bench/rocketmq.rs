@@ -27,6 +27,7 @@ use sea_orm_outbox::{
     RocketMqPublisher,
 };
 
+use crate::cpu::{CpuMark, CpuUse};
 use crate::figures::{f1, f3, percentile, Figures};
 use crate::relay::{start_workers, worker_config};
 use crate::scratch::{BoxError, ScratchDb};
@@ -34,7 +35,7 @@ use crate::setup::{fill, reset, status_counts};
 use crate::Args;
 
 /// The figures of this phase, in the order printed.
-const NAMES: [&str; 10] = [
+const NAMES: [&str; 12] = [
     "rocketmq_raw_eps",
     "rocketmq_raw_batch_eps",
     "rocketmq_relay_eps",
@@ -42,6 +43,8 @@ const NAMES: [&str; 10] = [
     "relay_over_raw_batch",
     "rocketmq_relay_single_eps",
     "batch_over_single",
+    "rocketmq_noop_relay_eps",
+    "relay_over_noop",
     "rocketmq_latency_p50_ms",
     "rocketmq_latency_p99_ms",
     "rocketmq_duplicates",
@@ -123,6 +126,85 @@ struct RelayRun {
     secs: f64,
     received: usize,
     duplicates: usize,
+    /// Publish calls and the time spent in them (summed over the calls, which overlap).
+    calls: u64,
+    in_calls: Duration,
+    cpu: CpuUse,
+}
+
+impl RelayRun {
+    /// Where the time went: publish calls, their mean duration, and the CPU split.
+    fn profile(&self) -> String {
+        let mean = if self.calls == 0 {
+            0.0
+        } else {
+            self.in_calls.as_secs_f64() * 1000.0 / self.calls as f64
+        };
+        format!(
+            "{} publish calls, mean {mean:.2} ms, {:.2} s in calls; {}",
+            self.calls,
+            self.in_calls.as_secs_f64(),
+            self.cpu
+        )
+    }
+}
+
+/// Delegates to a publisher, counting its calls and the time spent in them.
+struct Timed {
+    inner: Arc<dyn Publisher>,
+    calls: AtomicU64,
+    micros: AtomicU64,
+}
+
+impl Timed {
+    fn new(inner: Arc<dyn Publisher>) -> Arc<Self> {
+        Arc::new(Timed {
+            inner,
+            calls: AtomicU64::new(0),
+            micros: AtomicU64::new(0),
+        })
+    }
+    fn count(&self, started: Instant) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.micros
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+#[async_trait::async_trait]
+impl Publisher for Timed {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        let t = Instant::now();
+        let r = self.inner.publish(m).await;
+        self.count(t);
+        r
+    }
+    async fn publish_batch(&self, m: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let t = Instant::now();
+        let r = self.inner.publish_batch(m).await;
+        self.count(t);
+        r
+    }
+    fn batches(&self) -> bool {
+        self.inner.batches()
+    }
+}
+
+/// A publisher that sends nothing and batches: the relay's database side alone, with the same
+/// calls as through the broker.
+struct NoopBatches;
+
+#[async_trait::async_trait]
+impl Publisher for NoopBatches {
+    async fn publish(&self, _: &OutboxMessage) -> Result<(), PublishError> {
+        Ok(())
+    }
+    async fn publish_batch(&self, m: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        vec![Ok(()); m.len()]
+    }
+    fn batches(&self) -> bool {
+        true
+    }
 }
 
 /// How the relay sends in a run.
@@ -141,7 +223,7 @@ async fn relay(
     args: &Args,
     workers: usize,
     sends: Sends,
-    (p, consumer): (&Arc<RocketMqPublisher>, &RocketMqConsumer),
+    (p, consumer): (Arc<dyn Publisher>, Option<&RocketMqConsumer>),
     n: u64,
 ) -> Result<RelayRun, BoxError> {
     reset(setup).await?;
@@ -157,12 +239,14 @@ async fn relay(
         .batch_sends(matches!(sends, Sends::Batches));
     let cancel = CancellationToken::new();
     let deadline = Duration::from_secs(args.timeout_s);
+    let timed = Timed::new(p);
+    let cpu = CpuMark::now(bench.backend);
     let start = Instant::now();
     let (ws, handles) = start_workers(
         bench,
         &args,
         &config,
-        p.clone() as Arc<dyn Publisher>,
+        timed.clone() as Arc<dyn Publisher>,
         &cancel,
         &format!("rmq{workers}"),
     )
@@ -175,19 +259,31 @@ async fn relay(
         start.elapsed().as_secs_f64()
     };
     // Received while the relay drains, then 2 s more for late duplicates.
-    let receive = consumer.collect_until(deadline, |got| {
-        got.iter()
-            .filter_map(|m| m.event_id)
-            .collect::<HashSet<_>>()
-            .len() as u64
-            >= n
-    });
-    let (secs, mut got) = tokio::join!(drain, receive);
-    got.extend(
-        consumer
-            .collect_until(Duration::from_secs(2), |_| false)
-            .await,
-    );
+    let receive = async {
+        let Some(consumer) = consumer else {
+            return Vec::new();
+        };
+        let mut got = consumer
+            .collect_until(deadline, |got| {
+                got.iter()
+                    .filter_map(|m| m.event_id)
+                    .collect::<HashSet<_>>()
+                    .len() as u64
+                    >= n
+            })
+            .await;
+        got.extend(
+            consumer
+                .collect_until(Duration::from_secs(2), |_| false)
+                .await,
+        );
+        got
+    };
+    let drained = async {
+        let secs = drain.await;
+        (secs, cpu.since(bench.backend))
+    };
+    let ((secs, cpu), got) = tokio::join!(drained, receive);
     cancel.cancel();
     for h in handles {
         h.await?;
@@ -207,8 +303,15 @@ async fn relay(
     Ok(RelayRun {
         eps: n as f64 / secs,
         secs,
-        received: distinct.len(),
+        received: if consumer.is_some() {
+            distinct.len()
+        } else {
+            n as usize
+        },
         duplicates: got.len() - distinct.len(),
+        calls: timed.calls.load(Ordering::Relaxed),
+        in_calls: Duration::from_micros(timed.micros.load(Ordering::Relaxed)),
+        cpu,
     })
 }
 
@@ -366,7 +469,7 @@ pub async fn figures(
         args,
         args.workers,
         Sends::Batches,
-        (&p, &consumer),
+        (p.clone() as Arc<dyn Publisher>, Some(&consumer)),
         n,
     )
     .await?;
@@ -376,13 +479,14 @@ pub async fn figures(
         f1(r.eps),
         format!(
             "{} workers, Batch {}, batch sends, {} batches in flight per worker: {n} events in \
-             {:.2} s; received {}, duplicates {}",
+             {:.2} s; received {}, duplicates {}; {}",
             args.workers,
             args.batch,
             args.rocketmq_batch_concurrency,
             r.secs,
             r.received,
-            r.duplicates
+            r.duplicates,
+            r.profile()
         ),
     );
     figs.add(
@@ -405,7 +509,7 @@ pub async fn figures(
         args,
         args.workers,
         Sends::Single,
-        (&p, &consumer),
+        (p.clone() as Arc<dyn Publisher>, Some(&consumer)),
         n,
     )
     .await?;
@@ -415,8 +519,12 @@ pub async fn figures(
         f1(single.eps),
         format!(
             "the same with batch_sends(false): one message per send, {} in flight per worker; \
-             {n} events in {:.2} s; received {}, duplicates {}",
-            args.concurrency, single.secs, single.received, single.duplicates
+             {n} events in {:.2} s; received {}, duplicates {}; {}",
+            args.concurrency,
+            single.secs,
+            single.received,
+            single.duplicates,
+            single.profile()
         ),
     );
     figs.add(
@@ -426,6 +534,35 @@ pub async fn figures(
     );
     consumer.shutdown().await;
     shutdown(p).await;
+
+    // The same relay with a publisher that sends nothing: the database side's share.
+    let nothing = Arc::new(NoopBatches) as Arc<dyn Publisher>;
+    let noop = relay(
+        bench,
+        setup,
+        args,
+        args.workers,
+        Sends::Batches,
+        (nothing, None),
+        n,
+    )
+    .await?;
+    figs.add(
+        "rocketmq_noop_relay_eps",
+        f1(noop.eps),
+        format!(
+            "the rocketmq_relay_eps run with a publisher that sends nothing (batches): the \
+             database side alone; {n} events in {:.2} s; {}",
+            noop.secs,
+            noop.profile()
+        ),
+    );
+    figs.add(
+        "relay_over_noop",
+        f3(r.eps / noop.eps),
+        "rocketmq_relay_eps / rocketmq_noop_relay_eps: how much of the database side's pace the \
+         broker leaves",
+    );
 
     let (p, consumer) = clients(&addr, "OUTBOX_BENCH_LATENCY").await?;
     let (l, how) = latency(bench, setup, args, (&p, &consumer)).await?;
@@ -446,14 +583,23 @@ pub async fn figures(
     if args.rocketmq_scaling {
         for w in [1, 2, 4, 8] {
             let (p, consumer) = clients(&addr, "OUTBOX_BENCH_SCALE").await?;
-            let r = relay(bench, setup, args, w, Sends::Batches, (&p, &consumer), n).await?;
+            let r = relay(
+                bench,
+                setup,
+                args,
+                w,
+                Sends::Batches,
+                (p.clone() as Arc<dyn Publisher>, Some(&consumer)),
+                n,
+            )
+            .await?;
             tally(&r);
             figs.add(
                 &format!("rocketmq_relay_eps_w{w}"),
                 f1(r.eps),
                 format!(
-                    "{w} workers, batch sends: {n} events in {:.2} s; received {}, duplicates {}",
-                    r.secs, r.received, r.duplicates
+                    "{w} workers, batch sends: {n} events in {:.2} s; received {}, duplicates {}; {}",
+                    r.secs, r.received, r.duplicates, r.profile()
                 ),
             );
             consumer.shutdown().await;

@@ -10,7 +10,10 @@
 //! slot and into the worker's `Inflight` set; `slots` sends it in a task of its own (`send`);
 //! `outcome` records what became of it, and only then does it leave `Inflight`, whose leases
 //! the [`crate::maintenance::LeaseRenewer`] renews meanwhile. `observe` counts, exports and logs
-//! every outcome in one place.
+//! every outcome in one place. With batch sends ([`crate::WorkerConfig::batch_sends`] and a
+//! publisher that [`crate::Publisher::batches`]) a slot's task sends a whole claim in one
+//! [`crate::Publisher::publish_batch`] call, and `outcome` records each event's result as if it
+//! had been sent alone.
 use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
