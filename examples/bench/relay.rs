@@ -274,11 +274,12 @@ pub async fn figures(
     Ok(Some(r))
 }
 
-/// `relay_over_limit`, `batch_over_per_row` and `duplicates` (both strategies); returns the
-/// duplicates.
+/// `relay_over_limit`, `relay_over_best_limit`, `batch_over_per_row` and `duplicates` (both
+/// strategies); returns the duplicates.
 pub fn comparison_figures(
     figs: &mut Figures,
     limit: Option<f64>,
+    best_limit: Option<f64>,
     per_row: Option<&RelayResult>,
     batch: Option<&RelayResult>,
 ) -> u64 {
@@ -289,6 +290,14 @@ pub fn comparison_figures(
             "batch_eps / db_limit_eps",
         ),
         _ => figs.skip("relay_over_limit", "needs batch and db_limit"),
+    }
+    match (batch, best_limit) {
+        (Some(b), Some(l)) => figs.add(
+            "relay_over_best_limit",
+            f3(b.eps / l),
+            "batch_eps / db_limit_best_eps (goal >= 0.8, Postgres)",
+        ),
+        _ => figs.skip("relay_over_best_limit", "needs batch and db_limit_best"),
     }
     match (batch, per_row) {
         (Some(b), Some(p)) => figs.add(
