@@ -193,8 +193,14 @@ pub async fn figures(
         "db_limit_eps",
         f1(r.eps),
         format!(
-            "bare SQL, 1 connection, batch {}: {:.2} s; claim {:.0} ms, mark {:.0} ms; {}",
-            args.batch, r.secs, r.claim_ms, r.mark_ms, r.cpu
+            "bare SQL, 1 connection, batch {}: {:.2} s; claim {:.0} ms, mark {:.0} ms; {}; µs/event: bench {:.1}, db server {:.1}",
+            args.batch,
+            r.secs,
+            r.claim_ms,
+            r.mark_ms,
+            r.cpu,
+            r.cpu.us_per_event(r.secs, args.events).0,
+            r.cpu.us_per_event(r.secs, args.events).1
         ),
     );
     Ok(Some(r.eps))
@@ -314,8 +320,10 @@ async fn call_drain(db: &DatabaseConnection, owner: &str, batch: u64) -> Result<
         _ => {
             db.execute_unprepared("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                 .await?;
-            db.execute_unprepared(&format!("CALL outbox_bench_drain('{owner}', {batch}, @done)"))
-                .await?;
+            db.execute_unprepared(&format!(
+                "CALL outbox_bench_drain('{owner}', {batch}, @done)"
+            ))
+            .await?;
             let row = db
                 .query_one_raw(Statement::from_string(
                     DbBackend::MySql,
@@ -366,7 +374,11 @@ async fn db_limit_inproc(
     }
     let done: u64 = per_conn.iter().sum();
     if done != args.events {
-        return Err(format!("the in-database drain marked {done} of {} events", args.events).into());
+        return Err(format!(
+            "the in-database drain marked {done} of {} events",
+            args.events
+        )
+        .into());
     }
     Ok(InprocResult {
         eps: done as f64 / secs,
@@ -406,8 +418,12 @@ pub async fn inproc_figures(
             f1(r.eps),
             format!(
                 "in-database drain (procedure: claim {} + guarded SUCCESS mark, COMMIT per batch), \
-                 {c} connection(s) at once: {:.2} s, per connection {:?}; {}",
-                args.batch, r.secs, r.per_conn, r.cpu
+                 {c} connection(s) at once: {:.2} s, per connection {:?}; {}; db server {:.1} µs/event",
+                args.batch,
+                r.secs,
+                r.per_conn,
+                r.cpu,
+                r.cpu.us_per_event(r.secs, args.events).1
             ),
         );
         if best.is_none_or(|(_, e)| r.eps > e) {

@@ -237,14 +237,22 @@ pub async fn figures(
         return Ok(None);
     }
     let poll = Duration::from_millis(args.poll_delay_ms);
-    let config = worker_config(strategy, batch, concurrency, poll, false);
+    let config = worker_config(strategy, batch, concurrency, poll, false)
+        .mark_with_claim(!args.separate_marks);
     let r = relay(bench, setup, args, config, label).await?;
     figs.add(
         &format!("{key}_eps"),
         f1(r.eps),
         format!(
-            "{} workers, {kind} {batch}, concurrency {concurrency}, drain, poll {} ms: {:.2} s, {} rounds; {}",
-            args.workers, args.poll_delay_ms, r.secs, r.total.rounds, r.cpu
+            "{} workers, {kind} {batch}, concurrency {concurrency}, drain, poll {} ms, marks {}: {:.2} s, {} rounds; {}; µs/event: bench {:.1}, db server {:.1}",
+            args.workers,
+            args.poll_delay_ms,
+            if args.separate_marks { "separate" } else { "with the claim where possible" },
+            r.secs,
+            r.total.rounds,
+            r.cpu,
+            r.cpu.us_per_event(r.secs, args.events).0,
+            r.cpu.us_per_event(r.secs, args.events).1
         ),
     );
     if let Some(p) = &r.claim_plan {

@@ -134,7 +134,10 @@ impl<'w> Slots<'w> {
                     refill_by = None;
                     let want = (free as u64).min(c.batch_size);
                     let inflight = self.ctx.inflight.clone();
-                    match claimer.claim(want, cancel, &inflight, &mut s).await {
+                    let claimed = claimer
+                        .claim_marking(want, cancel, &inflight, &mut self.recorder, &mut s)
+                        .await;
+                    match claimed {
                         Ok(got) => {
                             due = got.more && c.drain;
                             for event in got.events {
