@@ -130,7 +130,7 @@ pub struct WorkerConfig {
     pub statement_protocol: StatementProtocol,
     /// On Postgres with [`ClaimStrategy::Batch`], mark the deliveries waiting for their
     /// `SUCCESS` mark in the same statement as the next claim
-    /// ([`crate::store::mark_success_and_claim_batch`]: one round trip and one commit per batch
+    /// (one statement with a data-modifying `WITH`: one round trip and one commit per batch
     /// instead of two); default true. Off, or on other backends, they are marked on their own
     /// and then claimed. Either way each mark is guarded by its claim's owner and decided by
     /// its own `rows_affected`.
