@@ -31,6 +31,7 @@ backend_tests!(
     three_workers_publish_each_event_once,
     crash_after_claim_is_reclaimed,
     late_ack_changes_nothing,
+    mark_with_claim_is_owner_guarded,
     always_failing_backs_off_then_dead_letters,
     configuration_fault_is_not_an_attempt,
     one_failure_does_not_stop_the_round,
@@ -371,6 +372,64 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
         Transition::Applied
     );
     assert_eq!(event(db, id).await.status, EventStatus::Success);
+}
+
+/// `store::mark_success_and_claim_batch` (Postgres; the others have no such statement): the
+/// mark is guarded by the delivering claim's owner and counted by its own `rows_affected`, the
+/// claim takes only `WAIT` rows (never the ones being marked), both in one statement.
+async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
+    let db = &ctx.db;
+    let backend = db.get_database_backend();
+    let all = insert_many(db, "ORD-MC", 3).await;
+    let first: Vec<i64> = store::claim_batch(db, "a#1", 2)
+        .await
+        .expect("claim")
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(first.len(), 2);
+    let rest: Vec<i64> = all
+        .iter()
+        .copied()
+        .filter(|id| !first.contains(id))
+        .collect();
+    if backend != DbBackend::Postgres {
+        assert!(
+            store::mark_success_and_claim_statement(backend, &first, "a#1", "a#2", 9).is_none()
+        );
+        assert!(
+            store::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
+                .await
+                .is_err()
+        );
+        return;
+    }
+    // The second event's lease went to another claim meanwhile.
+    db.execute_unprepared(&format!(
+        "UPDATE t_event_record SET claim_owner = 'b#1' WHERE id = {}",
+        first[1]
+    ))
+    .await
+    .expect("steal");
+    let stolen = event(db, first[1]).await;
+    let r = store::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
+        .await
+        .expect("mark and claim");
+    assert_eq!(r.marked, 1, "only the row still a#1's");
+    assert_eq!(r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(), rest);
+    assert_eq!(
+        (r.claimed[0].status, r.claimed[0].claim_owner.as_deref()),
+        (EventStatus::Sending, Some("a#2"))
+    );
+    assert_eq!(event(db, first[0]).await.status, EventStatus::Success);
+    assert_eq!(event(db, first[1]).await, stolen, "b#1's row is untouched");
+    assert_eq!(event(db, rest[0]).await, r.claimed[0]);
+    // Nothing left to claim: the mark alone; a row of another claim is not marked.
+    let r = store::mark_success_and_claim_batch(db, &[rest[0], first[0]], "a#2", "a#3", 9)
+        .await
+        .expect("mark only");
+    assert_eq!((r.marked, r.claimed.len()), (1, 0));
+    assert_eq!(event(db, rest[0]).await.status, EventStatus::Success);
 }
 
 async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {

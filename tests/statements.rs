@@ -86,6 +86,33 @@ fn claim_batch() {
     );
 }
 
+/// Postgres: the `SUCCESS` mark of one claim's deliveries and the next batch claim in one
+/// statement (data-modifying `WITH`; the claim part is `claim_batch`'s statement unchanged).
+/// The other backends have no such statement: they mark, then claim.
+#[test]
+fn mark_success_and_claim_batch() {
+    for b in [DbBackend::MySql, DbBackend::Sqlite] {
+        assert!(store::mark_success_and_claim_statement(b, &[7, 8], "me#1", "me#2", 20).is_none());
+    }
+    let pg = DbBackend::Postgres;
+    let stmt = store::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
+        .expect("Postgres has the statement");
+    let values = stmt
+        .values
+        .as_ref()
+        .map(|v| {
+            v.0.iter()
+                .map(|v| format!("{v:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    insta::assert_snapshot!(format!(
+        "-- Postgres\n{}\n-- values: [{values}]\n",
+        stmt.sql
+    ));
+}
+
 #[test]
 fn outcomes() {
     insta::assert_snapshot!(
@@ -136,6 +163,11 @@ fn simple_protocol_inlined() {
         (
             "claim_batch",
             pg.build(&store::claim_batch_statement(pg, owner, 20)),
+        ),
+        (
+            "mark_success_and_claim_batch",
+            store::mark_success_and_claim_statement(pg, &[7, 8], "relay-1#00fe", owner, 20)
+                .expect("Postgres has the statement"),
         ),
         (
             "claim_per_row",

@@ -107,6 +107,15 @@ impl CpuMark {
     }
 }
 
+impl CpuUse {
+    /// CPU microseconds per event of the bench process and of the database server, for
+    /// `events` done in `secs` (what a phase costs whatever else the machine runs).
+    pub fn us_per_event(&self, secs: f64, events: u64) -> (f64, f64) {
+        let per = |cores: f64| cores * secs * 1e6 / events.max(1) as f64;
+        (per(self.client_cores), per(self.server_cores))
+    }
+}
+
 impl std::fmt::Display for CpuUse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

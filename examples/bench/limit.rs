@@ -193,9 +193,251 @@ pub async fn figures(
         "db_limit_eps",
         f1(r.eps),
         format!(
-            "bare SQL, 1 connection, batch {}: {:.2} s; claim {:.0} ms, mark {:.0} ms; {}",
-            args.batch, r.secs, r.claim_ms, r.mark_ms, r.cpu
+            "bare SQL, 1 connection, batch {}: {:.2} s; claim {:.0} ms, mark {:.0} ms; {}; µs/event: bench {:.1}, db server {:.1}",
+            args.batch,
+            r.secs,
+            r.claim_ms,
+            r.mark_ms,
+            r.cpu,
+            r.cpu.us_per_event(r.secs, args.events).0,
+            r.cpu.us_per_event(r.secs, args.events).1
         ),
     );
     Ok(Some(r.eps))
 }
+
+/// The in-database drain of Postgres: the same claim (`FOR UPDATE SKIP LOCKED`, the publish
+/// columns returned) and owner-guarded `SUCCESS` mark as the relay, looped by a PL/pgSQL
+/// procedure that commits after every batch; each claim has an owner of its own
+/// (`<owner>#<k>`, like the relay's fencing token). Returns the rows marked.
+const PG_DRAIN: &str = r#"CREATE OR REPLACE PROCEDURE outbox_bench_drain(
+    p_owner text, p_batch integer, INOUT p_done bigint DEFAULT 0)
+LANGUAGE plpgsql AS $proc$
+DECLARE
+    v_ids bigint[];
+    v_bytes bigint;
+    v_n bigint;
+    v_k bigint := 0;
+    v_owner text;
+BEGIN
+    p_done := 0;
+    LOOP
+        v_k := v_k + 1;
+        v_owner := p_owner || '#' || v_k;
+        WITH claimed AS (
+            UPDATE t_event_record SET status = 'SENDING', claim_owner = v_owner,
+                claimed_at = CURRENT_TIMESTAMP, update_time = CURRENT_TIMESTAMP
+            WHERE status = 'WAIT' AND id = ANY(ARRAY(
+                SELECT id FROM t_event_record
+                WHERE status = 'WAIT' AND next_retry_time <= CURRENT_TIMESTAMP
+                ORDER BY next_retry_time LIMIT p_batch FOR UPDATE SKIP LOCKED))
+            RETURNING id, biz_no, event_type, payload, retry_count)
+        SELECT array_agg(id), sum(length(biz_no) + length(event_type) + length(payload) + retry_count)
+            INTO v_ids, v_bytes FROM claimed;
+        EXIT WHEN v_ids IS NULL;
+        UPDATE t_event_record SET status = 'SUCCESS', update_time = CURRENT_TIMESTAMP
+            WHERE status = 'SENDING' AND claim_owner = v_owner AND id = ANY(v_ids);
+        GET DIAGNOSTICS v_n = ROW_COUNT;
+        p_done := p_done + v_n;
+        COMMIT;
+    END LOOP;
+END
+$proc$"#;
+
+/// The in-database drain of MariaDB/MySQL: a stored procedure doing what the relay's
+/// statements do (a `READ COMMITTED` `SELECT ... FOR UPDATE SKIP LOCKED` of due ids, the claim
+/// `UPDATE` of those ids, the owner-guarded `SUCCESS` mark), committing after every batch. The
+/// locked ids go through a session-local MEMORY table (no arrays); the publish columns are not
+/// read back (the relay's `SELECT *` reads them from the same rows it locks).
+const MYSQL_DRAIN: [&str; 2] = [
+    "DROP PROCEDURE IF EXISTS outbox_bench_drain",
+    r#"CREATE PROCEDURE outbox_bench_drain(IN p_owner VARCHAR(128), IN p_batch INT, OUT p_done BIGINT)
+BEGIN
+    DECLARE v_k BIGINT DEFAULT 0;
+    DECLARE v_owner VARCHAR(160);
+    DECLARE v_now DATETIME(6);
+    CREATE TEMPORARY TABLE IF NOT EXISTS outbox_bench_ids (id BIGINT PRIMARY KEY) ENGINE = MEMORY;
+    SET p_done = 0;
+    drain: LOOP
+        DELETE FROM outbox_bench_ids;
+        SET v_k = v_k + 1;
+        SET v_owner = CONCAT(p_owner, '#', v_k);
+        START TRANSACTION;
+        INSERT INTO outbox_bench_ids (id)
+            SELECT id FROM t_event_record
+            WHERE status = 'WAIT' AND next_retry_time <= UTC_TIMESTAMP(6)
+            ORDER BY next_retry_time LIMIT p_batch FOR UPDATE SKIP LOCKED;
+        IF ROW_COUNT() = 0 THEN
+            COMMIT;
+            LEAVE drain;
+        END IF;
+        SET v_now = UTC_TIMESTAMP(6);
+        UPDATE t_event_record t JOIN outbox_bench_ids i ON t.id = i.id
+            SET t.status = 'SENDING', t.claim_owner = v_owner, t.claimed_at = v_now,
+                t.update_time = v_now
+            WHERE t.status = 'WAIT';
+        UPDATE t_event_record t JOIN outbox_bench_ids i ON t.id = i.id
+            SET t.status = 'SUCCESS', t.update_time = UTC_TIMESTAMP(6)
+            WHERE t.status = 'SENDING' AND t.claim_owner = v_owner;
+        SET p_done = p_done + ROW_COUNT();
+        COMMIT;
+    END LOOP;
+    DROP TEMPORARY TABLE outbox_bench_ids;
+END"#,
+];
+
+/// Creates the drain procedure of `backend`; `None` when it has none (SQLite: no stored
+/// procedures), with the reason.
+async fn create_drain(db: &DatabaseConnection) -> Result<Option<&'static str>, BoxError> {
+    match db.get_database_backend() {
+        DbBackend::Postgres => {
+            db.execute_unprepared(PG_DRAIN).await?;
+        }
+        DbBackend::MySql => {
+            for sql in MYSQL_DRAIN {
+                db.execute_unprepared(sql).await?;
+            }
+        }
+        _ => return Ok(Some("SQLite has no stored procedures")),
+    }
+    Ok(None)
+}
+
+/// One connection's `CALL` of the drain procedure as `owner`; the rows it marked.
+async fn call_drain(db: &DatabaseConnection, owner: &str, batch: u64) -> Result<u64, BoxError> {
+    // The owner is the bench's own ASCII label: inlined, so that the CALL is one simple query.
+    match db.get_database_backend() {
+        DbBackend::Postgres => {
+            let row = db
+                .query_one_raw(Statement::from_string(
+                    DbBackend::Postgres,
+                    format!("CALL outbox_bench_drain('{owner}', {batch}, 0)"),
+                ))
+                .await?
+                .ok_or("CALL returned no row")?;
+            Ok(row.try_get_by_index::<i64>(0)? as u64)
+        }
+        _ => {
+            db.execute_unprepared("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .await?;
+            db.execute_unprepared(&format!(
+                "CALL outbox_bench_drain('{owner}', {batch}, @done)"
+            ))
+            .await?;
+            let row = db
+                .query_one_raw(Statement::from_string(
+                    DbBackend::MySql,
+                    "SELECT CAST(@done AS SIGNED)",
+                ))
+                .await?
+                .ok_or("SELECT @done returned no row")?;
+            Ok(row.try_get_by_index::<i64>(0)? as u64)
+        }
+    }
+}
+
+/// What one in-database drain measured.
+struct InprocResult {
+    eps: f64,
+    secs: f64,
+    per_conn: Vec<u64>,
+    cpu: CpuUse,
+}
+
+/// Drains `--events` WAIT rows with the drain procedure `CALL`ed on `conns` connections at
+/// once (each its own pool of one connection, opened before the clock starts).
+async fn db_limit_inproc(
+    bench: &ScratchDb,
+    setup: &DatabaseConnection,
+    args: &Args,
+    conns: usize,
+) -> Result<InprocResult, BoxError> {
+    reset(setup).await?;
+    fill(setup, args.events, "WAIT").await?;
+    let mut pools = Vec::new();
+    for _ in 0..conns {
+        let db = bench.pool(1).await?;
+        db.ping().await?;
+        pools.push(db);
+    }
+    let cpu = CpuMark::now(bench.backend);
+    let start = Instant::now();
+    let calls = pools.iter().enumerate().map(|(i, db)| {
+        let owner = format!("bench-inproc-{i}");
+        async move { call_drain(db, &owner, args.batch).await }
+    });
+    let per_conn = futures::future::try_join_all(calls).await?;
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu.since(bench.backend);
+    for db in pools {
+        db.close().await?;
+    }
+    let done: u64 = per_conn.iter().sum();
+    if done != args.events {
+        return Err(format!(
+            "the in-database drain marked {done} of {} events",
+            args.events
+        )
+        .into());
+    }
+    Ok(InprocResult {
+        eps: done as f64 / secs,
+        secs,
+        per_conn,
+        cpu,
+    })
+}
+
+/// `db_limit_inproc_eps_c1` .. `_c4` and `db_limit_best_eps`, their best (or skipped with
+/// `--skip-db-limit`, and on SQLite); returns the best.
+pub async fn inproc_figures(
+    figs: &mut Figures,
+    bench: &ScratchDb,
+    setup: &DatabaseConnection,
+    args: &Args,
+) -> Result<Option<f64>, BoxError> {
+    let skip = |figs: &mut Figures, why: &str| {
+        for c in 1..=MAX_INPROC_CONNS {
+            figs.skip(&format!("db_limit_inproc_eps_c{c}"), why);
+        }
+        figs.skip("db_limit_best_eps", why);
+    };
+    if args.skip_db_limit {
+        skip(figs, "--skip-db-limit");
+        return Ok(None);
+    }
+    if let Some(why) = create_drain(setup).await? {
+        skip(figs, why);
+        return Ok(None);
+    }
+    let mut best: Option<(usize, f64)> = None;
+    for c in 1..=MAX_INPROC_CONNS {
+        let r = db_limit_inproc(bench, setup, args, c).await?;
+        figs.add(
+            &format!("db_limit_inproc_eps_c{c}"),
+            f1(r.eps),
+            format!(
+                "in-database drain (procedure: claim {} + guarded SUCCESS mark, COMMIT per batch), \
+                 {c} connection(s) at once: {:.2} s, per connection {:?}; {}; db server {:.1} µs/event",
+                args.batch,
+                r.secs,
+                r.per_conn,
+                r.cpu,
+                r.cpu.us_per_event(r.secs, args.events).1
+            ),
+        );
+        if best.is_none_or(|(_, e)| r.eps > e) {
+            best = Some((c, r.eps));
+        }
+    }
+    let (c, eps) = best.expect("at least one connection count");
+    figs.add(
+        "db_limit_best_eps",
+        f1(eps),
+        format!("best of db_limit_inproc_eps_c1..c{MAX_INPROC_CONNS} (at {c} connection(s))"),
+    );
+    Ok(Some(eps))
+}
+
+/// The most connections the in-database drain is measured on.
+const MAX_INPROC_CONNS: usize = 4;

@@ -13,9 +13,15 @@
 //!
 //! Prints one `figure: NAME VALUE` line per figure as it is measured, then a table:
 //! - `db_limit_eps`: WAIT→SENDING→SUCCESS as bare batched SQL on one connection (claim `--batch`
-//!   rows in one statement / short transaction, mark them in one `UPDATE`): the ceiling.
+//!   rows in one statement / short transaction, mark them in one `UPDATE`), one client
+//!   connection.
+//! - `db_limit_inproc_eps_c1` .. `_c4`, `db_limit_best_eps`: the same claim and owner-guarded
+//!   mark run inside the database (a stored procedure looping claim/mark with a COMMIT per
+//!   batch), `CALL`ed on 1..4 connections at once over the same WAIT rows; the best of them is
+//!   the ceiling (Postgres, MariaDB/MySQL; skipped on SQLite).
 //! - `per_row_eps`, `batch_eps`: W workers (own pools), a no-op counting publisher, N events
-//!   already `WAIT`; `relay_over_limit`, `batch_over_per_row`; `duplicates_*`,
+//!   already `WAIT`; `relay_over_limit`, `relay_over_best_limit` (batch_eps /
+//!   db_limit_best_eps), `batch_over_per_row`; `duplicates_*`,
 //!   `claim_lost_per_event_*`; CPU seconds of this process and of the database server per phase.
 //! - `idle_latency_p50_ms`, `idle_latency_p99_ms`: commit → publish for events written one at a
 //!   time to an idle relay polling every `--idle-poll-ms`.
@@ -118,12 +124,16 @@ struct Args {
     /// CI mode: 3,000 events, 20 idle events, 50 overhead samples, 20,000 poll rows.
     #[arg(long)]
     small: bool,
-    /// Skip the bare-SQL ceiling.
+    /// Skip the bare-SQL ceiling and the in-database drain.
     #[arg(long)]
     skip_db_limit: bool,
     /// Skip the per-row relay phase.
     #[arg(long)]
     skip_per_row: bool,
+    /// Mark deliveries `SUCCESS` in statements of their own, never in the next claim's
+    /// (`WorkerConfig::mark_with_claim(false)`).
+    #[arg(long)]
+    separate_marks: bool,
     /// Skip the batch relay phase.
     #[arg(long)]
     skip_batch: bool,
@@ -219,10 +229,17 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
 
     // 1. The ceiling.
     let limit = limit::figures(&mut figs, bench, &setup, args).await?;
+    let best_limit = limit::inproc_figures(&mut figs, bench, &setup, args).await?;
     // 2. Per-row (the seed's claiming) and batch.
     let per_row = relay::figures(&mut figs, bench, &setup, args, ClaimStrategy::PerRow).await?;
     let batch = relay::figures(&mut figs, bench, &setup, args, ClaimStrategy::Batch).await?;
-    let dups = relay::comparison_figures(&mut figs, limit, per_row.as_ref(), batch.as_ref());
+    let dups = relay::comparison_figures(
+        &mut figs,
+        limit,
+        best_limit,
+        per_row.as_ref(),
+        batch.as_ref(),
+    );
 
     // 3. RocketMQ (when ROCKETMQ_NAMESRV_ADDR is set).
     // Its duplicates are reported (`rocketmq_duplicates`), not an error: a send the broker

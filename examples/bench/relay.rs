@@ -237,14 +237,22 @@ pub async fn figures(
         return Ok(None);
     }
     let poll = Duration::from_millis(args.poll_delay_ms);
-    let config = worker_config(strategy, batch, concurrency, poll, false);
+    let config = worker_config(strategy, batch, concurrency, poll, false)
+        .mark_with_claim(!args.separate_marks);
     let r = relay(bench, setup, args, config, label).await?;
     figs.add(
         &format!("{key}_eps"),
         f1(r.eps),
         format!(
-            "{} workers, {kind} {batch}, concurrency {concurrency}, drain, poll {} ms: {:.2} s, {} rounds; {}",
-            args.workers, args.poll_delay_ms, r.secs, r.total.rounds, r.cpu
+            "{} workers, {kind} {batch}, concurrency {concurrency}, drain, poll {} ms, marks {}: {:.2} s, {} rounds; {}; µs/event: bench {:.1}, db server {:.1}",
+            args.workers,
+            args.poll_delay_ms,
+            if args.separate_marks { "separate" } else { "with the claim where possible" },
+            r.secs,
+            r.total.rounds,
+            r.cpu,
+            r.cpu.us_per_event(r.secs, args.events).0,
+            r.cpu.us_per_event(r.secs, args.events).1
         ),
     );
     if let Some(p) = &r.claim_plan {
@@ -274,11 +282,12 @@ pub async fn figures(
     Ok(Some(r))
 }
 
-/// `relay_over_limit`, `batch_over_per_row` and `duplicates` (both strategies); returns the
-/// duplicates.
+/// `relay_over_limit`, `relay_over_best_limit`, `batch_over_per_row` and `duplicates` (both
+/// strategies); returns the duplicates.
 pub fn comparison_figures(
     figs: &mut Figures,
     limit: Option<f64>,
+    best_limit: Option<f64>,
     per_row: Option<&RelayResult>,
     batch: Option<&RelayResult>,
 ) -> u64 {
@@ -289,6 +298,14 @@ pub fn comparison_figures(
             "batch_eps / db_limit_eps",
         ),
         _ => figs.skip("relay_over_limit", "needs batch and db_limit"),
+    }
+    match (batch, best_limit) {
+        (Some(b), Some(l)) => figs.add(
+            "relay_over_best_limit",
+            f3(b.eps / l),
+            "batch_eps / db_limit_best_eps (goal >= 0.8, Postgres)",
+        ),
+        _ => figs.skip("relay_over_best_limit", "needs batch and db_limit_best"),
     }
     match (batch, per_row) {
         (Some(b), Some(p)) => figs.add(

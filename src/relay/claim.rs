@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ClaimStrategy;
 use crate::error::OutboxError;
+use crate::relay::outcome::Recorder;
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 use crate::store::{self, Claim};
 
@@ -77,6 +78,56 @@ impl<'w> Claimer<'w> {
         s.claimed += claimed.events.len() as u64;
         inflight.claimed(&owner, claimed.events.iter().map(|e| e.id));
         Ok(claimed)
+    }
+
+    /// [`Claimer::claim`], and when `recorder` leaves its deliveries to the claim
+    /// ([`Recorder::marks_with_claim`]), the `SUCCESS` mark of one claim's deliveries in the
+    /// same statement ([`store::mark_success_and_claim_batch`]). When that statement fails,
+    /// nothing of it happened: the deliveries are marked on their own
+    /// ([`Recorder::mark_after_failed_claim`]) and the claim is made on its own.
+    ///
+    /// # Errors
+    /// As [`Claimer::claim`].
+    pub(crate) async fn claim_marking(
+        &mut self,
+        want: u64,
+        cancel: &CancellationToken,
+        inflight: &Inflight,
+        recorder: &mut Recorder<'_>,
+        s: &mut WorkerSummary,
+    ) -> Result<Claimed, OutboxError> {
+        if !recorder.marks_with_claim() || !recorder.pending() || cancel.is_cancelled() {
+            return self.claim(want, cancel, inflight, s).await;
+        }
+        let w = self.worker;
+        if let Err(e) = w.check_schema().await {
+            recorder.flush(s).await;
+            return Err(e);
+        }
+        let Some((done_owner, done)) = recorder.take_for_claim(s).await else {
+            return self.claim(want, cancel, inflight, s).await;
+        };
+        let owner = crate::instance::claim_owner(&w.owner);
+        let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
+        match store::mark_success_and_claim_batch(&w.db, &ids, &done_owner, &owner, want).await {
+            Ok(r) => {
+                recorder.marked_with_claim(&done_owner, &ids, r.marked, s);
+                s.rounds += 1;
+                s.candidates += r.claimed.len() as u64;
+                s.claimed += r.claimed.len() as u64;
+                inflight.claimed(&owner, r.claimed.iter().map(|e| e.id));
+                let more = r.claimed.len() as u64 == want;
+                Ok(Claimed {
+                    events: r.claimed,
+                    more,
+                })
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
+                recorder.mark_after_failed_claim(done, s).await;
+                self.claim(want, cancel, inflight, s).await
+            }
+        }
     }
 
     /// The seed's claim: candidates read without locks, each claimed by its own conditional

@@ -29,6 +29,8 @@ pub(crate) struct Recorder<'w> {
     delivered: Vec<Model>,
     /// When the oldest of `delivered` has waited [`MARK_LINGER`].
     flush_at: Option<Instant>,
+    /// Deliveries are marked by the next claim's statement (see the block at the end).
+    with_claim: bool,
 }
 
 impl<'w> Recorder<'w> {
@@ -38,6 +40,7 @@ impl<'w> Recorder<'w> {
             inflight: inflight.clone(),
             delivered: Vec::new(),
             flush_at: None,
+            with_claim: marks_with_claim(worker),
         }
     }
 
@@ -93,7 +96,7 @@ impl<'w> Recorder<'w> {
             }
         }
         self.release(skipped, s).await;
-        if self.delivered.len() as u64 >= w.config.batch_size {
+        if self.delivered.len() as u64 >= w.config.batch_size && !self.with_claim {
             self.flush(s).await;
         }
     }
@@ -301,6 +304,68 @@ impl<'w> Recorder<'w> {
                 .late_acks(s, 1, "lease was reclaimed during the send");
         }
         Ok(())
+    }
+}
+
+// ---- Marking with the next claim ([`crate::WorkerConfig::mark_with_claim`]) ----
+// The pump (`slots.rs`) claims through `Claimer::claim_marking` (`claim.rs`), which takes one
+// claim's deliveries from here into the claim's own statement. Every other path (the linger
+// timer, the end of a round, a failed combined statement) marks them with `flush` as before.
+
+/// Whether `worker`'s deliveries wait for the next claim's statement: asked for, batch claims,
+/// and a backend with the single statement (Postgres).
+fn marks_with_claim(worker: &Worker) -> bool {
+    use sea_orm::ConnectionTrait;
+    worker.config.mark_with_claim
+        && worker.config.claim_strategy == crate::ClaimStrategy::Batch
+        && store::Dialect::of(worker.db.get_database_backend()).mark_and_claim_in_one()
+}
+
+impl Recorder<'_> {
+    /// Whether deliveries wait for the next claim's statement.
+    pub(crate) fn marks_with_claim(&self) -> bool {
+        self.with_claim
+    }
+
+    /// Takes the waiting deliveries of one claim (the largest group) for the next claim's
+    /// statement; those of any other claim are marked now, on their own ([`Recorder::flush`]).
+    pub(crate) async fn take_for_claim(
+        &mut self,
+        s: &mut WorkerSummary,
+    ) -> Option<(String, Vec<Model>)> {
+        let mut groups = by_claim(std::mem::take(&mut self.delivered));
+        let largest = (0..groups.len()).max_by_key(|&i| groups[i].1.len())?;
+        let taken = groups.swap_remove(largest);
+        if !groups.is_empty() {
+            self.delivered = groups.into_iter().flat_map(|(_, g)| g).collect();
+            self.flush(s).await;
+        }
+        self.flush_at = None;
+        Some(taken)
+    }
+
+    /// The claim's statement marked `ids` of claim `owner`: `applied` of them were still
+    /// ours (the rest are late acks), as [`Recorder::flush`] records a mark.
+    pub(crate) fn marked_with_claim(
+        &mut self,
+        owner: &str,
+        ids: &[i64],
+        applied: u64,
+        s: &mut WorkerSummary,
+    ) {
+        self.finish_all(owner, ids);
+        self.worker.observer.published(s, ids, applied);
+    }
+
+    /// The claim's statement failed (so nothing of it happened): `events` are marked on
+    /// their own, with [`Recorder::flush`]'s handling of every kind of failure.
+    pub(crate) async fn mark_after_failed_claim(
+        &mut self,
+        events: Vec<Model>,
+        s: &mut WorkerSummary,
+    ) {
+        self.delivered.extend(events);
+        self.flush(s).await;
     }
 }
 

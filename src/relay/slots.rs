@@ -166,7 +166,10 @@ impl<'w> Slots<'w> {
                     refill_by = None;
                     let want = self.free_events();
                     let inflight = self.ctx.inflight.clone();
-                    match claimer.claim(want, cancel, &inflight, &mut s).await {
+                    let claimed = claimer
+                        .claim_marking(want, cancel, &inflight, &mut self.recorder, &mut s)
+                        .await;
+                    match claimed {
                         Ok(got) => {
                             due = got.more && c.drain;
                             self.spawn(got.events);

@@ -166,6 +166,58 @@ where
     Ok(claimed)
 }
 
+/// What [`mark_success_and_claim_batch`] did.
+#[derive(Debug)]
+pub struct MarkedAndClaimed {
+    /// How many of the delivered ids were still the claim's and are now `SUCCESS` (the mark's
+    /// `rows_affected`; the rest were reclaimed meanwhile: late acks).
+    pub marked: u64,
+    /// The events now claimed (status `SENDING`), oldest due first, as [`claim_batch`]
+    /// returns them.
+    pub claimed: Vec<Model>,
+}
+
+/// The statement of [`mark_success_and_claim_batch`] on `backend`; `None` where no single
+/// statement can do both ([`Dialect::mark_and_claim_in_one`]: Postgres only).
+pub fn mark_success_and_claim_statement(
+    backend: DbBackend,
+    done_ids: &[i64],
+    done_owner: &str,
+    owner: &str,
+    n: u64,
+) -> Option<sea_orm::Statement> {
+    Dialect::of(backend).mark_success_and_claim_statement(done_ids, done_owner, owner, n)
+}
+
+/// Marks `done_ids` (delivered events of the claim `done_owner`) `SUCCESS` exactly as
+/// [`crate::store::mark_success_many`] does (guarded by `status = 'SENDING' AND claim_owner =
+/// :done_owner`, its `rows_affected` returned) and claims up to `n` due events for `owner`
+/// exactly as [`claim_batch`] does, in ONE statement and round trip (Postgres: a
+/// data-modifying `WITH`, see [`mark_success_and_claim_statement`]): one commit per batch
+/// instead of two. Both happen, or (on an error) neither.
+///
+/// # Errors
+/// Any database error (transient conflicts are retried first); [`DbErr::Custom`] on a backend
+/// without the single statement ([`Dialect::mark_and_claim_in_one`]): there, mark and claim
+/// with the two functions.
+pub async fn mark_success_and_claim_batch<C: ConnectionTrait>(
+    db: &C,
+    done_ids: &[i64],
+    done_owner: &str,
+    owner: &str,
+    n: u64,
+) -> Result<MarkedAndClaimed, DbErr> {
+    let (marked, mut claimed) = Dialect::of(db.get_database_backend())
+        .mark_success_and_claim(db, done_ids, done_owner, owner, n)
+        .await?;
+    claimed.sort_by(|a, b| {
+        a.next_retry_time
+            .cmp(&b.next_retry_time)
+            .then(a.id.cmp(&b.id))
+    });
+    Ok(MarkedAndClaimed { marked, claimed })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,6 +157,51 @@ impl Dialect {
     }
 }
 
+impl Dialect {
+    /// Whether one statement can mark a claim's deliveries `SUCCESS` and claim the next batch
+    /// (data-modifying `WITH`: Postgres only), see [`crate::store::mark_success_and_claim_batch`].
+    pub fn mark_and_claim_in_one(self) -> bool {
+        self == Dialect::Postgres
+    }
+
+    /// The statement of [`crate::store::mark_success_and_claim_batch`]; `None` where
+    /// [`Dialect::mark_and_claim_in_one`] is false.
+    pub fn mark_success_and_claim_statement(
+        self,
+        done_ids: &[i64],
+        done_owner: &str,
+        owner: &str,
+        n: u64,
+    ) -> Option<Statement> {
+        (self == Dialect::Postgres)
+            .then(|| postgres::mark_success_and_claim_statement(done_ids, done_owner, owner, n))
+    }
+
+    /// Marks `done_ids` of the claim `done_owner` `SUCCESS` and claims up to `n` due events for
+    /// `owner` in one statement; the rows marked and the events claimed.
+    ///
+    /// # Errors
+    /// Any database error (then neither happened); [`DbErr::Custom`] where
+    /// [`Dialect::mark_and_claim_in_one`] is false.
+    pub async fn mark_success_and_claim<C: ConnectionTrait>(
+        self,
+        db: &C,
+        done_ids: &[i64],
+        done_owner: &str,
+        owner: &str,
+        n: u64,
+    ) -> Result<(u64, Vec<Model>), DbErr> {
+        match self {
+            Dialect::Postgres => {
+                postgres::mark_success_and_claim(db, done_ids, done_owner, owner, n).await
+            }
+            _ => Err(DbErr::Custom(format!(
+                "{self:?}: no single statement marks and claims; mark, then claim"
+            ))),
+        }
+    }
+}
+
 /// Runs an `UPDATE ... RETURNING *` claim (Postgres, SQLite) and reads the claimed rows;
 /// transient conflicts are retried.
 async fn claim_returning<C: ConnectionTrait>(

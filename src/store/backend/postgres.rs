@@ -2,8 +2,9 @@
 use std::time::Duration;
 
 use sea_orm::sea_query::UpdateStatement;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement, Value};
 use sea_orm_outbox_entity::event_record::Model;
+use sea_orm_outbox_entity::EventStatus;
 
 use crate::store::dialect::WAKE_CHANNEL;
 
@@ -65,4 +66,80 @@ pub(super) async fn claim_batch<C: ConnectionTrait>(
     n: u64,
 ) -> Result<Vec<Model>, DbErr> {
     super::claim_returning(db, &claim_batch_statement(owner, n)).await
+}
+
+/// `ids` as a Postgres array literal, `{1,2,3}`: sent as one text value and cast to
+/// `bigint[]` in the statement, so the statement's text is the same for any number of ids
+/// (one prepared statement per connection, not one per count).
+fn bigint_array(ids: &[i64]) -> String {
+    let mut s = String::with_capacity(ids.len() * 8 + 2);
+    s.push('{');
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&id.to_string());
+    }
+    s.push('}');
+    s
+}
+
+/// One statement that marks one claim's deliveries `SUCCESS` and claims the next batch (see
+/// [`crate::store::mark_success_and_claim_batch`]):
+///
+/// ```text
+/// WITH "outbox_done" AS (UPDATE "t_event_record" SET "status" = 'SUCCESS', "update_time" =
+///   CURRENT_TIMESTAMP WHERE "id" = ANY(CAST(:done_ids AS bigint[])) AND "status" = 'SENDING'
+///   AND "claim_owner" = :done_owner RETURNING "id"),
+/// "outbox_claimed" AS (<claim_batch_statement(owner, n)>)
+/// SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".*
+/// FROM (SELECT 1) AS "outbox_one" LEFT JOIN "outbox_claimed" ON TRUE
+/// ```
+///
+/// The claim part is the batch claim's own statement, unchanged (its values come first). Both
+/// updates run on one snapshot: the marked rows are `SENDING` in it, so the claim (which takes
+/// `WAIT` rows only) never touches them, and a row is never updated twice. The result has one
+/// row per claimed event, or one row of NULLs when nothing was claimed; `outbox_marked` (on
+/// every row) is the mark's `rows_affected`.
+pub(super) fn mark_success_and_claim_statement(
+    done_ids: &[i64],
+    done_owner: &str,
+    owner: &str,
+    n: u64,
+) -> Statement {
+    let claim = DbBackend::Postgres.build(&claim_batch_statement(owner, n));
+    let mut values = claim.values.map(|v| v.0).unwrap_or_default();
+    let (ids_at, owner_at) = (values.len() + 1, values.len() + 2);
+    values.push(Value::from(bigint_array(done_ids)));
+    values.push(Value::from(done_owner));
+    let sql = format!(
+        r#"WITH "outbox_done" AS (UPDATE "t_event_record" SET "status" = '{success}', "update_time" = {now} WHERE "id" = ANY(CAST(${ids_at} AS bigint[])) AND "status" = '{sending}' AND "claim_owner" = ${owner_at} RETURNING "id"), "outbox_claimed" AS ({claim}) SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".* FROM (SELECT 1) AS "outbox_one" LEFT JOIN "outbox_claimed" ON TRUE"#,
+        success = EventStatus::Success.as_str(),
+        sending = EventStatus::Sending.as_str(),
+        now = now_sql(None),
+        claim = claim.sql,
+    );
+    Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
+}
+
+/// [`mark_success_and_claim_statement`], one round trip (transient conflicts retried: the
+/// statement is atomic, a failed run changed nothing); the rows marked and the events claimed.
+pub(super) async fn mark_success_and_claim<C: ConnectionTrait>(
+    db: &C,
+    done_ids: &[i64],
+    done_owner: &str,
+    owner: &str,
+    n: u64,
+) -> Result<(u64, Vec<Model>), DbErr> {
+    let stmt = mark_success_and_claim_statement(done_ids, done_owner, owner, n);
+    let rows = crate::store::retry_transient(|| db.query_all_raw(stmt.clone())).await?;
+    let mut marked = 0;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for r in &rows {
+        marked = r.try_get::<i64>("", "outbox_marked")?;
+        if r.try_get::<Option<i64>>("", "id")?.is_some() {
+            claimed.push(Model::from_query_result(r, "")?);
+        }
+    }
+    Ok((u64::try_from(marked).unwrap_or(0), claimed))
 }
