@@ -19,6 +19,9 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 pub const MAX_BATCH_SIZE: u64 = 10_000;
 /// Longest duration accepted for any setting: 7 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default follow-up after a wake-up by notification ([`WorkerConfig::wake_follow_up`]):
+/// 20 milliseconds, twice the writers' default [`crate::DEFAULT_NOTIFY_INTERVAL`].
+pub const DEFAULT_WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
 /// Default interval between refreshes of the backlog gauges: 15 s.
 pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
@@ -127,6 +130,17 @@ pub struct WorkerConfig {
     /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
     /// delay (default true; the listener holds one pool connection). MySQL and SQLite poll.
     pub wake_on_commit: bool,
+    /// With wake-on-commit: after a round woken by a notification, the next wait lasts this
+    /// long instead of the poll delay, and the ones after it twice as long each time while
+    /// shorter than the poll delay (default [`DEFAULT_WAKE_FOLLOW_UP`], 20 ms: then 40 ms,
+    /// 80 ms, ...; a notification still ends a follow-up at once and starts the series again;
+    /// zero: none). The rounds after them claim events whose transactions skipped their own
+    /// `NOTIFY` because another open transaction of the same slot notified
+    /// ([`crate::NewEvent::notify_interval`]) and that committed just after the woken round's
+    /// claim: one committed `x` late is claimed within about `2x` + this. Costs a claim
+    /// statement per follow-up (about log2(poll delay / this) per quiet period; an empty claim
+    /// writes nothing). Keep it at least twice the writers' notify interval.
+    pub wake_follow_up: Duration,
     /// How often the worker refreshes the backlog gauges (`outbox_backlog{status}`,
     /// `outbox_oldest_wait_age_seconds`); default 15 s, `None` turns it off.
     pub gauge_interval: Option<Duration>,
@@ -165,6 +179,7 @@ impl Default for WorkerConfig {
             drain: true,
             lease_renewal: true,
             wake_on_commit: true,
+            wake_follow_up: DEFAULT_WAKE_FOLLOW_UP,
             gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
             relay_pool: RelayPool::default(),
             statement_protocol: StatementProtocol::Extended,
@@ -265,6 +280,12 @@ impl WorkerConfig {
         self.wake_on_commit = on;
         self
     }
+    /// Sets the follow-up after a wake-up by notification ([`WorkerConfig::wake_follow_up`];
+    /// zero: none).
+    pub fn wake_follow_up(mut self, d: Duration) -> Self {
+        self.wake_follow_up = d;
+        self
+    }
     /// Sets the service name used in a generated instance id.
     pub fn service_name(mut self, name: impl Into<String>) -> Self {
         self.service_name = name.into();
@@ -299,6 +320,7 @@ impl WorkerConfig {
             ("lease", self.lease),
             ("reclaim_interval", self.reclaim_interval),
             ("send_timeout", self.send_timeout),
+            ("wake_follow_up", self.wake_follow_up),
         ] {
             if d > MAX_DURATION {
                 return bad(format!("{name} must be at most 7 days"));

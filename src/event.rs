@@ -1,5 +1,6 @@
 //! Events to be written into the outbox.
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use sea_orm_outbox_entity::event_record::{BIZ_NO_MAX_LEN, EVENT_TYPE_MAX_LEN};
 use serde::Serialize;
@@ -103,6 +104,16 @@ pub const RESERVED_HEADER_NAMES: &[&str] = &[
     "TIMER_ROLL_LABEL",
 ];
 
+/// Default notify interval of an event ([`NewEvent::notify_interval`]): 10 milliseconds.
+///
+/// On Postgres an event's insert queues the wake-up `NOTIFY` unless another transaction that
+/// queued one during the same 10 ms slot is still open; see [`NewEvent::notify_interval`].
+/// Why 10 ms: it is long enough that a burst of concurrent writers sends about one notifying
+/// transaction at a time (so that they do not queue for the notify lock), and short enough that a
+/// long transaction holding a slot keeps the others from notifying for at most 10 ms. The relays'
+/// follow-up round ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`], 20 ms) is twice as long.
+pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Limits checked before an event is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -142,6 +153,7 @@ pub struct NewEvent {
     payload: String,
     headers: BTreeMap<String, String>,
     notify: bool,
+    notify_interval: Duration,
 }
 
 impl NewEvent {
@@ -172,6 +184,7 @@ impl NewEvent {
             payload: payload.into(),
             headers: BTreeMap::new(),
             notify: true,
+            notify_interval: DEFAULT_NOTIFY_INTERVAL,
         }
     }
 
@@ -236,11 +249,12 @@ impl NewEvent {
     ///
     /// On Postgres the insert then also queues `pg_notify('sea_orm_outbox', '')`, delivered
     /// when the transaction commits (never on rollback), and idle relays run a round at once
-    /// instead of after their poll delay. Turn it off for writers whose commit rate matters
-    /// more than the relay's latency: Postgres serializes the commits of notifying
-    /// transactions on one cluster-wide lock (BENCHMARKS.md measured 0.48–0.94 of the commits
-    /// per second with 8 writers), and relays then find the event by polling. Other backends
-    /// have no notification and always poll; there this setting changes nothing.
+    /// instead of after their poll delay. Concurrent writers share the notifications: see
+    /// [`NewEvent::notify_interval`] (by default a burst of writers sends about one notifying
+    /// transaction at a time, so the notify costs the writers about nothing). Turn it off for
+    /// an event that need not be published soon: relays then find it by polling (or by the
+    /// next round another event's notification starts). Other backends have no notification
+    /// and always poll; there this setting changes nothing.
     #[must_use]
     pub fn notify_relays(mut self, on: bool) -> Self {
         self.notify = on;
@@ -250,6 +264,56 @@ impl NewEvent {
     /// Whether writing this event wakes listening relays (see [`NewEvent::notify_relays`]).
     pub fn notifies_relays(&self) -> bool {
         self.notify
+    }
+
+    /// Sets how concurrent writers share the wake-up notification (Postgres; default
+    /// [`DEFAULT_NOTIFY_INTERVAL`], 10 ms; counted in whole milliseconds, a fraction rounds
+    /// up). [`Duration::ZERO`] makes every event queue its own `NOTIFY`, as before debouncing.
+    ///
+    /// **The rule.** Time is cut into slots of `interval` (by the database's clock,
+    /// `clock_timestamp()`). The insert queues the `NOTIFY` only when it gets the slot's
+    /// transaction-level advisory lock (`pg_try_advisory_xact_lock(1329745752, slot)`, never
+    /// waiting; the first key is `"OBOX"` in ASCII): that is, unless another open transaction of
+    /// the same database queued the slot's notification and has not ended yet. Its commit then
+    /// wakes the relays for both. The first event after a quiet moment always notifies (no
+    /// one holds the slot), so the idle commit → publish latency is unchanged; within a burst
+    /// about one notifying transaction is open at a time, which matters because Postgres
+    /// commits notifying transactions one at a time, holding a database-wide lock across the
+    /// commit's WAL flush (`PreCommit_Notify` in `async.c`): BENCHMARKS.md measured 0.26 to
+    /// 0.94 of the plain commit rate with 8 or 32 writers that all notified, 0.89 to 1.75 (noise
+    /// of a loaded machine) with the default. Advisory locks are per database and across processes, so every writer of a
+    /// database shares the slot, and several databases in one process never silence each
+    /// other.
+    ///
+    /// **What can still wait for the poll delay.** An event that skipped the notify relies on
+    /// the slot holder's commit, on the relays' follow-up rounds after a wake-up
+    /// ([`crate::WorkerConfig::wake_follow_up`]: 20 ms after the woken round, then 40 ms,
+    /// 80 ms, ...), or on any later notification. It waits for the poll delay (never longer;
+    /// nothing is lost) only when no notification reaches a relay after it committed: the slot
+    /// holder rolled back, or stays open (a long transaction; the next slot's first insert,
+    /// at most `interval` later, notifies if there is one), and no other event notified
+    /// since. When the holder committed first, the woken round or a follow-up claims the event
+    /// within about twice its lateness. Under a steady stream of writes the next slot's
+    /// notification comes within about `interval` anyway.
+    ///
+    /// An application that takes advisory locks with the two-key form and the first key
+    /// 1329745752 shares the slots' keys; use `Duration::ZERO` then (or other keys).
+    #[must_use]
+    pub fn notify_interval(mut self, interval: Duration) -> Self {
+        self.notify_interval = interval;
+        self
+    }
+
+    /// How concurrent writers share the wake-up notification (see
+    /// [`NewEvent::notify_interval`]; [`Duration::ZERO`]: every event notifies).
+    pub fn notification_interval(&self) -> Duration {
+        self.notify_interval
+    }
+
+    /// What the insert does about the wake-up: `None` no notification, `Some(ZERO)` a
+    /// notification of its own, `Some(interval)` shared by slots of `interval`.
+    pub(crate) fn wakeup(&self) -> Option<Duration> {
+        self.notify.then_some(self.notify_interval)
     }
 
     /// An event whose payload arrives as bytes, for example from a queue or a file.

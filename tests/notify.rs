@@ -6,6 +6,11 @@
 //! committed transactions in commit order, so when a `NOTIFY sea_orm_outbox, 'sentinel'`
 //! committed after the transaction under test is the FIRST notification received, that
 //! transaction queued none.
+//!
+//! The notify interval's rule (`NewEvent::notify_interval`: an insert notifies only when no
+//! other open transaction holds the current slot) is shown with slots of 100 years, so that no
+//! slot boundary can fall inside the test; the relay's side (its follow-up rounds) is tested in
+//! tests/listen.rs.
 mod common;
 
 use sea_orm_outbox::test_support::wait_until;
@@ -35,6 +40,8 @@ backend_test!(
         Postgres, "notify_rollback" => rolled_back_event_queues_nothing;
     postgres_relay_polls_for_events_with_notify_off:
         Postgres, "notify_off_relay" => relay_polls_for_events_with_notify_off;
+    postgres_an_open_slot_holder_takes_the_notify_of_its_slot:
+        Postgres, "notify_slot" => an_open_slot_holder_takes_the_notify_of_its_slot;
 );
 
 /// A raw listener on [`CHANNEL`] (its own connection, not the test's pool).
@@ -188,4 +195,57 @@ async fn relay_polls_for_events_with_notify_off(ctx: &TestContext) {
     ids.sort_unstable();
     assert_eq!(ids, [quiet, loud]);
     assert_eq!(count(&ctx.db, EventStatus::Success).await, 2);
+}
+
+/// One slot for the whole test (boundaries at multiples of 100 years since 1970).
+const ONE_SLOT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// An event of the test's single slot.
+fn slotted(biz_no: &str) -> NewEvent {
+    NewEvent::raw(biz_no, "ORDER_CREATED", "{}").notify_interval(ONE_SLOT)
+}
+
+async fn an_open_slot_holder_takes_the_notify_of_its_slot(ctx: &TestContext) {
+    assert_eq!(
+        NewEvent::raw("A", "T", "{}").notification_interval(),
+        sea_orm_outbox::DEFAULT_NOTIFY_INTERVAL
+    );
+    let mut l = listener(ctx).await;
+    // The holder: the first insert of the slot notifies (no one holds the slot).
+    let holder = ctx.db.begin().await.expect("begin");
+    holder.with_event(slotted("ORD-H")).await.expect("insert");
+    // While it is open, the other writers of the slot queue no notification of their own: an
+    // autocommitted insert, a transaction of two events, both committed before the holder.
+    ctx.db.with_event(slotted("ORD-S1")).await.expect("insert");
+    let txn = ctx.db.begin().await.expect("begin");
+    txn.with_event(slotted("ORD-S2")).await.expect("insert");
+    txn.with_event(slotted("ORD-S3")).await.expect("insert");
+    txn.commit().await.expect("commit");
+    // An event with the interval zero notifies whatever the slot.
+    ctx.db
+        .with_event(slotted("ORD-Z").notify_interval(Duration::ZERO))
+        .await
+        .expect("insert");
+    sentinel(ctx, "skippers-committed").await;
+    assert_next(&mut l, "", "the interval-zero event notified").await;
+    assert_next(
+        &mut l,
+        "skippers-committed",
+        "the events of the held slot queued no notification",
+    )
+    .await;
+    // The holder's commit notifies for them all; the slot is free again afterwards.
+    holder.commit().await.expect("commit");
+    assert_next(&mut l, "", "the holder's commit notifies").await;
+    ctx.db.with_event(slotted("ORD-F")).await.expect("insert");
+    // A rolled-back holder frees the slot as well (and its notification is dropped).
+    let rolled = ctx.db.begin().await.expect("begin");
+    rolled.with_event(slotted("ORD-RB")).await.expect("insert");
+    rolled.rollback().await.expect("rollback");
+    ctx.db.with_event(slotted("ORD-G")).await.expect("insert");
+    sentinel(ctx, "end").await;
+    assert_next(&mut l, "", "the first event after the holder notifies").await;
+    assert_next(&mut l, "", "and so does the first after a rollback").await;
+    assert_next(&mut l, "end", "and nothing else").await;
+    assert_eq!(count(&ctx.db, EventStatus::Wait).await, 7, "all written");
 }

@@ -39,13 +39,21 @@ fn by_id(backend: DbBackend, query: &impl QueryTrait) -> Statement {
     dialect::by_primary_key(backend, query.build(backend)).expect("a by-id statement")
 }
 
+/// What the insert of `event` is told about the wake-up (as `store::insert_event` tells it).
+fn wakeup(event: &NewEvent) -> Option<Duration> {
+    event
+        .notifies_relays()
+        .then(|| event.notification_interval())
+}
+
 #[test]
 fn insert_event() {
+    // The default: the notification shared by the slot's advisory lock.
     let event = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#);
     insta::assert_snapshot!(render(|b| dialect::with_wakeup(
         b,
         b.build(&store::insert_statement(b, &event)),
-        event.notifies_relays()
+        wakeup(&event)
     )));
     let quiet = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_relays(false);
     insta::assert_snapshot!(
@@ -53,9 +61,29 @@ fn insert_event() {
         render(|b| dialect::with_wakeup(
             b,
             b.build(&store::insert_statement(b, &quiet)),
-            quiet.notifies_relays()
+            wakeup(&quiet)
         ))
     );
+    let every =
+        NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_interval(Duration::ZERO);
+    insta::assert_snapshot!(
+        "insert_event_notify_every_event",
+        render(|b| dialect::with_wakeup(
+            b,
+            b.build(&store::insert_statement(b, &every)),
+            wakeup(&every)
+        ))
+    );
+    // A fraction of a millisecond rounds up.
+    let short =
+        NewEvent::raw("ORD-1", "ORDER_CREATED", "{}").notify_interval(Duration::from_micros(1_500));
+    let stmt = dialect::with_wakeup(
+        DbBackend::Postgres,
+        DbBackend::Postgres.build(&store::insert_statement(DbBackend::Postgres, &short)),
+        wakeup(&short),
+    );
+    let values = stmt.values.expect("values").0;
+    assert_eq!(values.last(), Some(&sea_orm::Value::BigInt(Some(2))));
 }
 
 #[test]

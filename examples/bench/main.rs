@@ -25,6 +25,10 @@
 //!   `claim_lost_per_event_*`; CPU seconds of this process and of the database server per phase.
 //! - `idle_latency_p50_ms`, `idle_latency_p99_ms`: commit → publish for events written one at a
 //!   time to an idle relay polling every `--idle-poll-ms`.
+//! - `write_eps`, `write_eps_no_notify`, `write_eps_notify_over_none`: one-event transactions per
+//!   second through `with_event` (default settings) and through the plain insert, per writer
+//!   count of `--writers` (default 8 and 32) as `_w<N>`, interleaved and repeated
+//!   (`--write-repeats`); on Postgres also `write_eps_notify_every_w<N>` (every event notifying).
 //! - `with_event_overhead_ms`: median(business insert + `with_event`) − median(business insert).
 //! - `idle_poll_rows_examined`: the candidate scan over `--poll-rows` `SUCCESS` rows
 //!   (Postgres: `EXPLAIN (ANALYZE, BUFFERS)`, MariaDB/MySQL: `Handler_read%` deltas).
@@ -102,9 +106,17 @@ struct Args {
     /// Poll delay of the idle-latency phase (polling only), ms.
     #[arg(long, default_value_t = 100)]
     idle_poll_ms: u64,
-    /// Concurrent writers of the write-throughput phase.
-    #[arg(long, default_value_t = 8)]
-    writers: usize,
+    /// Concurrent writers of the write-throughput phase: one or more counts, comma-separated
+    /// (`write_eps` and `write_eps_no_notify` are the first count's).
+    #[arg(long, value_delimiter = ',', default_values_t = [8, 32])]
+    writers: Vec<usize>,
+    /// The notify interval of `write_eps`'s events, ms (default: the library's,
+    /// `sea_orm_outbox::DEFAULT_NOTIFY_INTERVAL`; for experiments).
+    #[arg(long)]
+    notify_interval_ms: Option<u64>,
+    /// Rounds of the write-throughput phase per writer count (the figures are medians).
+    #[arg(long, default_value_t = 5)]
+    write_repeats: usize,
     /// Events written (one transaction each) in the write-throughput phase.
     #[arg(long, default_value_t = 4_000)]
     write_events: u64,
@@ -179,6 +191,7 @@ impl Args {
             self.idle_poll_ms = self.idle_poll_ms.min(20);
             self.overhead_samples = self.overhead_samples.min(50);
             self.write_events = self.write_events.min(400);
+            self.write_repeats = self.write_repeats.min(1);
             self.poll_rows = self.poll_rows.min(20_000);
             self.timeout_s = self.timeout_s.min(120);
         }

@@ -1,9 +1,9 @@
 //! The writer's side: write throughput with and without the notify (`write_eps`,
-//! `write_eps_no_notify`) and the cost of `with_event` in a business transaction
-//! (`with_event_overhead_ms`).
+//! `write_eps_no_notify`, `write_eps_notify_over_none`, per writer count `_w<N>`) and the cost
+//! of `with_event` in a business transaction (`with_event_overhead_ms`).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sea_orm::{
     ActiveValue::Set, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, NotSet, Schema,
@@ -17,21 +17,35 @@ use crate::scratch::{BoxError, ScratchDb};
 use crate::setup::reset;
 use crate::Args;
 
-/// Events per second written by `--writers` concurrent one-event transactions: through
-/// `with_event` (on Postgres the insert also queues `pg_notify` for wake-on-commit), or with the
-/// library's plain insert statement (no notify).
+/// How the writers of one `write_eps` run insert their events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Insert {
+    /// The library's plain insert statement: no `pg_notify` (`write_eps_no_notify`).
+    Plain,
+    /// `with_event` with the default settings (on Postgres the notify shared by the slot,
+    /// `NewEvent::notify_interval` 10 ms): `write_eps`.
+    Default,
+    /// `with_event` with `notify_interval(Duration::ZERO)`: every event queues its own
+    /// `pg_notify`, as every `with_event` did before issue 14 (`write_eps_notify_every`).
+    Every,
+}
+
+/// Events per second written by `writers` concurrent one-event transactions, inserting as
+/// `insert` says.
 async fn write_eps(
     bench: &ScratchDb,
     setup: &DatabaseConnection,
     args: &Args,
-    with_event: bool,
+    writers: usize,
+    insert: Insert,
 ) -> Result<f64, BoxError> {
     reset(setup).await?;
-    let db = bench.pool(args.writers as u32).await?;
+    let db = bench.pool(writers as u32).await?;
     let next = Arc::new(AtomicU64::new(0));
+    let interval = args.notify_interval_ms;
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..args.writers {
+    for _ in 0..writers {
         let (db, next, total) = (db.clone(), next.clone(), args.write_events);
         tasks.push(tokio::spawn(async move {
             loop {
@@ -45,12 +59,23 @@ async fn write_eps(
                     format!("{{\"orderId\":{i}}}"),
                 );
                 let txn = db.begin().await?;
-                if with_event {
-                    txn.with_event(event).await?;
-                } else {
-                    let backend = txn.get_database_backend();
-                    txn.execute(&store::insert_statement(backend, &event))
-                        .await?;
+                match insert {
+                    Insert::Default => {
+                        let event = match interval {
+                            Some(ms) => event.notify_interval(Duration::from_millis(ms)),
+                            None => event,
+                        };
+                        txn.with_event(event).await?;
+                    }
+                    Insert::Every => {
+                        txn.with_event(event.notify_interval(Duration::ZERO))
+                            .await?;
+                    }
+                    Insert::Plain => {
+                        let backend = txn.get_database_backend();
+                        txn.execute(&store::insert_statement(backend, &event))
+                            .await?;
+                    }
                 }
                 txn.commit().await?;
             }
@@ -64,7 +89,20 @@ async fn write_eps(
     Ok(eps)
 }
 
-/// `write_eps` and `write_eps_no_notify`, or skipped with `--skip-write`.
+/// The median of `v` (NaN when empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile(&v, 50.0)
+}
+
+/// Per writer count of `--writers` (default 8 and 32): `--write-repeats` rounds, each running
+/// the insert kinds back to back in an order that alternates between rounds (ABC, CBA, ...)
+/// against drift; `write_eps_w<N>` (default settings), `write_eps_no_notify_w<N>` (plain insert),
+/// on Postgres `write_eps_notify_every_w<N>` (every event notifies: the write path before
+/// issue 14), each the median of its runs, and `write_eps_notify_over_none_w<N>` /
+/// `write_eps_every_over_none_w<N>`, the medians of the per-round ratios. `write_eps`,
+/// `write_eps_no_notify` are the first count's; `write_eps_notify_over_none` (and
+/// `write_eps_every_over_none`) the lowest over the counts. Skipped with `--skip-write`.
 pub async fn write_figures(
     figs: &mut Figures,
     bench: &ScratchDb,
@@ -72,30 +110,125 @@ pub async fn write_figures(
     args: &Args,
 ) -> Result<(), BoxError> {
     if args.skip_write {
-        figs.skip("write_eps", "--skip-write");
+        for f in [
+            "write_eps",
+            "write_eps_no_notify",
+            "write_eps_notify_over_none",
+        ] {
+            figs.skip(f, "--skip-write");
+        }
         return Ok(());
     }
-    let plain = write_eps(bench, setup, args, false).await?;
-    let with = write_eps(bench, setup, args, true).await?;
+    let postgres = bench.backend == DbBackend::Postgres;
+    let kinds: &[Insert] = if postgres {
+        &[Insert::Plain, Insert::Default, Insert::Every]
+    } else {
+        &[Insert::Plain, Insert::Default]
+    };
+    let repeats = args.write_repeats.max(1);
+    let mut lowest: Option<(f64, f64)> = None;
+    let mut first: Option<(f64, f64)> = None;
+    for &writers in &args.writers {
+        let (mut plain, mut default, mut every) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut over, mut every_over) = (Vec::new(), Vec::new());
+        for round in 0..repeats {
+            let mut order = kinds.to_vec();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            let mut got = [f64::NAN; 3];
+            for kind in order {
+                let eps = write_eps(bench, setup, args, writers, kind).await?;
+                got[kind as usize] = eps;
+            }
+            plain.push(got[Insert::Plain as usize]);
+            default.push(got[Insert::Default as usize]);
+            over.push(got[Insert::Default as usize] / got[Insert::Plain as usize]);
+            if postgres {
+                every.push(got[Insert::Every as usize]);
+                every_over.push(got[Insert::Every as usize] / got[Insert::Plain as usize]);
+            }
+        }
+        let how = format!(
+            "{} events, {writers} concurrent one-event transactions, median of {repeats} \
+             interleaved runs",
+            args.write_events
+        );
+        let (p, d) = (median(plain), median(default));
+        let ratio = median(over);
+        figs.add(
+            &format!("write_eps_w{writers}"),
+            f1(d),
+            format!(
+                "{how}, through with_event with the default settings{}",
+                if postgres {
+                    " (insert + pg_notify shared by the 10 ms slot's advisory lock)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        figs.add(
+            &format!("write_eps_no_notify_w{writers}"),
+            f1(p),
+            format!("{how}, the library's plain insert statement (no pg_notify)"),
+        );
+        figs.add(
+            &format!("write_eps_notify_over_none_w{writers}"),
+            f3(ratio),
+            "median of the per-round ratios write_eps / write_eps_no_notify",
+        );
+        let mut every_ratio = f64::NAN;
+        if postgres {
+            every_ratio = median(every_over);
+            figs.add(
+                &format!("write_eps_notify_every_w{writers}"),
+                f1(median(every)),
+                format!(
+                    "{how}, with_event notify_interval(0): every event notifies (before issue 14)"
+                ),
+            );
+            figs.add(
+                &format!("write_eps_every_over_none_w{writers}"),
+                f3(every_ratio),
+                "median of the per-round ratios write_eps_notify_every / write_eps_no_notify",
+            );
+        }
+        first.get_or_insert((d, p));
+        lowest = Some(match lowest {
+            None => (ratio, every_ratio),
+            Some((r, e)) => (r.min(ratio), e.min(every_ratio)),
+        });
+    }
+    let Some(((d, p), (ratio, every_ratio))) = first.zip(lowest) else {
+        return Err("--writers names no writer count".into());
+    };
+    let first_count = args.writers[0];
     figs.add(
         "write_eps",
-        f1(with),
-        format!(
-            "{} events, {} concurrent one-event transactions through with_event{}",
-            args.write_events,
-            args.writers,
-            if bench.backend == DbBackend::Postgres {
-                " (insert + pg_notify)"
-            } else {
-                ""
-            }
-        ),
+        f1(d),
+        format!("write_eps_w{first_count}: with_event, default settings"),
     );
     figs.add(
         "write_eps_no_notify",
-        f1(plain),
-        "the same with the library's plain insert statement (no pg_notify)",
+        f1(p),
+        format!("write_eps_no_notify_w{first_count}: the plain insert"),
     );
+    figs.add(
+        "write_eps_notify_over_none",
+        f3(ratio),
+        format!(
+            "the lowest write_eps_notify_over_none_w<N> over --writers {:?}",
+            args.writers
+        ),
+    );
+    if postgres {
+        figs.add(
+            "write_eps_every_over_none",
+            f3(every_ratio),
+            "the lowest write_eps_every_over_none_w<N>: every event notifying (before issue 14)",
+        );
+    }
     Ok(())
 }
 

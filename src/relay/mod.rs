@@ -171,7 +171,11 @@ impl Worker {
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
         tracing::info!(parent: &span, owner = %self.owner, "outbox worker started");
-        let wake = Wake::new(self.db.inner(), self.config.wake_on_commit);
+        let wake = Wake::new(
+            self.db.inner(),
+            self.config.wake_on_commit,
+            self.config.wake_follow_up,
+        );
         let inflight = Inflight::default();
         let signals = slots::Signals::default();
         let sending = async {

@@ -114,15 +114,28 @@ pub fn check_backend_feature(backend: DbBackend) -> Result<(), crate::OutboxErro
 /// The Postgres `LISTEN`/`NOTIFY` channel on which event inserts wake relays.
 pub const WAKE_CHANNEL: &str = "sea_orm_outbox";
 
+/// The first key of the advisory locks that share the wake-up notification among concurrent
+/// writers (`pg_try_advisory_xact_lock(NOTIFY_SLOT_LOCK_CLASS, slot)`): 1329745752, `"OBOX"`
+/// in ASCII. See [`crate::NewEvent::notify_interval`].
+pub const NOTIFY_SLOT_LOCK_CLASS: i32 = 0x4F42_4F58;
+
 /// On Postgres, wraps the event insert (`INSERT ... RETURNING id`) so that the same round trip
-/// queues `pg_notify('sea_orm_outbox', '')`:
-/// `WITH ins AS (<insert>), woke AS (SELECT pg_notify(...)) SELECT ins.id FROM ins, woke`.
-/// The notification is delivered at commit and dropped on rollback; identical notifications of
-/// one transaction are delivered once. Other backends get `insert` unchanged (they poll).
+/// queues `pg_notify('sea_orm_outbox', '')`, delivered at commit and dropped on rollback
+/// (identical notifications of one transaction are delivered once). Other backends get
+/// `insert` unchanged (they poll).
 ///
-/// `notify` false (the event's [`crate::NewEvent::notify_relays`]) leaves `insert` unchanged
-/// on every backend.
-pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: bool) -> Statement {
+/// `notify` is the event's [`crate::NewEvent::notify_relays`] and
+/// [`crate::NewEvent::notify_interval`]:
+/// - `None` leaves `insert` unchanged on every backend;
+/// - `Some(Duration::ZERO)`: `WITH ins AS (<insert>), woke AS (SELECT pg_notify(...))
+///   SELECT ins.id FROM ins, woke` (every event notifies);
+/// - `Some(interval)`: the notification only when the insert gets the advisory lock of the
+///   current slot of `interval` (whole milliseconds, bound as the last parameter), so that one
+///   open transaction at a time notifies per slot: `WITH ins AS (<insert>), woke AS (SELECT
+///   pg_notify(...) WHERE pg_try_advisory_xact_lock(1329745752, <slot>)) SELECT ins.id,
+///   (SELECT count(*) FROM woke) FROM ins` (the second column, 1 or 0, says whether it
+///   notified).
+pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: Option<Duration>) -> Statement {
     Dialect::of(backend).with_wakeup(insert, notify)
 }
 

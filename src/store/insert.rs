@@ -42,9 +42,11 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
 }
 
 /// Inserts `event` as a `WAIT` row due now and returns its id. On Postgres the same statement
-/// also queues a `NOTIFY` on [`dialect::WAKE_CHANNEL`] (unless the event says [`NewEvent::notify_relays`]`(false)`), delivered when the transaction commits
-/// (never on rollback), which wakes listening relays at once. Does not validate: callers go
-/// through [`crate::OutboxExt::with_event`].
+/// may also queue a `NOTIFY` on [`dialect::WAKE_CHANNEL`], delivered when the transaction
+/// commits (never on rollback), which wakes listening relays at once: unless the event says
+/// [`NewEvent::notify_relays`]`(false)`, and by default only when no other open transaction
+/// holds the current slot of [`NewEvent::notify_interval`] (see there). Does not validate:
+/// callers go through [`crate::OutboxExt::with_event`].
 ///
 /// # Errors
 /// Any database error (for example a missing table).
@@ -56,7 +58,7 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
             .query_one_raw(dialect::with_wakeup(
                 backend,
                 backend.build(&stmt),
-                event.notifies_relays(),
+                event.wakeup(),
             ))
             .await?
             .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;

@@ -128,8 +128,9 @@ impl Dialect {
         }
     }
 
-    /// The event insert, made to also wake listening relays at commit when `notify`.
-    pub fn with_wakeup(self, insert: Statement, notify: bool) -> Statement {
+    /// The event insert, made to also wake listening relays at commit when `notify` (see
+    /// [`crate::store::dialect::with_wakeup`]).
+    pub fn with_wakeup(self, insert: Statement, notify: Option<std::time::Duration>) -> Statement {
         match self {
             Dialect::Postgres => postgres::with_wakeup(insert, notify),
             Dialect::MySql => mysql::with_wakeup(insert, notify),

@@ -43,7 +43,7 @@ pub(super) fn insert_if_absent(backend: DbBackend, insert: &InsertStatement) -> 
 }
 
 /// Unchanged: MySQL relays poll.
-pub(super) fn with_wakeup(insert: Statement, _notify: bool) -> Statement {
+pub(super) fn with_wakeup(insert: Statement, _notify: Option<Duration>) -> Statement {
     insert
 }
 

@@ -2,11 +2,11 @@
 use std::time::Duration;
 
 use sea_orm::sea_query::UpdateStatement;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement, Value, Values};
 use sea_orm_outbox_entity::event_record::Model;
 use sea_orm_outbox_entity::EventStatus;
 
-use crate::store::dialect::WAKE_CHANNEL;
+use crate::store::dialect::{NOTIFY_SLOT_LOCK_CLASS, WAKE_CHANNEL};
 
 /// The crate feature serving Postgres, and whether this build has it.
 pub(super) const FEATURE: (&str, bool) = ("postgres", cfg!(feature = "postgres"));
@@ -34,22 +34,50 @@ pub(super) fn by_primary_key(stmt: Statement) -> Result<Statement, DbErr> {
     Ok(stmt)
 }
 
-/// `WITH ins AS (<insert>), woke AS (SELECT pg_notify('sea_orm_outbox', '')) SELECT ins.id
-/// FROM ins, woke` when `notify`: the same round trip queues the notification, delivered at
-/// commit and dropped on rollback (identical notifications of one transaction are delivered
-/// once).
-pub(super) fn with_wakeup(insert: Statement, notify: bool) -> Statement {
-    if !notify {
+/// The insert with the wake-up notification (see [`crate::store::dialect::with_wakeup`]):
+/// none for `None`; `WITH ins AS (<insert>), woke AS (SELECT pg_notify('sea_orm_outbox', ''))
+/// SELECT ins.id FROM ins, woke` for `Some(ZERO)`; for `Some(interval)` the notification only
+/// when the insert gets the advisory lock of the current slot of `interval`
+/// ([`NOTIFY_SLOT_LOCK_CLASS`], the slot number by `clock_timestamp()`, in whole
+/// milliseconds bound as the last parameter), with a second column saying whether it notified.
+/// `pg_try_advisory_xact_lock` never waits; the lock is released when the transaction ends,
+/// after the notify lock (`ProcReleaseLocks` releases the regular locks first), so the next
+/// slot holder never queues behind this one's commit.
+pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statement {
+    let Some(interval) = notify else {
         return insert;
+    };
+    if interval.is_zero() {
+        return Statement {
+            sql: format!(
+                "WITH ins AS ({}), woke AS (SELECT pg_notify('{WAKE_CHANNEL}', '')) \
+                 SELECT ins.id FROM ins, woke",
+                insert.sql
+            ),
+            ..insert
+        };
     }
+    let mut values = insert.values.map(|v| v.0).unwrap_or_default();
+    values.push(Value::BigInt(Some(slot_millis(interval))));
+    let slot = values.len();
     Statement {
         sql: format!(
-            "WITH ins AS ({}), woke AS (SELECT pg_notify('{WAKE_CHANNEL}', '')) \
-             SELECT ins.id FROM ins, woke",
+            "WITH ins AS ({}), woke AS (SELECT pg_notify('{WAKE_CHANNEL}', '') WHERE \
+             pg_try_advisory_xact_lock({NOTIFY_SLOT_LOCK_CLASS}, (floor(extract(epoch FROM \
+             clock_timestamp()) * 1000 / ${slot}::bigint)::bigint % 2147483647)::int)) \
+             SELECT ins.id, (SELECT count(*) FROM woke) AS notified FROM ins",
             insert.sql
         ),
+        values: Some(Values(values)),
         ..insert
     }
+}
+
+/// `interval` in whole milliseconds, rounded up, at least 1 (the slot length bound into the
+/// debounced insert).
+fn slot_millis(interval: Duration) -> i64 {
+    let ms = interval.as_nanos().div_ceil(1_000_000).max(1);
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// `UPDATE ... WHERE status = 'WAIT' AND id = ANY(ARRAY(SELECT id ... FOR UPDATE SKIP LOCKED))

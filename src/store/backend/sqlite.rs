@@ -42,7 +42,7 @@ pub(super) fn by_primary_key(stmt: Statement) -> Result<Statement, DbErr> {
 }
 
 /// Unchanged: SQLite relays poll.
-pub(super) fn with_wakeup(insert: Statement, _notify: bool) -> Statement {
+pub(super) fn with_wakeup(insert: Statement, _notify: Option<Duration>) -> Statement {
     insert
 }
 

@@ -40,7 +40,7 @@ pub(super) fn insert_if_absent(backend: DbBackend, _insert: &InsertStatement) ->
 }
 
 /// Unchanged (no wake-up).
-pub(super) fn with_wakeup(insert: Statement, _notify: bool) -> Statement {
+pub(super) fn with_wakeup(insert: Statement, _notify: Option<Duration>) -> Statement {
     insert
 }
 
