@@ -119,7 +119,7 @@ impl SendContext {
                     done.push(Done {
                         event,
                         sent: Sent::Failed(e),
-                        took: Some(Duration::ZERO),
+                        took: None,
                     });
                 }
             }
@@ -144,6 +144,8 @@ impl SendContext {
         let took = started.elapsed();
         let answered = results.len();
         let mut results = results.into_iter();
+        // The call's duration is recorded once (with its first event), not once per event.
+        let mut took = Some(took);
         for event in going {
             self.inflight.sent(owner_of(&event), event.id);
             let sent = match results.next() {
@@ -157,7 +159,7 @@ impl SendContext {
             done.push(Done {
                 event,
                 sent,
-                took: Some(took),
+                took: took.take(),
             });
         }
         done

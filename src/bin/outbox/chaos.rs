@@ -71,6 +71,28 @@ impl Publisher for StallingPublisher {
         }
         Ok(())
     }
+
+    /// Batches as the inner publisher does (the relay's default path), each message of a
+    /// batch judged like a single send: the thread stalls after the batch was accepted.
+    async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let results = self.inner.publish_batch(messages).await;
+        let stall = messages
+            .iter()
+            .zip(&results)
+            .find(|(m, r)| r.is_ok() && m.retry_count == 0 && m.event_id % self.every == 0);
+        if let Some((m, _)) = stall {
+            tracing::warn!(
+                event_id = m.event_id,
+                "FAULT INJECTION: stalling the sending thread"
+            );
+            std::thread::sleep(self.stall);
+        }
+        results
+    }
+
+    fn batches(&self) -> bool {
+        self.inner.batches()
+    }
 }
 
 #[cfg(test)]

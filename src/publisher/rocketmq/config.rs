@@ -29,6 +29,10 @@ pub const ENV_TOPIC: &str = "OUTBOX_TOPIC";
 pub const ENV_TOPICS: &str = "OUTBOX_TOPICS";
 /// The environment variable with the failover mode: `outbox`, `client` or `off` ([`Failover`]).
 pub const ENV_FAILOVER: &str = "ROCKETMQ_FAILOVER";
+/// Environment variable of [`RocketMqConfig::max_message_bytes`] (bytes).
+pub const ENV_MAX_MESSAGE_BYTES: &str = "ROCKETMQ_MAX_MESSAGE_BYTES";
+/// Environment variable of [`RocketMqConfig::max_batch_bytes`] (bytes).
+pub const ENV_MAX_BATCH_BYTES: &str = "ROCKETMQ_MAX_BATCH_BYTES";
 /// Default time a broker is avoided after a failed send ([`RocketMqConfig::broker_avoidance`]):
 /// 30 s, which outlasts a broker that hangs for 20 s and is still short next to the 120 s the
 /// name server keeps listing a hung broker.
@@ -209,7 +213,8 @@ impl RocketMqConfig {
     /// `OUTBOX_TOPICS` (optional; empty means the default; see [`ENV_TOPICS`] and
     /// [`RocketMqConfig::topics_from_spec`]), `ROCKETMQ_ACCESS_KEY` and `ROCKETMQ_SECRET_KEY`
     /// (both or neither; empty means unset), `ROCKETMQ_FAILOVER` (optional; empty means the
-    /// default) and validates the result. Values are trimmed.
+    /// default), `ROCKETMQ_MAX_MESSAGE_BYTES` and `ROCKETMQ_MAX_BATCH_BYTES` (optional, bytes)
+    /// and validates the result. Values are trimmed.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `ROCKETMQ_NAMESRV_ADDR` is unset, empty or only
@@ -217,6 +222,7 @@ impl RocketMqConfig {
     /// message never shows the secret), `ROCKETMQ_FAILOVER` is not `outbox`, `client` or `off`,
     /// `ROCKETMQ_VERIFY_CREDENTIALS` (optional: `false` turns the start-up check of the
     /// credentials off, see [`RocketMqConfig::verify_credentials`]) is not `true` or `false`,
+    /// a byte limit is not a number,
     /// or a value fails [`RocketMqConfig::validate`] (an address that is not
     /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
     /// in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
@@ -249,6 +255,18 @@ impl RocketMqConfig {
             var(ENV_ACCESS_KEY),
             var(ENV_SECRET_KEY).map(SecretKey::from),
         )?;
+        for (name, set) in [
+            (ENV_MAX_MESSAGE_BYTES, &mut config.max_message_bytes),
+            (ENV_MAX_BATCH_BYTES, &mut config.max_batch_bytes),
+        ] {
+            if let Some(v) = var(name) {
+                *set = v.parse().map_err(|_| {
+                    OutboxError::InvalidConfig(format!(
+                        "{name} must be a number of bytes, not `{v}`"
+                    ))
+                })?;
+            }
+        }
         if let Some(failover) = var(ENV_FAILOVER) {
             config.failover = failover.parse()?;
         }

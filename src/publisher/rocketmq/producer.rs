@@ -312,11 +312,12 @@ impl RocketMqPublisher {
             Err(e) if e.kind == PublishErrorKind::Permanent => {
                 tracing::warn!(first_event_id = first_id, events = n, error = %e.message,
                     "RocketMQ refused a batch for good; sending its messages one by one");
-                let mut results = Vec::with_capacity(n);
-                for (id, message) in chunk {
-                    results.push(self.send(Outgoing::One(message), id, 1).await);
-                }
-                results
+                // Concurrently: within the relay's one send timeout for the whole call, so
+                // that the retry of the innocent messages takes one round trip, not n.
+                let singles = chunk
+                    .into_iter()
+                    .map(|(id, message)| self.send(Outgoing::One(message), id, 1));
+                futures::future::join_all(singles).await
             }
             Err(e) => vec![Err(e); n],
         }
@@ -338,13 +339,13 @@ impl Publisher for RocketMqPublisher {
     /// and at most [`RocketMqConfig::max_batch_bytes`] of encoded messages each (the
     /// client's wire encoding), in event order, the topics' batches concurrently. A batch goes
     /// to one queue of one broker and is stored all or nothing, so each event's result is its
-    /// batch's.
+    /// batch's. One topic's batches go one after the other, in event order.
     ///
     /// An event whose message alone exceeds `max_batch_bytes` is sent alone, and fails alone
     /// (permanently: the client refuses it, `MESSAGE_ILLEGAL`) when its body exceeds
-    /// [`RocketMqConfig::max_message_bytes`]. A batch refused for good (an empty body, say) is
-    /// sent again message by message, so that only the message at fault becomes a dead
-    /// letter. A batch that failed otherwise (time-out, broker down or busy) fails for each of
+    /// [`RocketMqConfig::max_message_bytes`]; so does an event with an empty body. A batch
+    /// refused for good anyway is sent again message by message (concurrently, within the same
+    /// call), so that only the message at fault becomes a dead letter. A batch that failed otherwise (time-out, broker down or busy) fails for each of
     /// its events, retryable, and the relay puts each back with its own back-off; under
     /// [`Failover::Outbox`] its broker is then avoided like after a failed single send. Never
     /// sent a second time within one call except in the permanent case above, whose first
@@ -367,8 +368,11 @@ impl Publisher for RocketMqPublisher {
             MessageClientIDSetter::set_uniq_id(&mut message);
             let size = encode_message(&message).len();
             let topic = self.config.topic_of(&event.event_type);
-            let alone =
-                size > limit || event.payload.len() > self.config.max_message_bytes as usize;
+            // Alone: too large for a batch, refused by the client anyway (over the message
+            // limit, or an empty body), so that it cannot fail a batch of others.
+            let alone = size > limit
+                || event.payload.is_empty()
+                || event.payload.len() > self.config.max_message_bytes as usize;
             let fits = open
                 .get(topic)
                 .is_some_and(|&c| !alone && chunks[c].3 + size <= limit);
@@ -391,13 +395,28 @@ impl Publisher for RocketMqPublisher {
                 }
             }
         }
-        let (indexes, sends): (Vec<Vec<usize>>, Vec<_>) = chunks
+        // One topic's chunks one after the other (the broker keeps a topic's events in the
+        // order given), the topics concurrently.
+        let mut by_topic: Vec<(String, Vec<(Vec<usize>, Vec<(i64, Message)>)>)> = Vec::new();
+        for (topic, idx, msgs, _) in chunks {
+            match by_topic.iter_mut().find(|(t, _)| *t == topic) {
+                Some((_, list)) => list.push((idx, msgs)),
+                None => by_topic.push((topic, vec![(idx, msgs)])),
+            }
+        }
+        let per_topic = by_topic.into_iter().map(|(_, list)| async move {
+            let mut outcomes = Vec::new();
+            for (idx, msgs) in list {
+                outcomes.push((idx, self.send_chunk(msgs).await));
+            }
+            outcomes
+        });
+        for (idx, sent) in futures::future::join_all(per_topic)
+            .await
             .into_iter()
-            .map(|(_, idx, msgs, _)| (idx, self.send_chunk(msgs)))
-            .unzip();
-        let sent = futures::future::join_all(sends).await;
-        for (idx, outcomes) in indexes.into_iter().zip(sent) {
-            for (i, outcome) in idx.into_iter().zip(outcomes) {
+            .flatten()
+        {
+            for (i, outcome) in idx.into_iter().zip(sent) {
                 results[i] = Some(outcome);
             }
         }
