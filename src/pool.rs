@@ -14,11 +14,15 @@
 //!   the options of the pool the application hands it: the application cannot leave one of its
 //!   connections in a transaction, and cannot hold every connection the relay needs to renew its
 //!   leases and record its outcomes.
-//! - Every idle connection of that pool is checked before it is handed out ([`guarded_pool`]):
-//!   one found inside a transaction is closed (the server rolls the transaction back) with a
-//!   WARN and counted in `outbox_leaked_transactions_total`. The check is the one round trip
-//!   sqlx spends on its ping before each acquire anyway (it replaces the ping, and like the
-//!   ping it also discards a connection that died while idle).
+//! - Every connection of that pool is checked when it is given back ([`guarded_pool`]): one
+//!   found inside a transaction is closed (the server rolls the transaction back) with a WARN
+//!   and counted in `outbox_leaked_transactions_total`, so no one is handed such a connection.
+//!   The check runs in the task in which sqlx returns a connection to its pool (next to its own
+//!   ping on release), off the path of the statement that waits for a connection; it was a
+//!   round trip before every acquire until issue 14 measured it as half of the relay's round
+//!   trips per batch. A connection idle for [`IDLE_RECHECK`] or longer is checked again before
+//!   it is handed out (in place of sqlx's ping before acquire), so that one that died while
+//!   idle (a database restart) is replaced instead of failing a statement.
 //!
 //! An application can build its own pool the same way (`guarded_pool(&db, n)`), so that its
 //! handlers never inherit a leaked transaction either.
@@ -37,6 +41,12 @@ pub const MIN_RELAY_POOL_CONNECTIONS: u32 = 3;
 
 /// Most connections a relay pool may have.
 pub const MAX_RELAY_POOL_CONNECTIONS: u32 = 1000;
+
+/// How long a connection of a [`guarded_pool`] may have been idle and still be handed out
+/// without a check (1 second): one idle longer is checked again first (it may have died while
+/// idle: a database restart, a pooler or firewall closing idle connections). Every connection
+/// is checked when it is given back anyway.
+pub const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `application_name` of the relay's own Postgres connections (in `pg_stat_activity`).
 pub const RELAY_APPLICATION_NAME: &str = "sea-orm-outbox relay";
@@ -118,22 +128,26 @@ impl RelayPool {
 /// timeouts, and sqlx's own pool settings such as its `after_connect` hook; SeaORM's
 /// `ConnectOptions::after_connect` callback ran once when `db` was connected and is not run
 /// again), at most `max_connections` connections opened lazily, none
-/// kept when idle for 60 s, and every idle connection checked before it is handed out (in
-/// place of sqlx's ping): one found inside an open transaction is closed with a WARN, its
-/// transaction rolled back by the server, and counted in `outbox_leaked_transactions_total`;
-/// one that does not answer is closed too, and another is taken.
+/// kept when idle for 60 s, and every connection checked when it is given back (sqlx's
+/// `after_release`, in the task that returns it to the pool, before sqlx's own ping on
+/// release): one found inside an open transaction is closed with a WARN, its transaction
+/// rolled back by the server, and counted in `outbox_leaked_transactions_total`; one that does
+/// not answer is closed too. A connection idle for [`IDLE_RECHECK`] (1 s) or longer gets the
+/// same check before it is handed out (`before_acquire`, in place of sqlx's ping), and another
+/// is taken if it fails; one idle for less is handed out at once (it passed the check a moment
+/// ago), which saves the relay a round trip per statement.
 ///
-/// The check runs, on the connection about to be handed out:
+/// The check runs, on the connection given back (or about to be handed out):
 /// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the
 ///   two are equal in a statement of its own, and differ inside a transaction opened earlier).
 /// - MySQL/MariaDB: `SELECT CAST(@@in_transaction AS SIGNED)` (MariaDB; MySQL proper has no
-///   such variable: there the connections are handed out unchecked, said once at WARN).
+///   such variable: there the connections are not checked, said once at WARN).
 ///
 /// A connection inside a transaction that already failed (Postgres refuses every statement)
 /// counts as leaked too; one whose check fails otherwise is closed quietly (DEBUG).
 ///
-/// What of `db`'s pool is not carried over: its own `before_acquire` hook and
-/// `test_before_acquire` setting (the check replaces them), its `idle_timeout` (60 s here), and
+/// What of `db`'s pool is not carried over: its own `before_acquire` and `after_release`
+/// hooks and `test_before_acquire` setting (the check replaces them), its `idle_timeout` (60 s here), and
 /// SeaORM's metric callback of `db` (set one on the
 /// returned connection if you need it).
 /// - SQLite: returns `db` itself (nothing to check: one writer, and the pool may be an
@@ -184,7 +198,8 @@ fn guarded(
     }
 }
 
-/// Logs and counts a connection found inside a transaction before it was handed out.
+/// Logs and counts a connection found inside a transaction when it was given back (or before
+/// it was handed out).
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 fn leaked() {
     crate::metrics::leaked_transaction();
@@ -196,8 +211,8 @@ fn leaked() {
 }
 
 /// The pool options of the relay's pool, from the application's `app`: at most `max`
-/// connections, opened lazily, closed after 60 s idle, sqlx's ping off (the caller's
-/// `before_acquire` check replaces it).
+/// connections, opened lazily, closed after 60 s idle, sqlx's ping before acquire off (the
+/// caller's checks replace it).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn relay_options<DB: sea_orm::sqlx::Database>(
     app: &sea_orm::sqlx::pool::PoolOptions<DB>,
@@ -211,7 +226,7 @@ fn relay_options<DB: sea_orm::sqlx::Database>(
 }
 
 /// The check's verdict on a connection found `open` (inside a transaction) or not: a leaked
-/// one is logged, counted and closed; returns whether to hand it out.
+/// one is logged, counted and closed; returns whether to keep it.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn verdict(open: bool) -> bool {
     if open {
@@ -221,7 +236,7 @@ fn verdict(open: bool) -> bool {
 }
 
 /// A connection whose check failed for another reason (it died while idle, say): closed, like
-/// sqlx's own ping would, and another is taken. Returns false (do not hand it out).
+/// sqlx's own ping would (and another is taken). Returns false (do not keep it).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn dead(e: &sea_orm::sqlx::Error) -> bool {
     tracing::debug!(error = %e, "a pooled relay connection failed its check; closing it");
@@ -245,24 +260,32 @@ mod postgres {
         if let Some(name) = name {
             connect = connect.application_name(name);
         }
-        let options: PgPoolOptions =
-            super::relay_options(app.options(), max).before_acquire(|conn, _| {
-                Box::pin(async move {
-                    let checked =
-                        sqlx::raw_sql("SELECT transaction_timestamp() = statement_timestamp()")
-                            .fetch_one(&mut *conn)
-                            .await;
-                    match checked {
-                        Ok(row) => Ok(super::verdict(!row.try_get::<bool, _>(0)?)),
-                        // Inside a transaction that already failed: every statement is refused.
-                        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
-                            Ok(super::verdict(true))
-                        }
-                        Err(e) => Ok(super::dead(&e)),
-                    }
-                })
+        let options: PgPoolOptions = super::relay_options(app.options(), max)
+            .after_release(|conn, _| Box::pin(async move { Ok(check(conn).await) }))
+            .before_acquire(|conn, meta| {
+                Box::pin(
+                    async move { Ok(meta.idle_for < super::IDLE_RECHECK || check(conn).await) },
+                )
             });
         SqlxPostgresConnector::from_sqlx_postgres_pool(options.connect_lazy_with(connect))
+    }
+
+    /// The check of [`super::guarded_pool`] on one connection: whether to keep it.
+    async fn check(conn: &mut sqlx::PgConnection) -> bool {
+        let checked = sqlx::raw_sql("SELECT transaction_timestamp() = statement_timestamp()")
+            .fetch_one(&mut *conn)
+            .await;
+        match checked {
+            Ok(row) => match row.try_get::<bool, _>(0) {
+                Ok(clean) => super::verdict(!clean),
+                Err(e) => super::dead(&e),
+            },
+            // Inside a transaction that already failed: every statement is refused.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
+                super::verdict(true)
+            }
+            Err(e) => super::dead(&e),
+        }
     }
 }
 
@@ -281,30 +304,39 @@ mod mysql {
     pub(super) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
         let app = db.get_mysql_connection_pool();
         let connect = (*app.connect_options()).clone();
-        let options: MySqlPoolOptions =
-            super::relay_options(app.options(), max).before_acquire(|conn, _| {
-                Box::pin(async move {
-                    let checked = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
-                        .fetch_one(&mut *conn)
-                        .await;
-                    match checked {
-                        Ok(row) => Ok(super::verdict(row.try_get::<i64, _>(0)? != 0)),
-                        // MySQL proper has no `@@in_transaction` (MariaDB has): nothing to
-                        // check with; say so once and hand the connection out.
-                        Err(sqlx::Error::Database(e)) if e.message().contains("in_transaction") => {
-                            if !UNCHECKABLE.swap(true, Ordering::Relaxed) {
-                                tracing::warn!(
-                                    error = %e,
-                                    "this MySQL server has no @@in_transaction: relay \
-                                     connections are not checked for leaked transactions"
-                                );
-                            }
-                            Ok(true)
-                        }
-                        Err(e) => Ok(super::dead(&e)),
-                    }
-                })
+        let options: MySqlPoolOptions = super::relay_options(app.options(), max)
+            .after_release(|conn, _| Box::pin(async move { Ok(check(conn).await) }))
+            .before_acquire(|conn, meta| {
+                Box::pin(
+                    async move { Ok(meta.idle_for < super::IDLE_RECHECK || check(conn).await) },
+                )
             });
         SqlxMySqlConnector::from_sqlx_mysql_pool(options.connect_lazy_with(connect))
+    }
+
+    /// The check of [`super::guarded_pool`] on one connection: whether to keep it.
+    async fn check(conn: &mut sqlx::MySqlConnection) -> bool {
+        let checked = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
+            .fetch_one(&mut *conn)
+            .await;
+        match checked {
+            Ok(row) => match row.try_get::<i64, _>(0) {
+                Ok(open) => super::verdict(open != 0),
+                Err(e) => super::dead(&e),
+            },
+            // MySQL proper has no `@@in_transaction` (MariaDB has): nothing to check with;
+            // say so once and keep the connection.
+            Err(sqlx::Error::Database(e)) if e.message().contains("in_transaction") => {
+                if !UNCHECKABLE.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        error = %e,
+                        "this MySQL server has no @@in_transaction: relay connections are not \
+                         checked for leaked transactions"
+                    );
+                }
+                true
+            }
+            Err(e) => super::dead(&e),
+        }
     }
 }

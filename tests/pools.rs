@@ -33,6 +33,10 @@ backend_test!(
         Postgres, "guard_leak" => guard_closes_a_connection_left_in_a_transaction;
     mariadb_guard_closes_a_connection_left_in_a_transaction:
         MySql, "guard_leak" => guard_closes_a_connection_left_in_a_transaction;
+    postgres_guard_replaces_a_connection_that_died_while_idle:
+        Postgres, "guard_idle" => guard_replaces_a_connection_that_died_while_idle;
+    mariadb_guard_replaces_a_connection_that_died_while_idle:
+        MySql, "guard_idle" => guard_replaces_a_connection_that_died_while_idle;
     postgres_cancelled_begins_do_not_reach_the_relay:
         Postgres, "cancelled_begins" => cancelled_begins_do_not_reach_the_relay;
     mariadb_cancelled_begins_do_not_reach_the_relay:
@@ -138,6 +142,30 @@ async fn guard_closes_a_connection_left_in_a_transaction(ctx: &TestContext) {
     })
     .await;
     assert!(gone, "the leaked session {leaked} was closed");
+}
+
+/// The check before acquire: a connection idle for `IDLE_RECHECK` or longer whose session
+/// ended meanwhile (a database restart, a pooler closing idle connections) is replaced before
+/// it is handed out, so the statement does not fail.
+async fn guard_replaces_a_connection_that_died_while_idle(ctx: &TestContext) {
+    let app = ctx.pool(2).await;
+    let relay = guarded_pool(&app, 1).expect("pool");
+    let first = session_id(&relay).await;
+    let kill = match ctx.backend {
+        common::Backend::Postgres => format!("SELECT pg_terminate_backend({first})"),
+        _ => format!("KILL {first}"),
+    };
+    ctx.db.execute_unprepared(&kill).await.expect("kill");
+    let gone = wait_until(WAIT, Duration::from_millis(20), || async {
+        !session_exists(&ctx.db, first).await
+    })
+    .await;
+    assert!(gone, "the session {first} ended");
+    // Not a race: the pool hands out a connection unchecked only while it has been idle for
+    // less than IDLE_RECHECK; this waits that long on purpose.
+    tokio::time::sleep(sea_orm_outbox::pool::IDLE_RECHECK + Duration::from_millis(100)).await;
+    let next = session_id(&relay).await;
+    assert_ne!(next, first, "a new connection replaced the dead one");
 }
 
 /// Issue 15, acceptance 1: the application shares its pool of 2 with a worker (as the README's
