@@ -149,6 +149,11 @@ struct Args {
     /// Skip the batch relay phase.
     #[arg(long)]
     skip_batch: bool,
+    /// The no-op publisher of the relay phases takes one event per publish call (one send task
+    /// per event) instead of a claim's events per `publish_batch` call (batch sends, the
+    /// relay's default path with `RocketMqPublisher`).
+    #[arg(long)]
+    noop_single: bool,
     /// Skip the idle-latency phase.
     #[arg(long)]
     skip_idle: bool,
