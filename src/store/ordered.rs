@@ -165,8 +165,9 @@ pub fn claim_run_statement(backend: DbBackend, ids: &[i64], owner: &str) -> Upda
 /// first. See the module documentation for the SQL and why it is safe with many relays.
 ///
 /// # Errors
-/// Any database error (transient conflicts are retried first). When step 2 fails, the heads
-/// stay claimed and the error is logged: they are returned alone.
+/// Any database error of step 1 (transient conflicts are retried first). When step 2 fails,
+/// the heads stay claimed and the error is logged: they are returned alone (followers it had
+/// taken are handed back).
 pub async fn claim_ordered<C>(
     db: &C,
     owner: &str,
@@ -255,10 +256,17 @@ async fn claim_runs<C: ConnectionTrait>(
     let owned: HashSet<i64> = if taken == ids.len() as u64 {
         ids.iter().copied().collect()
     } else {
-        super::owned_ids(db, &ids, owner)
-            .await?
-            .into_iter()
-            .collect()
+        match super::owned_ids(db, &ids, owner).await {
+            Ok(owned) => owned.into_iter().collect(),
+            Err(e) => {
+                // Which followers are ours is unknown: hand every one back (the key must not
+                // stay held by rows nobody sends until their lease expires).
+                if let Err(back) = super::release_unsent(db, &ids, owner).await {
+                    tracing::warn!(error = %back, "handing back a run failed; the reclaim will");
+                }
+                return Err(e);
+            }
+        }
     };
     // Each key's run ends at its first follower not taken; the ones taken after it go back.
     let mut cut: HashSet<String> = HashSet::new();
@@ -282,7 +290,10 @@ async fn claim_runs<C: ConnectionTrait>(
         });
     }
     if !back.is_empty() {
-        super::release_unsent(db, &back, owner).await?;
+        // Already cut from the runs: if the hand-back fails they wait for the reclaim.
+        if let Err(e) = super::release_unsent(db, &back, owner).await {
+            tracing::warn!(error = %e, event_ids = ?back, "handing back the end of a cut run failed; the reclaim will");
+        }
     }
     Ok(by_key)
 }
