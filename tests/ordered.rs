@@ -19,6 +19,9 @@ use sea_orm_outbox::{
 
 backend_tests!(
     three_relays_deliver_every_key_in_id_order,
+    batched_runs_go_out_in_one_call_per_key_in_order,
+    a_reclaimed_head_stays_the_head_of_its_key,
+    racing_claims_never_hold_two_events_of_one_key,
     block_holds_a_key_behind_its_dead_letter_until_retried,
     skip_lets_a_key_go_on_past_its_dead_letter,
 );
@@ -51,6 +54,11 @@ struct OrderCheck {
     delivered: Mutex<HashMap<String, HashSet<i64>>>,
     in_flight: Mutex<HashSet<String>>,
     violations: Mutex<Vec<String>>,
+    /// Batch sends: `publish_batch` sends its messages one by one and stops at the first
+    /// failure (the rest fail unsent), as one RocketMQ batch request succeeds or fails whole.
+    batching: bool,
+    /// The messages of each `publish_batch` call (key, id).
+    calls: Mutex<Vec<Vec<(String, i64)>>>,
 }
 
 impl OrderCheck {
@@ -136,6 +144,28 @@ impl Publisher for OrderCheck {
         }
         self.in_flight.lock().unwrap().remove(&m.biz_no);
         result
+    }
+
+    async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        self.calls.lock().unwrap().push(
+            messages
+                .iter()
+                .map(|m| (m.biz_no.clone(), m.event_id))
+                .collect(),
+        );
+        let mut results = Vec::with_capacity(messages.len());
+        for m in messages {
+            if results.iter().any(Result::is_err) {
+                results.push(Err(PublishError::retryable("scripted: batch stopped")));
+                continue;
+            }
+            results.push(self.publish(m).await);
+        }
+        results
+    }
+
+    fn batches(&self) -> bool {
+        self.batching
     }
 }
 
@@ -237,6 +267,216 @@ async fn three_relays_deliver_every_key_in_id_order(ctx: &TestContext) {
             );
         }
     }
+}
+
+/// Batch sends in ordered mode: each `publish_batch` call carries one key's run in id order;
+/// 2 relays, 50 keys × 10 events, ~10 % of first attempts failing: every event delivered in
+/// order, and the events after a failed one in its call were handed back uncounted.
+async fn batched_runs_go_out_in_one_call_per_key_in_order(ctx: &TestContext) {
+    let keys: Vec<String> = (0..50).map(|k| format!("B{k:02}")).collect();
+    let ids = insert_keys(&ctx.db, &keys, 10).await;
+    let publisher = Arc::new(OrderCheck {
+        flaky: true,
+        batching: true,
+        keys: Mutex::new(ids.clone()),
+        ..Default::default()
+    });
+    let configs = (0..2).map(|w| ordered_config(&format!("batch-{w}"), OrderedPolicy::Block));
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), configs).await;
+    let done = wait_until(
+        Duration::from_secs(120),
+        Duration::from_millis(20),
+        || async { count(&ctx.db, EventStatus::Success).await == 500 },
+    )
+    .await;
+    fleet.stop().await;
+    assert!(
+        done,
+        "SUCCESS {}",
+        count(&ctx.db, EventStatus::Success).await
+    );
+    publisher.assert_in_order();
+    let firsts = publisher.first_deliveries();
+    for (key, want) in &ids {
+        assert_eq!(firsts.get(key), Some(want), "first deliveries of {key}");
+    }
+    let calls = publisher.calls.lock().unwrap().clone();
+    for call in &calls {
+        assert!(
+            call.iter().all(|(k, _)| *k == call[0].0),
+            "one key per call: {call:?}"
+        );
+        assert!(
+            call.windows(2).all(|w| w[0].1 < w[1].1),
+            "id order: {call:?}"
+        );
+    }
+    assert!(
+        calls.iter().any(|c| c.len() > 1),
+        "runs of several events: {calls:?}"
+    );
+    for key in keys.iter().step_by(10) {
+        for id in &ids[key] {
+            let e = event(&ctx.db, *id).await;
+            assert_eq!(
+                (e.status, e.retry_count),
+                (EventStatus::Success, i32::from(flaky(*id))),
+                "{e:?}"
+            );
+        }
+    }
+}
+
+/// A relay died holding the head of K (SENDING, lease expired): nothing of K is sent while
+/// its lease runs (other keys are), the reclaim puts the head back to `WAIT` (one counted
+/// attempt), and it is still the head: K then goes out in id order. Rounds run one by one
+/// (`run_once`), so each step is checked in turn.
+async fn a_reclaimed_head_stays_the_head_of_its_key(ctx: &TestContext) {
+    use sea_orm_outbox::event_record::Column;
+    use sea_orm_outbox::{store, CancellationToken, Worker};
+    let db = &ctx.db;
+    let keys: Vec<String> = ["K", "L"].iter().map(|k| k.to_string()).collect();
+    let ids = insert_keys(db, &keys, 3).await;
+    let head = ids["K"][0];
+    let dead = store::claim_ordered(db, "dead-relay#1", OrderedPolicy::Block, 1, 1)
+        .await
+        .expect("claim");
+    assert_eq!(dead.iter().map(|e| e.id).collect::<Vec<_>>(), [head]);
+    let publisher = Arc::new(OrderCheck {
+        keys: Mutex::new(ids.clone()),
+        ..Default::default()
+    });
+    let worker = Worker::new(
+        ctx.pool(4).await,
+        publisher.clone(),
+        ordered_config("reclaim", OrderedPolicy::Block),
+    )
+    .expect("worker");
+    let cancel = CancellationToken::new();
+    let rounds_until = async |want: u64| {
+        for _ in 0..50 {
+            worker.run_once(&cancel).await.expect("round");
+            if count(db, EventStatus::Success).await == want {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(rounds_until(3).await, "L delivered");
+    assert!(
+        ids["K"]
+            .iter()
+            .all(|id| !publisher.sent.distinct_ids().contains(id)),
+        "nothing of K while its head is held"
+    );
+    common::age(db, head, Column::ClaimedAt, Duration::from_secs(60)).await;
+    assert_eq!(worker.reclaim_once().await.expect("reclaim"), 1);
+    let e = event(db, head).await;
+    assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 1), "{e:?}");
+    assert!(rounds_until(6).await, "K delivered");
+    publisher.assert_in_order();
+    assert_eq!(publisher.first_deliveries()["K"], ids["K"]);
+}
+
+/// The claim alone, raced: 4 claimers on pools of their own call `store::claim_ordered` in a
+/// loop over 50 keys × 10 events and mark what they got `SUCCESS` (the [`flaky`] heads back off
+/// once instead, their runs handed back). No key is ever held by two
+/// claims at once, a claim of a key is its next events in id order, and every event claimed
+/// had all earlier events of its key marked before.
+async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
+    use sea_orm_outbox::store;
+    let keys: Vec<String> = (0..50).map(|k| format!("R{k:02}")).collect();
+    let ids = Arc::new(insert_keys(&ctx.db, &keys, 10).await);
+    let held: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let marked: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+    let failed: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let mut claimers = Vec::new();
+    for c in 0..4 {
+        let db = ctx.pool(2).await;
+        let (ids, held, marked, violations, failed) = (
+            ids.clone(),
+            held.clone(),
+            marked.clone(),
+            violations.clone(),
+            failed.clone(),
+        );
+        claimers.push(tokio::spawn(async move {
+            for round in 0.. {
+                let owner = format!("racer-{c}#{round}");
+                let got = store::claim_ordered(&db, &owner, OrderedPolicy::Block, 5, 10)
+                    .await
+                    .expect("claim");
+                if got.is_empty() {
+                    if count(&db, EventStatus::Wait).await == 0 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                let mut by_key: HashMap<String, Vec<i64>> = HashMap::new();
+                for e in &got {
+                    by_key.entry(e.biz_no.clone()).or_default().push(e.id);
+                }
+                for (key, run) in &by_key {
+                    let mut v = violations.lock().unwrap();
+                    if !held.lock().unwrap().insert(key.clone()) {
+                        v.push(format!("{key} held twice"));
+                    }
+                    let all = &ids[key];
+                    let start = all.iter().position(|id| *id == run[0]).expect("known id");
+                    if all[start..start + run.len()] != run[..] {
+                        v.push(format!("{key}: {run:?} is not a run of {all:?}"));
+                    }
+                    let m = marked.lock().unwrap();
+                    if let Some(early) = all[..start].iter().find(|id| !m.contains(id)) {
+                        v.push(format!(
+                            "{key}: {} claimed before {early} was marked",
+                            run[0]
+                        ));
+                    }
+                }
+                tokio::task::yield_now().await;
+                // Released from the bookkeeping before the mark commits, so that a claim right
+                // after the commit is never taken for a double hold.
+                for key in by_key.keys() {
+                    held.lock().unwrap().remove(key);
+                }
+                // A "failed send" of each flaky head on its first claim: it backs off 20 ms
+                // (its followers, due earlier now, must still wait) and its run goes back.
+                let mut got_ids = Vec::new();
+                for run in by_key.values() {
+                    if flaky(run[0]) && failed.lock().unwrap().insert(run[0]) {
+                        let backoff = Duration::from_millis(20);
+                        let t = store::release_for_retry(&db, run[0], &owner, backoff, "flaky")
+                            .await
+                            .expect("release for retry");
+                        assert_eq!(t, store::Transition::Applied);
+                        store::release_unsent(&db, &run[1..], &owner)
+                            .await
+                            .expect("hand back");
+                    } else {
+                        got_ids.extend(run);
+                    }
+                }
+                marked.lock().unwrap().extend(&got_ids);
+                let n = store::mark_success_many(&db, &got_ids, &owner)
+                    .await
+                    .expect("mark");
+                assert_eq!(n, got_ids.len() as u64);
+            }
+        }));
+    }
+    let all = async {
+        for c in claimers {
+            c.await.expect("claimer");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("the claimers drained the table");
+    assert_eq!(violations.lock().unwrap().clone(), Vec::<String>::new());
+    assert_eq!(count(&ctx.db, EventStatus::Success).await, 500);
 }
 
 /// Runs `outbox args` against the test database; returns stdout (the command must succeed).
