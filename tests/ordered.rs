@@ -22,6 +22,7 @@ backend_tests!(
     batched_runs_go_out_in_one_call_per_key_in_order,
     a_reclaimed_head_stays_the_head_of_its_key,
     racing_claims_never_hold_two_events_of_one_key,
+    a_dead_letter_retried_under_skip_waits_for_the_event_out,
     block_holds_a_key_behind_its_dead_letter_until_retried,
     skip_lets_a_key_go_on_past_its_dead_letter,
 );
@@ -477,6 +478,49 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
         .expect("the claimers drained the table");
     assert_eq!(violations.lock().unwrap().clone(), Vec::<String>::new());
     assert_eq!(count(&ctx.db, EventStatus::Success).await, 500);
+}
+
+/// `Skip`: A0 is a dead letter and A1 went on; A0 retried while A1 is still out is not
+/// claimed (two events of A would be held at once) until A1 is done, then it is.
+async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestContext) {
+    use sea_orm_outbox::store::{self, Transition};
+    let db = &ctx.db;
+    let ids = insert_keys(db, &["A".to_owned()], 2).await;
+    let (a0, a1) = (ids["A"][0], ids["A"][1]);
+    let claim = async |owner: &str| -> Vec<i64> {
+        store::claim_ordered(db, owner, OrderedPolicy::Skip, 5, 5)
+            .await
+            .expect("claim")
+            .iter()
+            .map(|e| e.id)
+            .collect()
+    };
+    assert_eq!(claim("r#1").await, [a0, a1], "the head and its run");
+    assert_eq!(
+        store::mark_fail(db, a0, "r#1", "refused")
+            .await
+            .expect("fail"),
+        Transition::Applied
+    );
+    assert_eq!(
+        store::release_unsent(db, &[a1], "r#1").await.expect("back"),
+        1
+    );
+    assert_eq!(claim("r#2").await, [a1], "Skip goes past the dead letter");
+    assert_eq!(
+        ops::retry_dead(db, a0).await.expect("retry"),
+        ops::DeadLetterOutcome::Applied
+    );
+    assert!(claim("r#3").await.is_empty(), "A0 waits while A1 is out");
+    assert_eq!(
+        store::mark_success(db, a1, "r#2").await.expect("mark"),
+        Transition::Applied
+    );
+    assert_eq!(
+        claim("r#4").await,
+        [a0],
+        "then the retried dead letter goes"
+    );
 }
 
 /// Runs `outbox args` against the test database; returns stdout (the command must succeed).

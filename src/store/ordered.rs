@@ -6,7 +6,8 @@
 //! [`OrderedPolicy::Block`]). The claim has two steps:
 //!
 //! 1. **Heads** ([`ordered_heads_query`], run per backend by [`Dialect::claim_ordered_heads`]):
-//!    the due `WAIT` rows with [`no_blocking_predecessor`], oldest due first, at most `heads`,
+//!    the due `WAIT` rows with [`no_blocking_predecessor`] and [`no_sending_successor`], oldest
+//!    due first, at most `heads`,
 //!    taken like the batch claim (Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ...
 //!    FOR UPDATE SKIP LOCKED)) RETURNING *`; MySQL/MariaDB: the locking `SELECT` and the
 //!    `UPDATE` by ids in one `READ COMMITTED` transaction; SQLite: the `UPDATE ... RETURNING`
@@ -34,6 +35,12 @@
 //!   now`, and a follower it did not take cuts the run there (the ones after it are handed
 //!   back at once).
 //! - A reclaimed (lease-expired) `SENDING` event goes back to `WAIT` and stays its key's head.
+//! - Two ways a `WAIT` event can appear *before* an event already being sent: a dead letter
+//!   retried under `Skip` while a later event of its key is out, and an event whose
+//!   transaction took its id before another one of the same key but committed after it (see
+//!   below). [`no_sending_successor`] keeps such an event back until the later one is done,
+//!   so that the two are not held at once either; only a retry or a late commit that lands
+//!   between another relay's read and its claim of the later event can still overlap it.
 //!
 //! Limits of the guarantee (documented in the README): order is id order, and two
 //! transactions writing events of one key concurrently may commit a smaller id after a larger
@@ -56,6 +63,8 @@ use crate::config::OrderedPolicy;
 const CANDIDATE: &str = "e";
 /// The alias of the predecessor row in [`no_blocking_predecessor`].
 const PREDECESSOR: &str = "p";
+/// The alias of the later row in [`no_sending_successor`].
+const SUCCESSOR: &str = "s";
 
 /// `NOT EXISTS (SELECT 1 FROM t_event_record AS p WHERE p.biz_no = e.biz_no AND p.id < e.id
 /// AND p.status IN (:blocking))`, with `:blocking` the policy's
@@ -75,8 +84,23 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
     Expr::exists(pred).not()
 }
 
+/// `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no = e.biz_no AND s.id > e.id
+/// AND s.status = 'SENDING')`: no later event of the key is out (a dead letter retried under
+/// `Skip`, or an event committed after a later one of its key, waits until that one is done).
+/// One range of `idx_t_event_record_biz_no_status_id`.
+pub fn no_sending_successor() -> Expr {
+    let (e, later) = (Alias::new(CANDIDATE), Alias::new(SUCCESSOR));
+    let mut out = Query::select();
+    out.expr(Expr::val(1))
+        .from_as(Entity, later.clone())
+        .and_where(Expr::col((later.clone(), Column::BizNo)).equals((e.clone(), Column::BizNo)))
+        .and_where(Expr::col((later.clone(), Column::Id)).gt(Expr::col((e, Column::Id))))
+        .and_where(Expr::col((later, Column::Status)).eq(EventStatus::Sending.as_str()));
+    Expr::exists(out).not()
+}
+
 /// `SELECT e.id FROM t_event_record AS e WHERE e.status = 'WAIT' AND e.next_retry_time <= now
-/// AND <no_blocking_predecessor> ORDER BY e.next_retry_time LIMIT :n`: the due heads of their
+/// AND <no_blocking_predecessor> AND <no_sending_successor> ORDER BY e.next_retry_time LIMIT :n`: the due heads of their
 /// keys, oldest due first. `locked` gives the MySQL/MariaDB form: every column and the
 /// database clock (`e.*, now AS claim_now`) and `FOR UPDATE SKIP LOCKED`; Postgres adds the
 /// lock clause inside its `UPDATE` ([`ordered_heads_statement`]).
@@ -99,6 +123,7 @@ pub fn ordered_heads_query(
         .and_where(Expr::col((e.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
         .and_where(Expr::col((e.clone(), Column::NextRetryTime)).lte(now))
         .and_where(no_blocking_predecessor(policy))
+        .and_where(no_sending_successor())
         .order_by((e, Column::NextRetryTime), Order::Asc)
         .limit(n);
     if locked {
