@@ -769,6 +769,7 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
             _ => backend.build(&store::ordered_heads_query(backend, policy, 20, true)),
         };
         let plan = explain(db, claim).await;
+        eprintln!("{policy:?} claim plan:\n{plan}");
         assert!(plan.contains(index), "{policy:?} claim:\n{plan}");
         for bad in ["Seq Scan on t_event_record p", "table=p type=ALL"] {
             assert!(
