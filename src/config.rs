@@ -50,6 +50,14 @@ pub enum ClaimStrategy {
 /// In ordered mode an event of key K is claimed only while no event of K with a smaller id is
 /// `WAIT` or `SENDING` (with [`OrderedPolicy::Block`], nor `FAIL`): the key's events go out in
 /// id order, one key's run at a time, and a failed event backing off holds only its own key.
+///
+/// ```
+/// use sea_orm_outbox::{OrderedPolicy, WorkerConfig};
+/// let config = WorkerConfig::default().ordered(Some(OrderedPolicy::Skip));
+/// config.validate()?;
+/// assert_eq!(OrderedPolicy::Block.blocking_statuses().len(), 3); // WAIT, SENDING, FAIL
+/// # Ok::<(), sea_orm_outbox::OutboxError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OrderedPolicy {
