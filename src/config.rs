@@ -44,6 +44,45 @@ pub enum ClaimStrategy {
     Batch,
 }
 
+/// Ordered delivery per business key ([`WorkerConfig::ordered`]): what a dead letter
+/// (`FAIL`) does to the later events of its key (`biz_no`).
+///
+/// In ordered mode an event of key K is claimed only while no event of K with a smaller id is
+/// `WAIT` or `SENDING` (with [`OrderedPolicy::Block`], nor `FAIL`): the key's events go out in
+/// id order, one key's run at a time, and a failed event backing off holds only its own key.
+///
+/// ```
+/// use sea_orm_outbox::{OrderedPolicy, WorkerConfig};
+/// let config = WorkerConfig::default().ordered(Some(OrderedPolicy::Skip));
+/// config.validate()?;
+/// assert_eq!(OrderedPolicy::Block.blocking_statuses().len(), 3); // WAIT, SENDING, FAIL
+/// # Ok::<(), sea_orm_outbox::OutboxError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OrderedPolicy {
+    /// A key whose earliest unfinished event is a dead letter sends nothing more until a person
+    /// runs `outbox dead retry` (or [`crate::ops::retry_dead`]) or `outbox dead discard`
+    /// ([`crate::ops::discard_dead`]). The gauges `outbox_blocked_keys` and
+    /// `outbox_oldest_blocked_age_seconds` and `outbox stats` show the keys held back.
+    Block,
+    /// The dead letter stays `FAIL` (for a person to act on) and the later events of its key go
+    /// on past it. A dead letter retried later is sent after the key's later events.
+    Skip,
+}
+
+impl OrderedPolicy {
+    /// The statuses of an earlier event of the same key that hold an event back: `WAIT` and
+    /// `SENDING`, and `FAIL` with [`OrderedPolicy::Block`].
+    pub fn blocking_statuses(self) -> &'static [sea_orm_outbox_entity::EventStatus] {
+        use sea_orm_outbox_entity::EventStatus::{Fail, Sending, Wait};
+        match self {
+            OrderedPolicy::Block => &[Wait, Sending, Fail],
+            OrderedPolicy::Skip => &[Wait, Sending],
+        }
+    }
+}
+
 /// How the relay sends its statements to Postgres.
 ///
 /// SQLx 0.9.0 runs every statement that has parameters through the extended query protocol
@@ -160,6 +199,17 @@ pub struct WorkerConfig {
     /// and then claimed. Either way each mark is guarded by its claim's owner and decided by
     /// its own `rows_affected`.
     pub mark_with_claim: bool,
+    /// Ordered delivery per business key (`biz_no`), opt-in: `None` (the default) sends events
+    /// in any order, as fast as the claims and slots allow; `Some(policy)` claims only the
+    /// heads of their keys (no earlier event of the key `WAIT` or `SENDING`, nor `FAIL` with
+    /// [`OrderedPolicy::Block`]), possibly with a run of the key's next due events, and sends
+    /// each key's run in id order in one send slot, stopping at the first failure (the rest
+    /// of the run goes back to `WAIT` uncounted). Needs [`ClaimStrategy::Batch`]; marks are
+    /// never combined with the next claim ([`WorkerConfig::mark_with_claim`] is ignored). The
+    /// claim's predecessor check is served by `idx_t_event_record_biz_no_status_id`
+    /// (migration `m20261202_000004_add_biz_no_status_index`). "Order" is id order: see the
+    /// README ("Ordered delivery") for what that means with concurrent writers of one key.
+    pub ordered: Option<OrderedPolicy>,
 }
 
 impl Default for WorkerConfig {
@@ -184,6 +234,7 @@ impl Default for WorkerConfig {
             relay_pool: RelayPool::default(),
             statement_protocol: StatementProtocol::Extended,
             mark_with_claim: true,
+            ordered: None,
         }
     }
 }
@@ -199,6 +250,12 @@ impl WorkerConfig {
     /// batch claims; see [`WorkerConfig::mark_with_claim`]).
     pub fn mark_with_claim(mut self, on: bool) -> Self {
         self.mark_with_claim = on;
+        self
+    }
+    /// Turns ordered delivery per business key on (`Some(policy)`) or off (`None`, the
+    /// default); see [`WorkerConfig::ordered`].
+    pub fn ordered(mut self, policy: Option<OrderedPolicy>) -> Self {
+        self.ordered = policy;
         self
     }
     /// Sets which connections the relay uses ([`RelayPool`]).
@@ -300,7 +357,9 @@ impl WorkerConfig {
     /// timeout is more than a third of the lease while lease renewal is off, the gauge interval is
     /// zero, the lease is too short for a renewal interval (lease/3) of at least 1 ns, the
     /// service name is empty or over 90 characters, the instance id is empty, longer than 111
-    /// characters or holds a `#`, the relay pool fails [`RelayPool::validate`], or the retry policy fails [`RetryPolicy::validate`].
+    /// characters or holds a `#`, ordered mode ([`WorkerConfig::ordered`]) is asked for with
+    /// [`ClaimStrategy::PerRow`], the relay pool fails [`RelayPool::validate`], or the retry
+    /// policy fails [`RetryPolicy::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
@@ -369,6 +428,13 @@ impl WorkerConfig {
                     crate::instance::INSTANCE_ID_MAX_LEN
                 ));
             }
+        }
+        if self.ordered.is_some() && self.claim_strategy != ClaimStrategy::Batch {
+            return bad(
+                "ordered mode claims the heads of their keys with the batch claim: use \
+                 ClaimStrategy::Batch (the default) with ordered"
+                    .into(),
+            );
         }
         if self
             .gauge_interval
@@ -498,5 +564,14 @@ mod tests {
             .gauge_interval(None)
             .validate()
             .is_ok());
+    }
+
+    #[test]
+    fn ordered_needs_batch_claims() {
+        assert_eq!(WorkerConfig::default().ordered, None);
+        let c = WorkerConfig::default().ordered(Some(OrderedPolicy::Block));
+        assert!(c.validate().is_ok());
+        assert!(c.claim_strategy(ClaimStrategy::PerRow).validate().is_err());
+        assert_eq!(OrderedPolicy::Skip.blocking_statuses().len(), 2);
     }
 }

@@ -52,7 +52,7 @@ mod wake;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use config::{ClaimStrategy, StatementProtocol, WorkerConfig};
+pub use config::{ClaimStrategy, OrderedPolicy, StatementProtocol, WorkerConfig};
 pub use consumer::{consume_once, Consumed};
 pub use db_error::{db_error_kind, DbErrorKind};
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
@@ -62,7 +62,7 @@ pub use event::{
 };
 pub use ext::{begin_write, transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
-pub use ops::{DeadLetterOutcome, OutboxStats};
+pub use ops::{BlockedKeys, DeadLetterOutcome, OutboxStats};
 pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 #[cfg(feature = "rocketmq")]

@@ -17,6 +17,8 @@
 //! | `outbox_sending_dwell_seconds` | histogram | claim to outcome, seconds |
 //! | `outbox_backlog{status}` | gauge | rows per status (`WAIT`, `SENDING`, `FAIL`) |
 //! | `outbox_oldest_wait_age_seconds` | gauge | age of the oldest due `WAIT` row, seconds |
+//! | `outbox_blocked_keys` | gauge | ordered mode with the `Block` policy: keys whose `WAIT` events sit behind a dead letter of their key |
+//! | `outbox_oldest_blocked_age_seconds` | gauge | ordered mode with the `Block` policy: age of the oldest `WAIT` event behind a dead letter, seconds (0 when none) |
 //! | `outbox_wake_listening` | gauge | 1 while wake-on-commit is live (a `LISTEN` connection whose self-check passed), 0 while the worker only polls; with several workers in one process, how many of them listen |
 
 /// Counter: events published.
@@ -47,6 +49,10 @@ pub const SENDING_DWELL: &str = "outbox_sending_dwell_seconds";
 pub const BACKLOG: &str = "outbox_backlog";
 /// Gauge: age of the oldest due `WAIT` row in seconds.
 pub const OLDEST_WAIT_AGE: &str = "outbox_oldest_wait_age_seconds";
+/// Gauge: keys held back behind a dead letter (ordered mode, `Block` policy).
+pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
+/// Gauge: age of the oldest event held back behind a dead letter, seconds.
+pub const OLDEST_BLOCKED_AGE: &str = "outbox_oldest_blocked_age_seconds";
 /// Gauge: workers of this process whose wake-on-commit is live (1 or 0 with one worker).
 pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 
@@ -99,4 +105,10 @@ pub(crate) fn backlog(b: &crate::ops::Backlog) {
     metrics::gauge!(BACKLOG, "status" => "SENDING").set(b.sending as f64);
     metrics::gauge!(BACKLOG, "status" => "FAIL").set(b.fail as f64);
     metrics::gauge!(OLDEST_WAIT_AGE).set(b.oldest_wait_age_seconds);
+}
+
+/// Sets the blocked-key gauges from `b`.
+pub(crate) fn blocked_keys(b: &crate::ops::BlockedKeys) {
+    metrics::gauge!(BLOCKED_KEYS).set(b.keys as f64);
+    metrics::gauge!(OLDEST_BLOCKED_AGE).set(b.oldest_age_seconds.unwrap_or(0.0));
 }

@@ -44,16 +44,68 @@ pub struct OutboxStats {
     pub sending_over_lease: u64,
     /// The lease the `sending_over_lease` count was judged by, in seconds.
     pub lease_seconds: f64,
+    /// Keys (`biz_no`) with `WAIT` events behind a dead letter of the same key: what relays
+    /// in ordered mode with [`crate::OrderedPolicy::Block`] hold back until the dead letter is
+    /// retried or discarded (with `Skip`, or unordered, those events go on). See
+    /// [`blocked_keys`].
+    pub blocked_keys: u64,
+    /// Age in seconds (database clock) of the oldest `WAIT` event behind a dead letter of its
+    /// key (now − its `create_time`); `None` when no key is blocked.
+    pub oldest_blocked_age_seconds: Option<f64>,
+}
+
+/// The keys held back behind a dead letter, from [`blocked_keys`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct BlockedKeys {
+    /// Keys (`biz_no`) with a `WAIT` event after a `FAIL` event of the same key (smaller id).
+    pub keys: u64,
+    /// Age in seconds (database now − `create_time`) of the oldest such `WAIT` event; `None`
+    /// when there is none.
+    pub oldest_age_seconds: Option<f64>,
+}
+
+/// Counts the keys whose `WAIT` events sit behind a dead letter (`FAIL`) of their key, and the
+/// age of the oldest such event: the keys an ordered relay with
+/// [`crate::OrderedPolicy::Block`] sends nothing more of until `outbox dead retry` or `discard`.
+///
+/// SQL (one read, no lock): `SELECT COUNT(DISTINCT w.biz_no), MIN(w.create_time), now FROM
+/// t_event_record AS w WHERE w.status = 'WAIT' AND EXISTS (SELECT 1 FROM t_event_record AS f
+/// WHERE f.biz_no = w.biz_no AND f.status = 'FAIL' AND f.id < w.id)`: one probe of
+/// `idx_t_event_record_biz_no_status_id` per `WAIT` row.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn blocked_keys<C: ConnectionTrait>(db: &C) -> Result<BlockedKeys, OutboxError> {
+    let row = db
+        .query_one(&admin::blocked_keys_query(db.get_database_backend()))
+        .await?;
+    let Some(row) = row else {
+        return Ok(BlockedKeys::default());
+    };
+    let keys: i64 = row.try_get("", "blocked_keys")?;
+    let oldest: Option<DateTime<Utc>> = row.try_get("", "oldest")?;
+    let now: DateTime<Utc> = row.try_get("", "now")?;
+    Ok(BlockedKeys {
+        keys: u64::try_from(keys).unwrap_or(0),
+        oldest_age_seconds: oldest.map(|oldest| seconds_between(oldest, now)),
+    })
+}
+
+/// `now − then` in seconds, at least 0.
+fn seconds_between(then: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
+    ((now - then).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0)
 }
 
 /// Counts the rows per status, the age of the oldest waiting event and the `SENDING` rows
 /// older than `lease` (pass the workers' lease, default 10 minutes).
 ///
-/// SQL (three reads, no lock; not one snapshot, so a row changing meanwhile may be counted in
+/// SQL (four reads, no lock; not one snapshot, so a row changing meanwhile may be counted in
 /// a neighbouring status):
 /// `SELECT status, COUNT(id) FROM t_event_record GROUP BY status`;
 /// `SELECT MIN(create_time), now FROM t_event_record WHERE status = 'WAIT'`;
-/// `SELECT COUNT(*) FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - lease`.
+/// `SELECT COUNT(*) FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - lease`;
+/// and the read of [`blocked_keys`].
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
@@ -69,6 +121,7 @@ pub async fn stats<C: ConnectionTrait>(
         .count(db)
         .await?;
     let fail = count(EventStatus::Fail);
+    let blocked = blocked_keys(db).await?;
     Ok(OutboxStats {
         wait: count(EventStatus::Wait),
         sending: count(EventStatus::Sending),
@@ -78,6 +131,8 @@ pub async fn stats<C: ConnectionTrait>(
         oldest_wait_age_seconds,
         sending_over_lease,
         lease_seconds: lease.as_secs_f64(),
+        blocked_keys: blocked.keys,
+        oldest_blocked_age_seconds: blocked.oldest_age_seconds,
     })
 }
 
@@ -158,9 +213,7 @@ async fn oldest_wait_age<C: ConnectionTrait>(
             .one(db)
             .await?;
     Ok(match oldest {
-        Some((Some(oldest), now)) => {
-            Some(((now - oldest).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6).max(0.0))
-        }
+        Some((Some(oldest), now)) => Some(seconds_between(oldest, now)),
         _ => None,
     })
 }

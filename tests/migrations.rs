@@ -38,6 +38,7 @@ const APP_INVOICE: &str = "m20250201_000002_create_t_invoice";
 const EVENT_RECORD: &str = "m20261130_000001_create_t_event_record";
 const CONSUMED_MESSAGE: &str = "m20261130_000002_create_t_consumed_message";
 const EVENT_HEADERS: &str = "m20261201_000003_add_event_headers";
+const BIZ_NO_INDEX: &str = "m20261202_000004_add_biz_no_status_index";
 
 /// The application's first migration: its own table `t_order`.
 mod m20250101_000001_create_t_order {
@@ -298,7 +299,8 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
         expect(&[
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Applied),
-            (EVENT_HEADERS, Applied)
+            (EVENT_HEADERS, Applied),
+            (BIZ_NO_INDEX, Applied)
         ])
     );
     sea_orm_outbox::Migrator::status(db)
@@ -307,7 +309,7 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(MIGRATION_TABLE, "seaql_migrations_outbox");
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
     );
     assert_eq!(
         history(ctx, "seaql_migrations").await,
@@ -341,7 +343,8 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
         expect(&[
             (EVENT_RECORD, Pending),
             (CONSUMED_MESSAGE, Pending),
-            (EVENT_HEADERS, Pending)
+            (EVENT_HEADERS, Pending),
+            (BIZ_NO_INDEX, Pending)
         ])
     );
     // `down` empties the tracking table but leaves it in place.
@@ -380,7 +383,7 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(history(ctx, "seaql_migrations").await, [APP_ORDER]);
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
     );
 }
 
@@ -427,7 +430,13 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
     .await;
     assert_eq!(
         history(ctx, "seaql_migrations").await,
-        [APP_ORDER, EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
+        [
+            APP_ORDER,
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX
+        ]
     );
     assert!(
         !has_table(ctx, MIGRATION_TABLE).await,
@@ -437,8 +446,10 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
 
     // `down(Some(n))` rolls back n migrations: the last entries of the list that are applied
     // (sea-orm-migration walks the applied migrations in reverse list order), here the
-    // outbox's `headers` column, then `t_consumed_message`.
-    ComposedMigrator::down(db, Some(2)).await.expect("down two");
+    // outbox's `biz_no` index, its `headers` column, then `t_consumed_message`.
+    ComposedMigrator::down(db, Some(3))
+        .await
+        .expect("down three");
     assert_tables(
         ctx,
         &[
@@ -446,7 +457,7 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             ("t_event_record", true),
             ("t_consumed_message", false),
         ],
-        "after down(Some(2))",
+        "after down(Some(3))",
     )
     .await;
     assert_eq!(
@@ -455,7 +466,8 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             (APP_ORDER, Applied),
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Pending),
-            (EVENT_HEADERS, Pending)
+            (EVENT_HEADERS, Pending),
+            (BIZ_NO_INDEX, Pending)
         ])
     );
     assert_eq!(
@@ -493,6 +505,7 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Applied),
             (EVENT_HEADERS, Applied),
+            (BIZ_NO_INDEX, Applied),
             (APP_INVOICE, Pending)
         ])
     );
@@ -513,9 +526,9 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
         "down(Some(1)) rolls back the last of the list",
     )
     .await;
-    ComposedLaterMigrator::down(db, Some(2))
+    ComposedLaterMigrator::down(db, Some(3))
         .await
-        .expect("down two more");
+        .expect("down three more");
     assert_tables(
         ctx,
         &[("t_consumed_message", false), ("t_event_record", true)],
@@ -540,7 +553,7 @@ async fn producer_migrations_create_only_the_outbox_table(ctx: &TestContext) {
     .await;
     assert_eq!(
         history(ctx, "seaql_migrations").await,
-        [EVENT_RECORD, EVENT_HEADERS]
+        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX]
     );
     ProducerMigrator::down(&ctx.db, None)
         .await
@@ -575,11 +588,11 @@ fn names(list: Vec<Box<dyn MigrationTrait>>) -> Vec<String> {
 fn migration_names_are_stable() {
     assert_eq!(
         names(outbox_migration::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
     );
     assert_eq!(
         names(outbox_migration::producer_migrations()),
-        [EVENT_RECORD, EVENT_HEADERS]
+        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX]
     );
     assert_eq!(
         names(outbox_migration::consumer_migrations()),
@@ -587,7 +600,7 @@ fn migration_names_are_stable() {
     );
     assert_eq!(
         names(sea_orm_outbox::Migrator::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
+        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
     );
     assert_eq!(
         MigrationName::name(&outbox_migration::CreateEventRecord),
@@ -602,8 +615,18 @@ fn migration_names_are_stable() {
         EVENT_HEADERS
     );
     assert_eq!(
+        MigrationName::name(&outbox_migration::AddBizNoStatusIndex),
+        BIZ_NO_INDEX
+    );
+    assert_eq!(
         names(ComposedMigrator::migrations()),
-        [APP_ORDER, EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS]
+        [
+            APP_ORDER,
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX
+        ]
     );
 }
 

@@ -149,13 +149,21 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
         out.contains("Applied  m20261130_000001_create_t_event_record")
             && out.contains("Applied  m20261130_000002_create_t_consumed_message")
             && out.contains("Applied  m20261201_000003_add_event_headers")
+            && out.contains("Applied  m20261202_000004_add_biz_no_status_index")
             && !out.contains("pending"),
         "{out}"
     );
-    // down rolls back one migration, the newest: the headers column goes.
+    // down rolls back one migration, the newest: the biz_no index goes.
     let out = outbox_ok(ctx, &["migrate", "down"]);
     assert!(
-        out.contains("Pending  m20261201_000003_add_event_headers") && out.contains("1 pending"),
+        out.contains("Pending  m20261202_000004_add_biz_no_status_index")
+            && out.contains("1 pending"),
+        "{out}"
+    );
+    // Then the headers column.
+    let out = outbox_ok(ctx, &["migrate", "down"]);
+    assert!(
+        out.contains("Pending  m20261201_000003_add_event_headers") && out.contains("2 pending"),
         "{out}"
     );
     // This version on a table without it: a clear error naming the migration, exit status 3.
@@ -176,7 +184,7 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
     let out = outbox_ok(ctx, &["migrate", "down"]);
     assert!(
         out.contains("Pending  m20261130_000002_create_t_consumed_message")
-            && out.contains("2 pending"),
+            && out.contains("3 pending"),
         "{out}"
     );
     let err = consume_once(&ctx.db, "g", "1", async |_| Ok::<_, OutboxError>(()))
@@ -639,7 +647,7 @@ async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
     }
     // `migrate status` is how to find out; it succeeds and lists what is pending.
     let out = outbox_ok(ctx, &["migrate", "status"]);
-    assert!(out.contains("3 pending"), "{out}");
+    assert!(out.contains("4 pending"), "{out}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1268,8 +1276,8 @@ async fn consume_once_rejects_bad_ids_and_missing_table(ctx: &TestContext) {
         .expect("64 characters fit");
     assert!(matches!(first, Outcome::Processed(())), "{first:?}");
     assert_eq!(consumed(db).await, 1);
-    // The newest two: the headers column, then the consumer's table.
-    Migrator::down(db, Some(2)).await.expect("down");
+    // The newest three: the biz_no index, the headers column, then the consumer's table.
+    Migrator::down(db, Some(3)).await.expect("down");
     let err = consume_once(db, "g", "1", async |_| Ok::<_, OutboxError>(()))
         .await
         .expect_err("no table");

@@ -71,6 +71,11 @@ async fn indexes(ctx: &TestContext) -> Vec<(String, String)> {
 
 async fn migration_creates_table_and_indexes(ctx: &TestContext) {
     let expected = vec![
+        // The ordered claim's predecessor check (m20261202_000004_add_biz_no_status_index).
+        (
+            "idx_t_event_record_biz_no_status_id".to_owned(),
+            "biz_no,status,id".to_owned(),
+        ),
         (
             "idx_t_event_record_status_claimed_at".to_owned(),
             "status,claimed_at".to_owned(),

@@ -114,6 +114,42 @@ fn claim_batch() {
     );
 }
 
+/// Ordered mode (`WorkerConfig::ordered`): the heads of their keys (Postgres and SQLite: one
+/// `UPDATE ... RETURNING`, Postgres with `FOR UPDATE SKIP LOCKED`; MySQL/MariaDB: the locking
+/// select, then `claim_locked_statement` as in the batch claim), per policy; then the runs
+/// behind the heads (a read and the guarded update by ids).
+#[test]
+fn claim_ordered() {
+    use sea_orm_outbox::OrderedPolicy;
+    for (name, policy) in [
+        ("claim_ordered_heads_block", OrderedPolicy::Block),
+        ("claim_ordered_heads_skip", OrderedPolicy::Skip),
+    ] {
+        insta::assert_snapshot!(
+            name,
+            render(|b| match b {
+                DbBackend::MySql => b.build(&store::ordered_heads_query(b, policy, 20, true)),
+                _ => b.build(&store::ordered_heads_statement(
+                    b,
+                    "me",
+                    policy,
+                    20,
+                    b == DbBackend::Postgres
+                )),
+            })
+        );
+    }
+    let keys = ["K1".to_owned(), "K2".to_owned()];
+    insta::assert_snapshot!(
+        "claim_ordered_runs",
+        format!(
+            "{}\n{}",
+            render(|b| store::run_candidates_query(&keys, 7, 20).build(b)),
+            render(|b| by_id(b, &store::claim_run_statement(b, &[8, 9], "me")))
+        )
+    );
+}
+
 /// Postgres: the `SUCCESS` mark of one claim's deliveries and the next batch claim in one
 /// statement (data-modifying `WITH`; the claim part is `claim_batch`'s statement unchanged).
 /// The other backends have no such statement: they mark, then claim.
@@ -305,6 +341,10 @@ fn admin() {
     insta::assert_snapshot!(
         "admin_purge",
         render(|b| by_id(b, &admin::purge_statement(&[7, 8])))
+    );
+    insta::assert_snapshot!(
+        "admin_blocked_keys",
+        render(|b| b.build(&admin::blocked_keys_query(b)))
     );
     insta::assert_snapshot!(
         "owned_ids",

@@ -34,6 +34,7 @@
 //!                Box::new(sea_orm_outbox_migration::CreateEventRecord),
 //!                Box::new(sea_orm_outbox_migration::CreateConsumedMessage),
 //!                Box::new(sea_orm_outbox_migration::AddEventHeaders),
+//!                Box::new(sea_orm_outbox_migration::AddBizNoStatusIndex),
 //!                // your later migrations go here
 //!            ]
 //!        }
@@ -51,7 +52,8 @@
 //!    `Migrator::up(&db, None).await`.
 //!
 //! The migration names are stable (`m20261130_000001_create_t_event_record`,
-//! `m20261130_000002_create_t_consumed_message`, `m20261201_000003_add_event_headers`); a later
+//! `m20261130_000002_create_t_consumed_message`, `m20261201_000003_add_event_headers`,
+//! `m20261202_000004_add_biz_no_status_index`); a later
 //! version adds new migrations and never changes these.
 //!
 //! ## Upgrading
@@ -65,6 +67,12 @@
 //! send events without their headers: upgrade every relay before writers set headers (or turn
 //! on the `opentelemetry` feature). Rolling back: stop the new binaries, then `migrate down -n
 //! 1` drops the column (and the headers of events not yet sent).
+//!
+//! The next release adds [`AddBizNoStatusIndex`] (`m20261202_000004_add_biz_no_status_index`,
+//! the index `idx_t_event_record_biz_no_status_id` of the ordered claim). Append it to your
+//! list the same way and run `migrate up` before a relay runs in ordered mode (relays in the
+//! default mode do not need it; without it the ordered claim still works, reading the key's
+//! rows without the index). `migrate down -n 1` drops the index.
 #![deny(missing_docs)]
 
 use sea_orm_migration::sea_orm::DynIden;
@@ -80,6 +88,9 @@ pub mod m20261130_000002_create_t_consumed_message;
 /// The migration `m20261201_000003_add_event_headers`: the nullable `t_event_record.headers`
 /// column (message headers as a JSON object of strings).
 pub mod m20261201_000003_add_event_headers;
+/// The migration `m20261202_000004_add_biz_no_status_index`: the index
+/// `idx_t_event_record_biz_no_status_id (biz_no, status, id)` of the ordered claim.
+pub mod m20261202_000004_add_biz_no_status_index;
 
 /// Creates the outbox table `t_event_record` (the producer side).
 pub use m20261130_000001_create_t_event_record::Migration as CreateEventRecord;
@@ -87,12 +98,14 @@ pub use m20261130_000001_create_t_event_record::Migration as CreateEventRecord;
 pub use m20261130_000002_create_t_consumed_message::Migration as CreateConsumedMessage;
 /// Adds `t_event_record.headers` (the producer side; after [`CreateEventRecord`]).
 pub use m20261201_000003_add_event_headers::Migration as AddEventHeaders;
+/// Adds `idx_t_event_record_biz_no_status_id` (the producer side; after [`CreateEventRecord`]).
+pub use m20261202_000004_add_biz_no_status_index::Migration as AddBizNoStatusIndex;
 
 /// The tracking table of the standalone [`Migrator`].
 pub const MIGRATION_TABLE: &str = "seaql_migrations_outbox";
 
 /// Every outbox migration, in the order to apply them: [`CreateEventRecord`],
-/// [`CreateConsumedMessage`], then [`AddEventHeaders`] (the order in which they were released,
+/// [`CreateConsumedMessage`], [`AddEventHeaders`], then [`AddBizNoStatusIndex`] (the order in which they were released,
 /// so that a standalone history stays in order across upgrades). The standalone [`Migrator`] runs these; in your own
 /// `Migrator::migrations()` prefer naming each one (see the crate documentation).
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
@@ -100,13 +113,18 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(CreateEventRecord),
         Box::new(CreateConsumedMessage),
         Box::new(AddEventHeaders),
+        Box::new(AddBizNoStatusIndex),
     ]
 }
 
-/// The migrations a service that writes and relays events needs: [`CreateEventRecord`] and
-/// [`AddEventHeaders`].
+/// The migrations a service that writes and relays events needs: [`CreateEventRecord`],
+/// [`AddEventHeaders`] and [`AddBizNoStatusIndex`].
 pub fn producer_migrations() -> Vec<Box<dyn MigrationTrait>> {
-    vec![Box::new(CreateEventRecord), Box::new(AddEventHeaders)]
+    vec![
+        Box::new(CreateEventRecord),
+        Box::new(AddEventHeaders),
+        Box::new(AddBizNoStatusIndex),
+    ]
 }
 
 /// The migrations a service that only consumes events needs (the idempotent consumer's

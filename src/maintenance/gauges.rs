@@ -12,11 +12,14 @@ use crate::store::RelayDb;
 pub use crate::config::DEFAULT_GAUGE_INTERVAL;
 
 /// Refreshes `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` from
-/// [`crate::ops::backlog`] (counts over the status index; one index probe for the age).
+/// [`crate::ops::backlog`] (counts over the status index; one index probe for the age), and
+/// with [`GaugeRefresher::blocked_keys`] `outbox_blocked_keys` and
+/// `outbox_oldest_blocked_age_seconds` from [`crate::ops::blocked_keys`].
 #[derive(Debug, Clone)]
 pub struct GaugeRefresher {
     db: RelayDb,
     interval: Duration,
+    blocked: bool,
 }
 
 impl GaugeRefresher {
@@ -34,16 +37,33 @@ impl GaugeRefresher {
         if interval.is_zero() {
             super::invalid("gauge_interval must be greater than zero".into())?;
         }
-        Ok(GaugeRefresher { db, interval })
+        Ok(GaugeRefresher {
+            db,
+            interval,
+            blocked: false,
+        })
     }
 
-    /// Reads the backlog and sets the gauges; returns what it read.
+    /// Also refresh the blocked-key gauges (`outbox_blocked_keys`,
+    /// `outbox_oldest_blocked_age_seconds`) from [`crate::ops::blocked_keys`] (one read of the
+    /// `WAIT` rows, each probing `idx_t_event_record_biz_no_status_id`): on for a worker in
+    /// ordered mode with [`crate::OrderedPolicy::Block`], off by default.
+    pub fn blocked_keys(mut self, on: bool) -> Self {
+        self.blocked = on;
+        self
+    }
+
+    /// Reads the backlog (and the blocked keys, when asked for) and sets the gauges; returns
+    /// the backlog.
     ///
     /// # Errors
     /// A database error (the gauges keep their last values).
     pub async fn run_once(&self) -> Result<Backlog, OutboxError> {
         let b = crate::ops::backlog(&self.db).await?;
         crate::metrics::backlog(&b);
+        if self.blocked {
+            crate::metrics::blocked_keys(&crate::ops::blocked_keys(&self.db).await?);
+        }
         Ok(b)
     }
 

@@ -51,6 +51,7 @@ impl<'w> Claimer<'w> {
     pub(crate) async fn claim(
         &mut self,
         want: u64,
+        keys: u64,
         cancel: &CancellationToken,
         inflight: &Inflight,
         s: &mut WorkerSummary,
@@ -67,6 +68,22 @@ impl<'w> Claimer<'w> {
         // A fencing token of this claim's own (see `crate::instance`).
         let owner = crate::instance::claim_owner(&w.owner);
         let claimed = match w.config.claim_strategy {
+            // Ordered mode: at most `keys` heads (one send slot each) and their runs, `want`
+            // events in all. More may be due when every slot got a key or the events filled
+            // the claim.
+            _ if w.config.ordered.is_some() => {
+                let policy = w.config.ordered.unwrap_or(crate::OrderedPolicy::Block);
+                let keys = keys.clamp(1, want.max(1));
+                let events = store::claim_ordered(&w.db, &owner, policy, keys, want).await?;
+                s.candidates += events.len() as u64;
+                let got_keys = events
+                    .iter()
+                    .map(|e| e.biz_no.as_str())
+                    .collect::<std::collections::HashSet<_>>()
+                    .len() as u64;
+                let more = events.len() as u64 == want || got_keys == keys;
+                Claimed { events, more }
+            }
             ClaimStrategy::Batch => {
                 let events = store::claim_batch(&w.db, &owner, want).await?;
                 s.candidates += events.len() as u64;
@@ -91,13 +108,19 @@ impl<'w> Claimer<'w> {
     pub(crate) async fn claim_marking(
         &mut self,
         want: u64,
+        keys: u64,
         cancel: &CancellationToken,
         inflight: &Inflight,
         recorder: &mut Recorder<'_>,
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
+        if self.worker.config.ordered.is_some() && recorder.pending() {
+            // Ordered mode: the successors of a delivered event become claimable only once it
+            // is marked SUCCESS, so mark before claiming.
+            recorder.flush(s).await;
+        }
         if !recorder.marks_with_claim() || !recorder.pending() || cancel.is_cancelled() {
-            return self.claim(want, cancel, inflight, s).await;
+            return self.claim(want, keys, cancel, inflight, s).await;
         }
         let w = self.worker;
         if let Err(e) = w.check_schema().await {
@@ -105,7 +128,7 @@ impl<'w> Claimer<'w> {
             return Err(e);
         }
         let Some((done_owner, done)) = recorder.take_for_claim(s).await else {
-            return self.claim(want, cancel, inflight, s).await;
+            return self.claim(want, keys, cancel, inflight, s).await;
         };
         let owner = crate::instance::claim_owner(&w.owner);
         let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
@@ -125,7 +148,7 @@ impl<'w> Claimer<'w> {
             Err(e) => {
                 tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
                 recorder.mark_after_failed_claim(done, s).await;
-                self.claim(want, cancel, inflight, s).await
+                self.claim(want, keys, cancel, inflight, s).await
             }
         }
     }

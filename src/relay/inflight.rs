@@ -78,6 +78,15 @@ impl Inflight {
         }
     }
 
+    /// Whether [`Inflight::start`] would start `id` now (queued, lease held, and within
+    /// `deadline`), without starting it.
+    pub(crate) fn is_queued(&self, owner: &str, id: i64, deadline: Option<Duration>) -> bool {
+        match self.lock().get(owner).and_then(|c| c.get(&id).copied()) {
+            Some(Phase::Queued(claimed)) => deadline.is_none_or(|d| claimed.elapsed() <= d),
+            _ => false,
+        }
+    }
+
     /// Marks the send of `id` returned; the lease stays renewed until [`Inflight::finish`].
     pub(crate) fn sent(&self, owner: &str, id: i64) {
         let mut map = self.lock();

@@ -120,7 +120,8 @@ impl Worker {
         let gauges = config
             .gauge_interval
             .map(|every| GaugeRefresher::on(db.clone(), every))
-            .transpose()?;
+            .transpose()?
+            .map(|g| g.blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block)));
         Ok(Worker {
             observer: Observer::new(&owner),
             db,
@@ -239,7 +240,13 @@ impl Worker {
         let work = async {
             let mut claimer = claim::Claimer::new(self);
             let claimed = claimer
-                .claim(self.config.batch_size, cancel, &inflight, &mut round)
+                .claim(
+                    self.config.batch_size,
+                    self.config.batch_size,
+                    cancel,
+                    &inflight,
+                    &mut round,
+                )
                 .await?;
             slots::Slots::new(self, &inflight, cancel)
                 .drain(claimed.events, cancel, &mut round)

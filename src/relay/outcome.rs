@@ -316,7 +316,10 @@ impl<'w> Recorder<'w> {
 /// and a backend with the single statement (Postgres).
 fn marks_with_claim(worker: &Worker) -> bool {
     use sea_orm::ConnectionTrait;
+    // Not in ordered mode: the claim in the same statement would read the marked events as
+    // still SENDING (one snapshot) and take none of their successors.
     worker.config.mark_with_claim
+        && worker.config.ordered.is_none()
         && worker.config.claim_strategy == crate::ClaimStrategy::Batch
         && store::Dialect::of(worker.db.get_database_backend()).mark_and_claim_in_one()
 }

@@ -69,6 +69,60 @@ impl SendContext {
         }
     }
 
+    /// Ordered mode: sends one key's run (claimed events of one `biz_no`, in id order) one
+    /// event after the other, each within the send timeout, and stops at the first event
+    /// that is not delivered: the rest of the run is [`Sent::Skipped`] (handed back to `WAIT`
+    /// uncounted, so that they stay behind the failed one). With `batching` the run goes in
+    /// one [`Publisher::publish_batch`] call instead ([`SendContext::run_batch`]); results
+    /// after the first failure count as not sent.
+    pub(crate) async fn run_ordered(self, run: Vec<Model>, batching: bool) -> Vec<Done> {
+        if batching {
+            return stop_at_first_failure(self.run_batch_ordered(run).await);
+        }
+        let mut done = Vec::with_capacity(run.len());
+        let mut stop = false;
+        for event in run {
+            if stop {
+                done.push(Done {
+                    event,
+                    sent: Sent::Skipped,
+                    took: None,
+                });
+                continue;
+            }
+            let d = self.clone().run(event).await;
+            stop = !matches!(d.sent, Sent::Ok);
+            done.push(d);
+        }
+        done
+    }
+
+    /// [`SendContext::run_batch`] of one key's run, with the events after the first one that
+    /// cannot start left out of the call (skipped), so that the call carries a prefix of the
+    /// run.
+    async fn run_batch_ordered(self, run: Vec<Model>) -> Vec<Done> {
+        let startable = run
+            .iter()
+            .take_while(|e| {
+                !self.cancel.is_cancelled()
+                    && self.inflight.is_queued(owner_of(e), e.id, self.start_by)
+                    && OutboxMessage::try_from(*e).is_ok()
+            })
+            .count()
+            // The first event that cannot go still goes to `run_batch`, which records why.
+            .saturating_add(1)
+            .min(run.len());
+        let mut run = run;
+        let rest = run.split_off(startable);
+        let mut done = self.run_batch(run).await;
+        done.extend(rest.into_iter().map(|event| Done {
+            event,
+            sent: Sent::Skipped,
+            took: None,
+        }));
+        done
+    }
+
     /// Publishes one claimed event within the send timeout.
     async fn send(&self, event: &Model) -> Sent {
         let message = match OutboxMessage::try_from(event) {
@@ -172,6 +226,30 @@ impl SendContext {
             self.timeout.as_millis()
         ))
     }
+}
+
+/// `done` (one key's run) in id order, every event after the first one not delivered turned
+/// into [`Sent::Skipped`]: it goes back to `WAIT` uncounted and is sent again after the failed
+/// one (a publisher whose batch stops at its first failure, as a RocketMQ batch, which is one
+/// request, does, sent nothing of it).
+fn stop_at_first_failure(mut done: Vec<Done>) -> Vec<Done> {
+    done.sort_by_key(|d| d.event.id);
+    let mut failed = false;
+    for d in &mut done {
+        if failed {
+            if matches!(d.sent, Sent::Ok) {
+                tracing::warn!(
+                    event_id = d.event.id,
+                    "ordered mode: the publisher delivered an event after an earlier one of its \
+                     key failed in the same batch; it is sent again after that one"
+                );
+            }
+            d.sent = Sent::Skipped;
+        } else if !matches!(d.sent, Sent::Ok) {
+            failed = true;
+        }
+    }
+    done
 }
 
 /// The error of a publish call that panicked (retryable: the publisher's bug, not the event's).

@@ -51,8 +51,13 @@ pub(crate) struct Slots<'w> {
     worker: &'w Worker,
     tasks: JoinSet<Vec<Done>>,
     ctx: SendContext,
-    /// Events one slot carries: 1, or `batch_size` with batch sends.
+    /// Events one slot carries: 1, or `batch_size` with batch sends or in ordered mode (one
+    /// key's run).
     per_slot: u64,
+    /// Ordered mode: a slot carries one key's run, sent in id order.
+    ordered: bool,
+    /// Whether the publisher batches and batch sends are on.
+    batching: bool,
     pub(crate) recorder: Recorder<'w>,
 }
 
@@ -63,7 +68,13 @@ impl<'w> Slots<'w> {
         Slots {
             worker,
             tasks: JoinSet::new(),
-            per_slot: if batching { c.batch_size } else { 1 },
+            per_slot: if batching || c.ordered.is_some() {
+                c.batch_size
+            } else {
+                1
+            },
+            ordered: c.ordered.is_some(),
+            batching,
             ctx: SendContext {
                 publisher: worker.publisher.clone(),
                 timeout: c.send_timeout,
@@ -91,9 +102,24 @@ impl<'w> Slots<'w> {
             .min(self.worker.config.batch_size)
     }
 
+    /// The keys (ordered mode) the free slots take: one run per slot.
+    fn free_keys(&self) -> u64 {
+        (self.free() as u64).min(self.worker.config.batch_size)
+    }
+
     /// Starts the sends of `events` (in claim order), each slot's in a task of its own: one
-    /// event per task, or with batch sends up to `batch_size` per task.
+    /// event per task, or with batch sends up to `batch_size` per task; in ordered mode one
+    /// key's run per task, sent in id order ([`SendContext::run_ordered`]).
     fn spawn(&mut self, events: Vec<Model>) {
+        if self.ordered {
+            for run in runs(events) {
+                let (first, last) = (run[0].id, run[run.len() - 1].id);
+                let span = tracing::info_span!("outbox_run", events = run.len(), biz_no = %run[0].biz_no, first_event_id = first, last_event_id = last, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&run[0]));
+                let send = self.ctx.clone().run_ordered(run, self.batching);
+                self.tasks.spawn(send.instrument(span));
+            }
+            return;
+        }
         if self.per_slot == 1 {
             for event in events {
                 let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&event));
@@ -165,9 +191,10 @@ impl<'w> Slots<'w> {
                 if free >= refill_at || self.tasks.is_empty() || lingered {
                     refill_by = None;
                     let want = self.free_events();
+                    let keys = self.free_keys();
                     let inflight = self.ctx.inflight.clone();
                     let claimed = claimer
-                        .claim_marking(want, cancel, &inflight, &mut self.recorder, &mut s)
+                        .claim_marking(want, keys, cancel, &inflight, &mut self.recorder, &mut s)
                         .await;
                     match claimed {
                         Ok(got) => {
@@ -222,16 +249,27 @@ impl<'w> Slots<'w> {
         cancel: &CancellationToken,
         s: &mut WorkerSummary,
     ) {
-        let mut queue: VecDeque<Model> = events.into();
+        // What one slot takes: `per_slot` events, or in ordered mode one key's run.
+        let mut queue: VecDeque<Vec<Model>> = if self.ordered {
+            runs(events).into()
+        } else {
+            let mut events = events.into_iter().peekable();
+            let mut chunks = VecDeque::new();
+            while events.peek().is_some() {
+                chunks.push_back(events.by_ref().take(self.per_slot as usize).collect());
+            }
+            chunks
+        };
         let mut flush_timer = Timer::new();
         loop {
             if cancel.is_cancelled() && !queue.is_empty() {
-                let unsent: Vec<Model> = queue.drain(..).collect();
+                let unsent: Vec<Model> = queue.drain(..).flatten().collect();
                 self.recorder.release(unsent, s).await;
             }
-            while self.free() > 0 && !queue.is_empty() {
-                let take = (self.per_slot as usize).min(queue.len());
-                let chunk: Vec<Model> = queue.drain(..take).collect();
+            while self.free() > 0 {
+                let Some(chunk) = queue.pop_front() else {
+                    break;
+                };
                 self.spawn(chunk);
             }
             if self.tasks.is_empty() {
@@ -246,6 +284,22 @@ impl<'w> Slots<'w> {
         }
         self.recorder.flush(s).await;
     }
+}
+
+/// `events` (one ordered claim's) as runs, one per key (`biz_no`), each in id order, the keys
+/// in the order of their first event.
+fn runs(events: Vec<Model>) -> Vec<Vec<Model>> {
+    let mut runs: Vec<Vec<Model>> = Vec::new();
+    for event in events {
+        match runs.iter_mut().find(|r| r[0].biz_no == event.biz_no) {
+            Some(run) => run.push(event),
+            None => runs.push(vec![event]),
+        }
+    }
+    for run in &mut runs {
+        run.sort_by_key(|e| e.id);
+    }
+    runs
 }
 
 /// A deadline's timer, kept across loop iterations.

@@ -3,7 +3,7 @@
 //! rendered per backend by the snapshot test (`tests/statements.rs`).
 use std::time::Duration;
 
-use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Query, SelectStatement};
 use sea_orm::{
     ColumnTrait, DbBackend, DeleteMany, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
     UpdateMany,
@@ -34,6 +34,34 @@ pub fn oldest_wait_query(backend: DbBackend, column: Column) -> Select<Entity> {
         .column_as(Expr::col(column).min(), "oldest")
         .column_as(dialect::now(backend), "now")
         .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+}
+
+/// `SELECT COUNT(DISTINCT w.biz_no) AS blocked_keys, MIN(w.create_time) AS oldest, now AS now
+/// FROM t_event_record AS w WHERE w.status = 'WAIT' AND EXISTS (SELECT 1 FROM t_event_record
+/// AS f WHERE f.biz_no = w.biz_no AND f.status = 'FAIL' AND f.id < w.id)`: the keys whose
+/// waiting events sit behind a dead letter of their key (the keys an ordered relay with the
+/// `Block` policy holds back), the oldest such event's `create_time`, and the database clock.
+/// Reads the `WAIT` rows through the status index and probes
+/// `idx_t_event_record_biz_no_status_id` once per row.
+pub fn blocked_keys_query(backend: DbBackend) -> SelectStatement {
+    let (w, f) = (Alias::new("w"), Alias::new("f"));
+    let mut dead = Query::select();
+    dead.expr(Expr::val(1))
+        .from_as(Entity, f.clone())
+        .and_where(Expr::col((f.clone(), Column::BizNo)).equals((w.clone(), Column::BizNo)))
+        .and_where(Expr::col((f.clone(), Column::Status)).eq(EventStatus::Fail.as_str()))
+        .and_where(Expr::col((f, Column::Id)).lt(Expr::col((w.clone(), Column::Id))));
+    Query::select()
+        .expr_as(
+            Func::count_distinct(Expr::col((w.clone(), Column::BizNo))),
+            "blocked_keys",
+        )
+        .expr_as(Expr::col((w.clone(), Column::CreateTime)).min(), "oldest")
+        .expr_as(dialect::now(backend), "now")
+        .from_as(Entity, w.clone())
+        .and_where(Expr::col((w, Column::Status)).eq(EventStatus::Wait.as_str()))
+        .and_where(Expr::exists(dead))
+        .to_owned()
 }
 
 /// `SELECT ... FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease`

@@ -105,12 +105,26 @@ pub(crate) fn claim_update(
     due.column(Column::Id)
         .from(Entity)
         .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
-        .and_where(Expr::col(Column::NextRetryTime).lte(now.clone()))
+        .and_where(Expr::col(Column::NextRetryTime).lte(now))
         .order_by(Column::NextRetryTime, Order::Asc)
         .limit(n);
     if locking {
         due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
     }
+    claim_update_of(backend, owner, due, locking)
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE status = 'WAIT' AND id IN (<due>) RETURNING *`, or with `locking`
+/// `id = ANY(ARRAY(<due>))` (`due` then carries its own lock clause): the claim over the ids
+/// `due` selects (the batch claim's, or the ordered claim's heads).
+pub(crate) fn claim_update_of(
+    backend: DbBackend,
+    owner: &str,
+    due: sea_orm::sea_query::SelectStatement,
+    locking: bool,
+) -> UpdateStatement {
+    let now = dialect::now(backend);
     let mut update = Query::update();
     update
         .table(Entity)

@@ -1,6 +1,7 @@
 //! The outbox's statements: the only code that knows SQL and backends.
 //!
-//! Files: `insert` (the event insert), `claim` (candidates, per-row and batch claims), `marks`
+//! Files: `insert` (the event insert), `claim` (candidates, per-row and batch claims),
+//! `ordered` (the ordered claim: heads of their keys and their runs), `marks`
 //! (the owner-guarded transitions and lease renewal), `reclaim` (expired leases), `admin` (the
 //! statements of [`crate::ops`]: stats, dead letters, purge), `backend/` (one file per
 //! backend behind [`Dialect`]'s capability questions; `dialect` is its function façade), and
@@ -21,6 +22,7 @@ pub mod consumed;
 pub mod dialect;
 mod insert;
 mod marks;
+mod ordered;
 mod reclaim;
 mod relay_db;
 
@@ -28,6 +30,7 @@ pub use backend::Dialect;
 pub use claim::*;
 pub use insert::*;
 pub use marks::*;
+pub use ordered::*;
 pub use reclaim::*;
 pub use relay_db::RelayDb;
 // Reached by the statement snapshots (feature `test-support`) only.

@@ -175,6 +175,12 @@ pub(crate) struct RelayArgs {
     /// Longest single back-off [default: 1h].
     #[arg(long, env = "OUTBOX_RETRY_MAX_BACKOFF", value_parser = humantime::parse_duration)]
     pub(crate) retry_max_backoff: Option<Duration>,
+    /// Ordered delivery per business key (biz_no): `off` (any order, the fastest), `block` (a
+    /// key whose earliest unfinished event is a dead letter sends nothing more until `outbox
+    /// dead retry` or `discard`) or `skip` (the dead letter stays FAIL, the key goes on)
+    /// [default: off]. Needs the index of migration m20261202_000004_add_biz_no_status_index.
+    #[arg(long, env = "OUTBOX_ORDERED", value_enum)]
+    pub(crate) ordered: Option<Ordered>,
     /// How the relay's statements reach Postgres: extended (prepared statements) or simple
     /// (one simple-protocol query per statement, values inlined), for a transaction-mode pooler
     /// such as PgBouncer < 1.21 that breaks prepared statements; Postgres only
@@ -239,6 +245,17 @@ pub(crate) enum Strategy {
     Batch,
 }
 
+/// `--ordered` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ordered {
+    /// Unordered (the library's default).
+    Off,
+    /// Ordered; a dead letter blocks its key.
+    Block,
+    /// Ordered; a key goes on past its dead letter.
+    Skip,
+}
+
 /// `--statement-protocol` values.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub(crate) enum Protocol {
@@ -265,6 +282,13 @@ impl RelayArgs {
             c = c.statement_protocol(match p {
                 Protocol::Extended => sea_orm_outbox::StatementProtocol::Extended,
                 Protocol::Simple => sea_orm_outbox::StatementProtocol::Simple,
+            });
+        }
+        if let Some(o) = self.ordered {
+            c = c.ordered(match o {
+                Ordered::Off => None,
+                Ordered::Block => Some(sea_orm_outbox::OrderedPolicy::Block),
+                Ordered::Skip => Some(sea_orm_outbox::OrderedPolicy::Skip),
             });
         }
         if let Some(n) = self.send_concurrency {
@@ -394,6 +418,28 @@ mod tests {
             sea_orm_outbox::StatementProtocol::Simple
         );
         assert!(Cli::try_parse_from(["outbox", "relay", "--statement-protocol", "x"]).is_err());
+    }
+
+    /// `--ordered block|skip|off` reaches the worker's configuration; unset stays unordered.
+    #[test]
+    fn ordered_parses() {
+        let ordered = |v: &str| {
+            let cli = Cli::try_parse_from(["outbox", "relay", "--ordered", v]).expect("parse");
+            let Command::Relay(args) = cli.command else {
+                panic!("relay")
+            };
+            args.config().ordered
+        };
+        use sea_orm_outbox::OrderedPolicy;
+        assert_eq!(ordered("block"), Some(OrderedPolicy::Block));
+        assert_eq!(ordered("skip"), Some(OrderedPolicy::Skip));
+        assert_eq!(ordered("off"), None);
+        let cli = Cli::try_parse_from(["outbox", "relay"]).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        assert_eq!(args.config().ordered, None);
+        assert!(Cli::try_parse_from(["outbox", "relay", "--ordered", "x"]).is_err());
     }
 
     /// Durations take humantime units; `dead retry` wants an id or `--all`, not both.

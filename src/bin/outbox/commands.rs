@@ -63,6 +63,14 @@ pub(crate) async fn stats(
         humantime::format_duration(lease),
         s.sending_over_lease
     );
+    println!(
+        "keys blocked behind a dead letter (ordered, block policy): {}",
+        s.blocked_keys
+    );
+    match s.oldest_blocked_age_seconds {
+        Some(age) => println!("oldest blocked age: {age:.3} s"),
+        None => println!("oldest blocked age: - (no key blocked)"),
+    }
     Ok(())
 }
 

@@ -21,6 +21,8 @@ use sea_orm::sea_query::{InsertStatement, IntoIden, OnConflict};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement, TransactionTrait};
 use sea_orm_outbox_entity::event_record::Model;
 
+use crate::config::OrderedPolicy;
+
 /// The SQL dialect of one backend: which file answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -153,6 +155,31 @@ impl Dialect {
             Dialect::Postgres => postgres::claim_batch(db, owner, n).await,
             Dialect::MySql => mysql::claim_batch(db, owner, n).await,
             Dialect::Sqlite => sqlite::claim_batch(db, owner, n).await,
+            Dialect::Unsupported => unsupported::claim_batch(db, owner, n).await,
+        }
+    }
+
+    /// Step 1 of the ordered claim ([`crate::store::claim_ordered`]): claims up to `n` due
+    /// heads of their keys for `owner`, the way [`Dialect::claim_batch`] claims (one `UPDATE
+    /// ... RETURNING` on Postgres and SQLite, a short `READ COMMITTED` transaction on
+    /// MySQL/MariaDB) over [`crate::store::ordered_heads_query`].
+    ///
+    /// # Errors
+    /// Any database error; [`DbErr::Custom`] on an unsupported backend.
+    pub async fn claim_ordered_heads<C>(
+        self,
+        db: &C,
+        owner: &str,
+        policy: OrderedPolicy,
+        n: u64,
+    ) -> Result<Vec<Model>, DbErr>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
+        match self {
+            Dialect::Postgres => postgres::claim_ordered_heads(db, owner, policy, n).await,
+            Dialect::MySql => mysql::claim_ordered_heads(db, owner, policy, n).await,
+            Dialect::Sqlite => sqlite::claim_ordered_heads(db, owner, policy, n).await,
             Dialect::Unsupported => unsupported::claim_batch(db, owner, n).await,
         }
     }

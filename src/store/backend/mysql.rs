@@ -100,7 +100,33 @@ pub(super) async fn claim_batch<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Mo
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    crate::store::retry_transient(|| claim_locked(db, owner, n)).await
+    let locking = locking_candidates_query(DbBackend::MySql, n).build(DbBackend::MySql);
+    crate::store::retry_transient(|| claim_locked(db, owner, locking.clone())).await
+}
+
+/// The ordered claim's heads: [`claim_locked`] over [`crate::store::ordered_heads_query`]
+/// (`SELECT e.*, <now> AS claim_now FROM t_event_record AS e WHERE ... AND NOT EXISTS (<a
+/// blocking predecessor>) ... FOR UPDATE SKIP LOCKED`). InnoDB applies the locking clause to
+/// the outer rows only: the `NOT EXISTS` subquery is a consistent (non-locking) read of
+/// committed rows, so a predecessor another relay is claiming right now (locked, not yet
+/// committed) is read as `WAIT`, still blocking, instead of being skipped as a locked row
+/// (checked on MariaDB 10.11; see `store/ordered.rs` for the whole argument).
+pub(super) async fn claim_ordered_heads<C>(
+    db: &C,
+    owner: &str,
+    policy: crate::config::OrderedPolicy,
+    n: u64,
+) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let locking = DbBackend::MySql.build(&crate::store::ordered_heads_query(
+        DbBackend::MySql,
+        policy,
+        n,
+        true,
+    ));
+    crate::store::retry_transient(|| claim_locked(db, owner, locking.clone())).await
 }
 
 /// `SELECT *, <now> AS claim_now FROM t_event_record WHERE status = 'WAIT' AND next_retry_time
@@ -155,7 +181,10 @@ impl FromQueryResult for LockedRow {
 /// the lease is shorter by that much, never longer), never the application's. The returned
 /// `claimed_at`/`update_time` equal the stored values because the migration makes the columns
 /// `DATETIME(6)` (a hand-made table with less precision would round them).
-async fn claim_locked<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
+///
+/// `locking` is the first statement: [`locking_candidates_query`] for the batch claim,
+/// [`crate::store::ordered_heads_query`] for the ordered claim's heads.
+async fn claim_locked<C>(db: &C, owner: &str, locking: Statement) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
 {
@@ -166,10 +195,7 @@ where
     let txn = db
         .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
         .await?;
-    let locked: Vec<LockedRow> = locking_candidates_query(backend, n)
-        .into_model::<LockedRow>()
-        .all(&txn)
-        .await?;
+    let locked: Vec<LockedRow> = LockedRow::find_by_statement(locking).all(&txn).await?;
     let Some(now) = locked.first().map(|r| r.now) else {
         txn.commit().await?;
         return Ok(Vec::new());

@@ -96,6 +96,20 @@ pub(super) async fn claim_batch<C: ConnectionTrait>(
     super::claim_returning(db, &claim_batch_statement(owner, n)).await
 }
 
+/// The ordered claim's heads: [`crate::store::ordered_heads_statement`] with `FOR UPDATE
+/// SKIP LOCKED` inside `id = ANY(ARRAY(..))`, one round trip. The predecessor check reads the
+/// statement's snapshot: a predecessor claimed or being claimed by another relay is `WAIT` or
+/// `SENDING` there, so its successor is not a head (see `store/ordered.rs`).
+pub(super) async fn claim_ordered_heads<C: ConnectionTrait>(
+    db: &C,
+    owner: &str,
+    policy: crate::config::OrderedPolicy,
+    n: u64,
+) -> Result<Vec<Model>, DbErr> {
+    let stmt = crate::store::ordered_heads_statement(DbBackend::Postgres, owner, policy, n, true);
+    super::claim_returning(db, &stmt).await
+}
+
 /// `ids` as a Postgres array literal, `{1,2,3}`: sent as one text value and cast to
 /// `bigint[]` in the statement, so the statement's text is the same for any number of ids
 /// (one prepared statement per connection, not one per count).

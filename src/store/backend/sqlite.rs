@@ -78,3 +78,20 @@ pub(super) async fn claim_batch<C: ConnectionTrait>(
     }
     super::claim_returning(db, &claim_batch_statement(owner, n)).await
 }
+
+/// The ordered claim's heads: [`due_probe_query`], then (when something is due)
+/// [`crate::store::ordered_heads_statement`] without a lock clause: one writer at a time, so
+/// the predecessor check and the update see the same committed rows.
+pub(super) async fn claim_ordered_heads<C: ConnectionTrait>(
+    db: &C,
+    owner: &str,
+    policy: crate::config::OrderedPolicy,
+    n: u64,
+) -> Result<Vec<Model>, DbErr> {
+    let due: Option<i64> = due_probe_query().into_tuple().one(db).await?;
+    if due.is_none() {
+        return Ok(Vec::new());
+    }
+    let stmt = crate::store::ordered_heads_statement(DbBackend::Sqlite, owner, policy, n, false);
+    super::claim_returning(db, &stmt).await
+}

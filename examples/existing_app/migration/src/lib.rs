@@ -29,6 +29,8 @@ impl MigratorTrait for Migrator {
             Box::new(sea_orm_outbox_migration::CreateConsumedMessage),
             // Upgrading the outbox to the version with event headers (`t_event_record.headers`).
             Box::new(sea_orm_outbox_migration::AddEventHeaders),
+            // Upgrading to the version with ordered delivery (the index of its claim).
+            Box::new(sea_orm_outbox_migration::AddBizNoStatusIndex),
             // The app's later migrations go here.
         ]
     }

@@ -1,0 +1,345 @@
+//! The ordered claim ([`crate::WorkerConfig::ordered`]): only the heads of their keys, then a
+//! run of each claimed head's next due events.
+//!
+//! An event `e` of key K (`biz_no`) is a *head* when no event of K with a smaller id is in a
+//! blocking status ([`OrderedPolicy::blocking_statuses`]: `WAIT`, `SENDING`, and `FAIL` with
+//! [`OrderedPolicy::Block`]). The claim has two steps:
+//!
+//! 1. **Heads** ([`ordered_heads_query`], run per backend by [`Dialect::claim_ordered_heads`]):
+//!    the due `WAIT` rows with [`no_blocking_predecessor`] and [`no_sending_successor`], oldest
+//!    due first, at most `heads`,
+//!    taken like the batch claim (Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ...
+//!    FOR UPDATE SKIP LOCKED)) RETURNING *`; MySQL/MariaDB: the locking `SELECT` and the
+//!    `UPDATE` by ids in one `READ COMMITTED` transaction; SQLite: the `UPDATE ... RETURNING`
+//!    without a lock clause).
+//! 2. **Runs** ([`run_candidates_query`], [`claim_run_statement`]): for each head now
+//!    `SENDING` under this claim, the key's next events in id order while they are `WAIT` and
+//!    due, claimed by one guarded `UPDATE` by ids.
+//!
+//! ## Why two relays never hold two events of one key
+//! - *Step 1.* The predecessor check reads committed rows only (Postgres: the statement's
+//!   snapshot; InnoDB: a consistent read, since a locking clause does not reach a nested
+//!   subquery; SQLite: one writer at a time). A predecessor stops being blocking only by
+//!   becoming `SUCCESS` (or `FAIL` under `Skip`, or being deleted by `outbox dead discard`),
+//!   and `SUCCESS` is final: a stale read can only see a predecessor as *more* blocking than it
+//!   is now (`WAIT` where it is already `SENDING` or `SUCCESS`), never less. So while relay A
+//!   holds event 1 of K (`SENDING`, even uncommitted: then B reads it as `WAIT`), relay B's
+//!   check of event 2 finds event 1 blocking and skips event 2. Event 1 itself is taken by one
+//!   relay only: its row is locked (`SKIP LOCKED`) and re-checked `status = 'WAIT'` by the
+//!   `UPDATE` (Postgres re-evaluates it on the newest row version), and a relay that loses
+//!   the race changes no row.
+//! - *Step 2.* A follower f of head h (h < f, same key) is never a head while h is `WAIT` or
+//!   `SENDING`, so no other relay's step 1 takes it, and no other relay runs a step 2 for the
+//!   key, since only the holder of h does. Between the steps h is `SENDING` under this claim,
+//!   committed; the followers' `UPDATE` is guarded by `status = 'WAIT' AND next_retry_time <=
+//!   now`, and a follower it did not take cuts the run there (the ones after it are handed
+//!   back at once).
+//! - A reclaimed (lease-expired) `SENDING` event goes back to `WAIT` and stays its key's head.
+//! - Two ways a `WAIT` event can appear *before* an event already being sent: a dead letter
+//!   retried under `Skip` while a later event of its key is out, and an event whose
+//!   transaction took its id before another one of the same key but committed after it (see
+//!   below). [`no_sending_successor`] keeps such an event back until the later one is done,
+//!   so that the two are not held at once either; only a retry or a late commit that lands
+//!   between another relay's read and its claim of the later event can still overlap it.
+//!
+//! Limits of the guarantee (documented in the README): order is id order, and two
+//! transactions writing events of one key concurrently may commit a smaller id after a larger
+//! one was sent; under `Skip`, a dead letter retried later goes out after the later events of
+//! its key.
+use std::collections::{HashMap, HashSet};
+
+use sea_orm::sea_query::{Alias, Asterisk, Expr, ExprTrait, Order, Query, SelectStatement};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Select, TransactionTrait, UpdateMany,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm_outbox_entity::EventStatus;
+
+use super::{dialect, exec_by_ids, Dialect};
+use crate::config::OrderedPolicy;
+
+/// The alias of the candidate row in [`ordered_heads_query`].
+const CANDIDATE: &str = "e";
+/// The alias of the predecessor row in [`no_blocking_predecessor`].
+const PREDECESSOR: &str = "p";
+/// The alias of the later row in [`no_sending_successor`].
+const SUCCESSOR: &str = "s";
+
+/// `NOT EXISTS (SELECT 1 FROM t_event_record AS p WHERE p.biz_no = e.biz_no AND p.id < e.id
+/// AND p.status IN (:blocking))`, with `:blocking` the policy's
+/// [`OrderedPolicy::blocking_statuses`]: served by `idx_t_event_record_biz_no_status_id`
+/// (one index range per status, whatever the key's delivered history).
+pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
+    let (e, p) = (Alias::new(CANDIDATE), Alias::new(PREDECESSOR));
+    let mut pred = Query::select();
+    pred.expr(Expr::val(1))
+        .from_as(Entity, p.clone())
+        .and_where(Expr::col((p.clone(), Column::BizNo)).equals((e.clone(), Column::BizNo)))
+        .and_where(Expr::col((p.clone(), Column::Id)).lt(Expr::col((e, Column::Id))))
+        .and_where(
+            Expr::col((p, Column::Status))
+                .is_in(policy.blocking_statuses().iter().map(|s| s.as_str())),
+        );
+    Expr::exists(pred).not()
+}
+
+/// `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no = e.biz_no AND s.id > e.id
+/// AND s.status = 'SENDING')`: no later event of the key is out (a dead letter retried under
+/// `Skip`, or an event committed after a later one of its key, waits until that one is done).
+/// One range of `idx_t_event_record_biz_no_status_id`.
+pub fn no_sending_successor() -> Expr {
+    let (e, later) = (Alias::new(CANDIDATE), Alias::new(SUCCESSOR));
+    let mut out = Query::select();
+    out.expr(Expr::val(1))
+        .from_as(Entity, later.clone())
+        .and_where(Expr::col((later.clone(), Column::BizNo)).equals((e.clone(), Column::BizNo)))
+        .and_where(Expr::col((later.clone(), Column::Id)).gt(Expr::col((e, Column::Id))))
+        .and_where(Expr::col((later, Column::Status)).eq(EventStatus::Sending.as_str()));
+    Expr::exists(out).not()
+}
+
+/// `SELECT e.id FROM t_event_record AS e WHERE e.status = 'WAIT' AND e.next_retry_time <= now
+/// AND <no_blocking_predecessor> AND <no_sending_successor> ORDER BY e.next_retry_time LIMIT :n`: the due heads of their
+/// keys, oldest due first. `locked` gives the MySQL/MariaDB form: every column and the
+/// database clock (`e.*, now AS claim_now`) and `FOR UPDATE SKIP LOCKED`; Postgres adds the
+/// lock clause inside its `UPDATE` ([`ordered_heads_statement`]).
+pub fn ordered_heads_query(
+    backend: DbBackend,
+    policy: OrderedPolicy,
+    n: u64,
+    locked: bool,
+) -> SelectStatement {
+    let e = Alias::new(CANDIDATE);
+    let now = dialect::now(backend);
+    let mut q = Query::select();
+    if locked {
+        q.column((e.clone(), Asterisk))
+            .expr_as(now.clone(), "claim_now");
+    } else {
+        q.column((e.clone(), Column::Id));
+    }
+    q.from_as(Entity, e.clone())
+        .and_where(Expr::col((e.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
+        .and_where(Expr::col((e.clone(), Column::NextRetryTime)).lte(now))
+        .and_where(no_blocking_predecessor(policy))
+        .and_where(no_sending_successor())
+        .order_by((e, Column::NextRetryTime), Order::Asc)
+        .limit(n);
+    if locked {
+        q.lock_with_behavior(
+            sea_orm::sea_query::LockType::Update,
+            sea_orm::sea_query::LockBehavior::SkipLocked,
+        );
+    }
+    q
+}
+
+/// Step 1 on Postgres (`locking`: `id = ANY(ARRAY(<heads> FOR UPDATE SKIP LOCKED))`) and
+/// SQLite (`id IN (<heads>)`): `UPDATE t_event_record SET status = 'SENDING', claim_owner =
+/// :owner, claimed_at = now, update_time = now WHERE status = 'WAIT' AND id ... RETURNING *`,
+/// the batch claim's statement over [`ordered_heads_query`].
+pub fn ordered_heads_statement(
+    backend: DbBackend,
+    owner: &str,
+    policy: OrderedPolicy,
+    n: u64,
+    locking: bool,
+) -> sea_orm::sea_query::UpdateStatement {
+    let mut due = ordered_heads_query(backend, policy, n, false);
+    if locking {
+        due.lock_with_behavior(
+            sea_orm::sea_query::LockType::Update,
+            sea_orm::sea_query::LockBehavior::SkipLocked,
+        );
+    }
+    super::claim::claim_update_of(backend, owner, due, locking)
+}
+
+/// `SELECT * FROM t_event_record WHERE biz_no IN (:keys) AND id > :after AND status IN
+/// ('WAIT', 'SENDING', 'FAIL') ORDER BY id LIMIT :limit`: the unfinished events that may
+/// follow the claimed heads of `keys` (step 2), read without locks.
+pub fn run_candidates_query(keys: &[String], after: i64, limit: u64) -> Select<Entity> {
+    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+    Entity::find()
+        .filter(Column::BizNo.is_in(keys.iter().map(String::as_str)))
+        .filter(Column::Id.gt(after))
+        .filter(Column::Status.is_in(open.iter().map(|s| s.as_str())))
+        .order_by_asc(Column::Id)
+        .limit(limit)
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE id IN (:ids) AND status = 'WAIT' AND next_retry_time <= now`: the
+/// followers of this claim's heads (step 2; run through the primary key).
+pub fn claim_run_statement(backend: DbBackend, ids: &[i64], owner: &str) -> UpdateMany<Entity> {
+    let now = dialect::now(backend);
+    Entity::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::val(owner))
+        .col_expr(Column::ClaimedAt, now.clone())
+        .col_expr(Column::UpdateTime, now.clone())
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .filter(Expr::col(Column::NextRetryTime).lte(now))
+}
+
+/// Claims up to `heads` heads of their keys for `owner` (step 1) and then, while the claim
+/// stays within `total` events, each head's run of next due events (step 2); returns the
+/// events (status `SENDING`) key by key, each key's in id order, the keys oldest due head
+/// first. See the module documentation for the SQL and why it is safe with many relays.
+///
+/// # Errors
+/// Any database error of step 1 (transient conflicts are retried first). When step 2 fails,
+/// the heads stay claimed and the error is logged: they are returned alone (followers it had
+/// taken are handed back).
+pub async fn claim_ordered<C>(
+    db: &C,
+    owner: &str,
+    policy: OrderedPolicy,
+    heads: u64,
+    total: u64,
+) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let backend = db.get_database_backend();
+    let mut claimed = Dialect::of(backend)
+        .claim_ordered_heads(db, owner, policy, heads)
+        .await?;
+    claimed.sort_by(|a, b| {
+        a.next_retry_time
+            .cmp(&b.next_retry_time)
+            .then(a.id.cmp(&b.id))
+    });
+    let budget = total.saturating_sub(claimed.len() as u64);
+    if budget == 0 || claimed.is_empty() {
+        return Ok(claimed);
+    }
+    match claim_runs(db, owner, policy, &claimed, budget).await {
+        Ok(mut runs) => {
+            let mut out = Vec::with_capacity(claimed.len() + runs.len());
+            for head in claimed {
+                let key = head.biz_no.clone();
+                out.push(head);
+                out.extend(runs.remove(&key).unwrap_or_default());
+            }
+            Ok(out)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "claiming the runs behind the heads failed; sending the heads alone");
+            Ok(claimed)
+        }
+    }
+}
+
+/// Step 2: the runs behind `heads` (claimed under `owner`), at most `budget` events, by key.
+async fn claim_runs<C: ConnectionTrait>(
+    db: &C,
+    owner: &str,
+    policy: OrderedPolicy,
+    heads: &[Model],
+    budget: u64,
+) -> Result<HashMap<String, Vec<Model>>, DbErr> {
+    let backend = db.get_database_backend();
+    let head_of: HashMap<&str, &Model> = heads.iter().map(|h| (h.biz_no.as_str(), h)).collect();
+    let keys: Vec<String> = heads.iter().map(|h| h.biz_no.clone()).collect();
+    let after = heads.iter().map(|h| h.id).min().unwrap_or(i64::MAX);
+    let rows = run_candidates_query(&keys, after, budget + keys.len() as u64)
+        .all(db)
+        .await?;
+    let mut stopped: HashSet<&str> = HashSet::new();
+    let mut runs: Vec<Model> = Vec::new();
+    for row in rows {
+        if runs.len() as u64 >= budget {
+            break;
+        }
+        let Some(head) = head_of.get(row.biz_no.as_str()) else {
+            continue;
+        };
+        if row.id <= head.id || stopped.contains(row.biz_no.as_str()) {
+            continue;
+        }
+        // "Due" by the database clock the head was claimed with.
+        let due = head
+            .claimed_at
+            .is_some_and(|now| row.next_retry_time <= now);
+        match row.status {
+            EventStatus::Wait if due => runs.push(row),
+            // A dead letter the key goes past (Skip) does not end the run.
+            EventStatus::Fail if policy == OrderedPolicy::Skip => {}
+            _ => {
+                stopped.insert(head.biz_no.as_str());
+            }
+        }
+    }
+    if runs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let ids: Vec<i64> = runs.iter().map(|e| e.id).collect();
+    let taken = exec_by_ids(db, &claim_run_statement(backend, &ids, owner)).await?;
+    let owned: HashSet<i64> = if taken == ids.len() as u64 {
+        ids.iter().copied().collect()
+    } else {
+        match super::owned_ids(db, &ids, owner).await {
+            Ok(owned) => owned.into_iter().collect(),
+            Err(e) => {
+                // Which followers are ours is unknown: hand every one back (the key must not
+                // stay held by rows nobody sends until their lease expires).
+                if let Err(back) = super::release_unsent(db, &ids, owner).await {
+                    tracing::warn!(error = %back, "handing back a run failed; the reclaim will");
+                }
+                return Err(e);
+            }
+        }
+    };
+    // Each key's run ends at its first follower not taken; the ones taken after it go back.
+    let mut cut: HashSet<String> = HashSet::new();
+    let mut back = Vec::new();
+    let mut by_key: HashMap<String, Vec<Model>> = HashMap::new();
+    for row in runs {
+        if !owned.contains(&row.id) {
+            cut.insert(row.biz_no.clone());
+            continue;
+        }
+        if cut.contains(&row.biz_no) {
+            back.push(row.id);
+            continue;
+        }
+        let claimed_at = head_of.get(row.biz_no.as_str()).and_then(|h| h.claimed_at);
+        by_key.entry(row.biz_no.clone()).or_default().push(Model {
+            status: EventStatus::Sending,
+            claim_owner: Some(owner.to_owned()),
+            claimed_at,
+            ..row
+        });
+    }
+    if !back.is_empty() {
+        // Already cut from the runs: if the hand-back fails they wait for the reclaim.
+        if let Err(e) = super::release_unsent(db, &back, owner).await {
+            tracing::warn!(error = %e, event_ids = ?back, "handing back the end of a cut run failed; the reclaim will");
+        }
+    }
+    Ok(by_key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_sql_checks_the_predecessors() {
+        let sql =
+            ordered_heads_statement(DbBackend::Postgres, "me", OrderedPolicy::Block, 20, true)
+                .to_string(sea_orm::sea_query::PostgresQueryBuilder);
+        assert!(
+            sql.contains(r#"NOT EXISTS(SELECT 1 FROM "t_event_record" AS "p""#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(r#""p"."status" IN ('WAIT', 'SENDING', 'FAIL')"#),
+            "{sql}"
+        );
+        assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
+    }
+}

@@ -1,0 +1,792 @@
+//! Ordered delivery per business key (issue 13, the database side): only the heads of their
+//! keys are claimed, one key's run is sent in id order by one relay at a time, and a dead
+//! letter blocks its key (`Block`) or is passed (`Skip`). Run on Postgres, MariaDB and SQLite
+//! (see `tests/common`) with a publisher in memory that checks the order as it goes.
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{count, event, new_event, Fleet, TestContext};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+use sea_orm_outbox::test_support::wait_until;
+use sea_orm_outbox::{
+    ops, EventStatus, InMemoryPublisher, NewEvent, OrderedPolicy, OutboxExt, OutboxMessage,
+    PublishError, Publisher, RetryPolicy, WorkerConfig,
+};
+
+backend_tests!(
+    three_relays_deliver_every_key_in_id_order,
+    batched_runs_go_out_in_one_call_per_key_in_order,
+    a_reclaimed_head_stays_the_head_of_its_key,
+    racing_claims_never_hold_two_events_of_one_key,
+    a_dead_letter_retried_under_skip_waits_for_the_event_out,
+    block_holds_a_key_behind_its_dead_letter_until_retried,
+    skip_lets_a_key_go_on_past_its_dead_letter,
+);
+
+backend_test! {
+    /// The predecessor check of the ordered claim reads `idx_t_event_record_biz_no_status_id`.
+    postgres_ordered_claim_uses_the_biz_no_index: Postgres, "ordered_explain" => ordered_claim_uses_the_biz_no_index;
+    /// The predecessor check of the ordered claim reads `idx_t_event_record_biz_no_status_id`.
+    mariadb_ordered_claim_uses_the_biz_no_index: MySql, "ordered_explain" => ordered_claim_uses_the_biz_no_index;
+}
+
+/// Whether event `id` is one of the ~10 % whose first attempt fails (a hash of the id, so the
+/// same events fail on every run and backend).
+fn flaky(id: i64) -> bool {
+    ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32).is_multiple_of(10)
+}
+
+/// Publishes into memory and checks, as it goes, what ordered mode promises: never two sends
+/// of one key at once, and no event delivered before every earlier (known) event of its key
+/// was delivered. Optionally fails the first attempt of the [`flaky`] events (retryably) and
+/// refuses the `poison` ids for good.
+#[derive(Default)]
+struct OrderCheck {
+    sent: InMemoryPublisher,
+    flaky: bool,
+    attempts: Mutex<HashMap<i64, u32>>,
+    poison: Mutex<HashSet<i64>>,
+    /// The ids of each key the test wrote, ascending.
+    keys: Mutex<HashMap<String, Vec<i64>>>,
+    delivered: Mutex<HashMap<String, HashSet<i64>>>,
+    in_flight: Mutex<HashSet<String>>,
+    violations: Mutex<Vec<String>>,
+    /// Batch sends: `publish_batch` sends its messages one by one and stops at the first
+    /// failure (the rest fail unsent), as one RocketMQ batch request succeeds or fails whole.
+    batching: bool,
+    /// The messages of each `publish_batch` call (key, id).
+    calls: Mutex<Vec<Vec<(String, i64)>>>,
+}
+
+impl OrderCheck {
+    fn violation(&self, what: String) {
+        self.violations.lock().unwrap().push(what);
+    }
+
+    fn outcome(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        let attempt = {
+            let mut a = self.attempts.lock().unwrap();
+            let n = a.entry(m.event_id).or_default();
+            *n += 1;
+            *n
+        };
+        if self.poison.lock().unwrap().contains(&m.event_id) {
+            return Err(PublishError::permanent("scripted: refused for good"));
+        }
+        if self.flaky && attempt == 1 && flaky(m.event_id) {
+            return Err(PublishError::retryable("scripted: first attempt fails"));
+        }
+        Ok(())
+    }
+
+    /// Records a delivery of `m`, checking that the earlier events of its key were delivered.
+    fn delivered(&self, m: &OutboxMessage) {
+        let missing = {
+            let keys = self.keys.lock().unwrap();
+            let mut delivered = self.delivered.lock().unwrap();
+            let done = delivered.entry(m.biz_no.clone()).or_default();
+            let missing = keys.get(&m.biz_no).and_then(|ids| {
+                ids.iter()
+                    .take_while(|&&id| id < m.event_id)
+                    .find(|id| !done.contains(id))
+                    .copied()
+            });
+            done.insert(m.event_id);
+            missing
+        };
+        if let Some(earlier) = missing {
+            self.violation(format!(
+                "event {} of {} delivered before event {earlier}",
+                m.event_id, m.biz_no
+            ));
+        }
+    }
+
+    /// For each key of `keys`: its events in the order of their first delivery.
+    fn first_deliveries(&self) -> HashMap<String, Vec<i64>> {
+        let mut seen = HashSet::new();
+        let mut out: HashMap<String, Vec<i64>> = HashMap::new();
+        for m in self.sent.messages() {
+            if seen.insert(m.event_id) {
+                out.entry(m.biz_no.clone()).or_default().push(m.event_id);
+            }
+        }
+        out
+    }
+
+    /// Asserts that no send broke the order (showing the first ten that did).
+    fn assert_in_order(&self) {
+        let v = self.violations.lock().unwrap();
+        assert!(
+            v.is_empty(),
+            "{} order violations, the first: {:?}",
+            v.len(),
+            &v[..v.len().min(10)]
+        );
+    }
+}
+
+#[async_trait]
+impl Publisher for OrderCheck {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        if !self.in_flight.lock().unwrap().insert(m.biz_no.clone()) {
+            self.violation(format!("two sends of key {} at once", m.biz_no));
+        }
+        // Let other sends run meanwhile, so that overlapping sends of one key would show.
+        tokio::task::yield_now().await;
+        let result = self.outcome(m);
+        if result.is_ok() {
+            self.delivered(m);
+            self.sent.publish(m).await?;
+        }
+        self.in_flight.lock().unwrap().remove(&m.biz_no);
+        result
+    }
+
+    async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        self.calls.lock().unwrap().push(
+            messages
+                .iter()
+                .map(|m| (m.biz_no.clone(), m.event_id))
+                .collect(),
+        );
+        let mut results = Vec::with_capacity(messages.len());
+        for m in messages {
+            if results.iter().any(Result::is_err) {
+                results.push(Err(PublishError::retryable("scripted: batch stopped")));
+                continue;
+            }
+            results.push(self.publish(m).await);
+        }
+        results
+    }
+
+    fn batches(&self) -> bool {
+        self.batching
+    }
+}
+
+/// Writes `per_key` events for each of `keys`, round robin (so the keys' ids interleave), in
+/// transactions of 500; returns each key's ids, ascending.
+async fn insert_keys(
+    db: &DatabaseConnection,
+    keys: &[String],
+    per_key: usize,
+) -> HashMap<String, Vec<i64>> {
+    let mut ids: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut pending: Vec<(String, usize)> = (0..per_key)
+        .flat_map(|seq| keys.iter().map(move |k| (k.clone(), seq)))
+        .collect();
+    while !pending.is_empty() {
+        let chunk: Vec<(String, usize)> = pending.drain(..pending.len().min(500)).collect();
+        let txn = db.begin().await.expect("begin");
+        for (key, seq) in chunk {
+            let id = txn
+                .with_event(NewEvent::raw(
+                    key.clone(),
+                    "ORDER_STEP",
+                    format!(r#"{{"seq":{seq}}}"#),
+                ))
+                .await
+                .expect("insert");
+            ids.entry(key).or_default().push(id);
+        }
+        txn.commit().await.expect("commit");
+    }
+    ids
+}
+
+/// The suites' settings in ordered mode: 4 send slots, claims of 20, back-off 50 ms.
+fn ordered_config(owner: &str, policy: OrderedPolicy) -> WorkerConfig {
+    common::test_config(owner)
+        .ordered(Some(policy))
+        .send_concurrency(4)
+        .batch_size(20)
+        .retry(RetryPolicy::new(
+            3,
+            Duration::from_millis(50),
+            Duration::from_secs(1),
+        ))
+}
+
+/// Acceptance 1: 3 relays, 200 keys × 25 events, the first attempt of ~10 % of the events
+/// failing (retryably): every event delivered, no two sends of one key at once, per key the
+/// first deliveries in id order, and no event delivered before every earlier event of its key.
+/// The events behind a failed one were handed back uncounted (retry_count 0 unless they failed
+/// themselves).
+async fn three_relays_deliver_every_key_in_id_order(ctx: &TestContext) {
+    let keys: Vec<String> = (0..200).map(|k| format!("K{k:03}")).collect();
+    let ids = insert_keys(&ctx.db, &keys, 25).await;
+    let total: u64 = ids.values().map(|v| v.len() as u64).sum();
+    assert_eq!(total, 5000);
+    let publisher = Arc::new(OrderCheck {
+        flaky: true,
+        keys: Mutex::new(ids.clone()),
+        ..Default::default()
+    });
+    let configs = (0..3).map(|w| ordered_config(&format!("ord-{w}"), OrderedPolicy::Block));
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), configs).await;
+    let done = wait_until(
+        Duration::from_secs(180),
+        Duration::from_millis(50),
+        || async { count(&ctx.db, EventStatus::Success).await == total },
+    )
+    .await;
+    let summaries = fleet.stop().await;
+    assert!(
+        done,
+        "SUCCESS {} of {total}, WAIT {}, FAIL {}",
+        count(&ctx.db, EventStatus::Success).await,
+        count(&ctx.db, EventStatus::Wait).await,
+        count(&ctx.db, EventStatus::Fail).await
+    );
+    publisher.assert_in_order();
+    for s in &summaries {
+        assert_eq!((s.errors, s.late_acks), (0, 0), "{s:?}");
+    }
+    let flaky_count = ids.values().flatten().filter(|&&id| flaky(id)).count() as u64;
+    let retried: u64 = summaries.iter().map(|s| s.retried).sum();
+    assert_eq!(retried, flaky_count, "one retry per flaky event");
+    assert!(flaky_count > 300, "about 10 % flaky: {flaky_count}");
+    assert_eq!(publisher.sent.distinct_ids().len() as u64, total);
+    let firsts = publisher.first_deliveries();
+    for (key, want) in &ids {
+        assert_eq!(firsts.get(key), Some(want), "first deliveries of {key}");
+    }
+    // Spot checks of the rows: every event SUCCESS, counted only for its own failure.
+    for key in keys.iter().step_by(20) {
+        for id in &ids[key] {
+            let e = event(&ctx.db, *id).await;
+            assert_eq!(
+                (e.status, e.retry_count),
+                (EventStatus::Success, i32::from(flaky(*id))),
+                "{e:?}"
+            );
+        }
+    }
+}
+
+/// Batch sends in ordered mode: each `publish_batch` call carries one key's run in id order;
+/// 2 relays, 50 keys × 10 events, ~10 % of first attempts failing: every event delivered in
+/// order, and the events after a failed one in its call were handed back uncounted.
+async fn batched_runs_go_out_in_one_call_per_key_in_order(ctx: &TestContext) {
+    let keys: Vec<String> = (0..50).map(|k| format!("B{k:02}")).collect();
+    let ids = insert_keys(&ctx.db, &keys, 10).await;
+    let publisher = Arc::new(OrderCheck {
+        flaky: true,
+        batching: true,
+        keys: Mutex::new(ids.clone()),
+        ..Default::default()
+    });
+    let configs = (0..2).map(|w| ordered_config(&format!("batch-{w}"), OrderedPolicy::Block));
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), configs).await;
+    let done = wait_until(
+        Duration::from_secs(120),
+        Duration::from_millis(20),
+        || async { count(&ctx.db, EventStatus::Success).await == 500 },
+    )
+    .await;
+    fleet.stop().await;
+    assert!(
+        done,
+        "SUCCESS {}",
+        count(&ctx.db, EventStatus::Success).await
+    );
+    publisher.assert_in_order();
+    let firsts = publisher.first_deliveries();
+    for (key, want) in &ids {
+        assert_eq!(firsts.get(key), Some(want), "first deliveries of {key}");
+    }
+    let calls = publisher.calls.lock().unwrap().clone();
+    for call in &calls {
+        assert!(
+            call.iter().all(|(k, _)| *k == call[0].0),
+            "one key per call: {call:?}"
+        );
+        assert!(
+            call.windows(2).all(|w| w[0].1 < w[1].1),
+            "id order: {call:?}"
+        );
+    }
+    assert!(
+        calls.iter().any(|c| c.len() > 1),
+        "runs of several events: {calls:?}"
+    );
+    for key in keys.iter().step_by(10) {
+        for id in &ids[key] {
+            let e = event(&ctx.db, *id).await;
+            assert_eq!(
+                (e.status, e.retry_count),
+                (EventStatus::Success, i32::from(flaky(*id))),
+                "{e:?}"
+            );
+        }
+    }
+}
+
+/// A relay died holding the head of K (SENDING, lease expired): nothing of K is sent while
+/// its lease runs (other keys are), the reclaim puts the head back to `WAIT` (one counted
+/// attempt), and it is still the head: K then goes out in id order. Rounds run one by one
+/// (`run_once`), so each step is checked in turn.
+async fn a_reclaimed_head_stays_the_head_of_its_key(ctx: &TestContext) {
+    use sea_orm_outbox::event_record::Column;
+    use sea_orm_outbox::{store, CancellationToken, Worker};
+    let db = &ctx.db;
+    let keys: Vec<String> = ["K", "L"].iter().map(|k| k.to_string()).collect();
+    let ids = insert_keys(db, &keys, 3).await;
+    let head = ids["K"][0];
+    let dead = store::claim_ordered(db, "dead-relay#1", OrderedPolicy::Block, 1, 1)
+        .await
+        .expect("claim");
+    assert_eq!(dead.iter().map(|e| e.id).collect::<Vec<_>>(), [head]);
+    let publisher = Arc::new(OrderCheck {
+        keys: Mutex::new(ids.clone()),
+        ..Default::default()
+    });
+    let worker = Worker::new(
+        ctx.pool(4).await,
+        publisher.clone(),
+        ordered_config("reclaim", OrderedPolicy::Block),
+    )
+    .expect("worker");
+    let cancel = CancellationToken::new();
+    let rounds_until = async |want: u64| {
+        for _ in 0..50 {
+            worker.run_once(&cancel).await.expect("round");
+            if count(db, EventStatus::Success).await == want {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(rounds_until(3).await, "L delivered");
+    assert!(
+        ids["K"]
+            .iter()
+            .all(|id| !publisher.sent.distinct_ids().contains(id)),
+        "nothing of K while its head is held"
+    );
+    common::age(db, head, Column::ClaimedAt, Duration::from_secs(60)).await;
+    assert_eq!(worker.reclaim_once().await.expect("reclaim"), 1);
+    let e = event(db, head).await;
+    assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 1), "{e:?}");
+    assert!(rounds_until(6).await, "K delivered");
+    publisher.assert_in_order();
+    assert_eq!(publisher.first_deliveries()["K"], ids["K"]);
+}
+
+/// The claim alone, raced: 4 claimers on pools of their own call `store::claim_ordered` in a
+/// loop over 50 keys × 10 events and mark what they got `SUCCESS` (the [`flaky`] heads back off
+/// once instead, their runs handed back). No key is ever held by two
+/// claims at once, a claim of a key is its next events in id order, and every event claimed
+/// had all earlier events of its key marked before.
+async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
+    use sea_orm_outbox::store;
+    let keys: Vec<String> = (0..50).map(|k| format!("R{k:02}")).collect();
+    let ids = Arc::new(insert_keys(&ctx.db, &keys, 10).await);
+    let held: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let marked: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+    let failed: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let mut claimers = Vec::new();
+    for c in 0..4 {
+        let db = ctx.pool(2).await;
+        let (ids, held, marked, violations, failed) = (
+            ids.clone(),
+            held.clone(),
+            marked.clone(),
+            violations.clone(),
+            failed.clone(),
+        );
+        claimers.push(tokio::spawn(async move {
+            for round in 0.. {
+                let owner = format!("racer-{c}#{round}");
+                let got = store::claim_ordered(&db, &owner, OrderedPolicy::Block, 5, 10)
+                    .await
+                    .expect("claim");
+                if got.is_empty() {
+                    if count(&db, EventStatus::Wait).await == 0 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                }
+                let mut by_key: HashMap<String, Vec<i64>> = HashMap::new();
+                for e in &got {
+                    by_key.entry(e.biz_no.clone()).or_default().push(e.id);
+                }
+                for (key, run) in &by_key {
+                    let mut v = violations.lock().unwrap();
+                    if !held.lock().unwrap().insert(key.clone()) {
+                        v.push(format!("{key} held twice"));
+                    }
+                    let all = &ids[key];
+                    let start = all.iter().position(|id| *id == run[0]).expect("known id");
+                    if all[start..start + run.len()] != run[..] {
+                        v.push(format!("{key}: {run:?} is not a run of {all:?}"));
+                    }
+                    let m = marked.lock().unwrap();
+                    if let Some(early) = all[..start].iter().find(|id| !m.contains(id)) {
+                        v.push(format!(
+                            "{key}: {} claimed before {early} was marked",
+                            run[0]
+                        ));
+                    }
+                }
+                tokio::task::yield_now().await;
+                // Released from the bookkeeping before the mark commits, so that a claim right
+                // after the commit is never taken for a double hold.
+                for key in by_key.keys() {
+                    held.lock().unwrap().remove(key);
+                }
+                // A "failed send" of each flaky head on its first claim: it backs off 20 ms
+                // (its followers, due earlier now, must still wait) and its run goes back.
+                let mut got_ids = Vec::new();
+                for run in by_key.values() {
+                    if flaky(run[0]) && failed.lock().unwrap().insert(run[0]) {
+                        let backoff = Duration::from_millis(20);
+                        let t = store::release_for_retry(&db, run[0], &owner, backoff, "flaky")
+                            .await
+                            .expect("release for retry");
+                        assert_eq!(t, store::Transition::Applied);
+                        store::release_unsent(&db, &run[1..], &owner)
+                            .await
+                            .expect("hand back");
+                    } else {
+                        got_ids.extend(run);
+                    }
+                }
+                marked.lock().unwrap().extend(&got_ids);
+                let n = store::mark_success_many(&db, &got_ids, &owner)
+                    .await
+                    .expect("mark");
+                assert_eq!(n, got_ids.len() as u64);
+            }
+        }));
+    }
+    let all = async {
+        for c in claimers {
+            c.await.expect("claimer");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("the claimers drained the table");
+    assert_eq!(violations.lock().unwrap().clone(), Vec::<String>::new());
+    assert_eq!(count(&ctx.db, EventStatus::Success).await, 500);
+}
+
+/// `Skip`: A0 is a dead letter and A1 went on; A0 retried while A1 is still out is not
+/// claimed (two events of A would be held at once) until A1 is done, then it is.
+async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestContext) {
+    use sea_orm_outbox::store::{self, Transition};
+    let db = &ctx.db;
+    let ids = insert_keys(db, &["A".to_owned()], 2).await;
+    let (a0, a1) = (ids["A"][0], ids["A"][1]);
+    let claim = async |owner: &str| -> Vec<i64> {
+        store::claim_ordered(db, owner, OrderedPolicy::Skip, 5, 5)
+            .await
+            .expect("claim")
+            .iter()
+            .map(|e| e.id)
+            .collect()
+    };
+    assert_eq!(claim("r#1").await, [a0, a1], "the head and its run");
+    assert_eq!(
+        store::mark_fail(db, a0, "r#1", "refused")
+            .await
+            .expect("fail"),
+        Transition::Applied
+    );
+    assert_eq!(
+        store::release_unsent(db, &[a1], "r#1").await.expect("back"),
+        1
+    );
+    assert_eq!(claim("r#2").await, [a1], "Skip goes past the dead letter");
+    assert_eq!(
+        ops::retry_dead(db, a0).await.expect("retry"),
+        ops::DeadLetterOutcome::Applied
+    );
+    assert!(claim("r#3").await.is_empty(), "A0 waits while A1 is out");
+    assert_eq!(
+        store::mark_success(db, a1, "r#2").await.expect("mark"),
+        Transition::Applied
+    );
+    assert_eq!(
+        claim("r#4").await,
+        [a0],
+        "then the retried dead letter goes"
+    );
+}
+
+/// Runs `outbox args` against the test database; returns stdout (the command must succeed).
+fn outbox(ctx: &TestContext, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(args)
+        .env("DATABASE_URL", &ctx.url)
+        .env_remove("RUST_LOG")
+        .env_remove("ROCKETMQ_NAMESRV_ADDR")
+        .output()
+        .expect("run outbox");
+    assert!(
+        out.status.success(),
+        "outbox {args:?}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of gauge `name` in `snap`.
+fn gauge(
+    snap: &[(
+        metrics_util::CompositeKey,
+        Option<metrics::Unit>,
+        Option<metrics::SharedString>,
+        metrics_util::debugging::DebugValue,
+    )],
+    name: &str,
+) -> Option<f64> {
+    snap.iter().find_map(|(key, _, _, value)| match value {
+        metrics_util::debugging::DebugValue::Gauge(v) if key.key().name() == name => {
+            Some(v.into_inner())
+        }
+        _ => None,
+    })
+}
+
+/// Acceptance 3, `Block`: the first event of key A is refused for good (FAIL): nothing more
+/// of A is sent while B, C and keys written later go on; `ops::blocked_keys`, the gauge and
+/// `outbox stats` show one blocked key; `outbox dead retry` unblocks it and A follows in order.
+async fn block_holds_a_key_behind_its_dead_letter_until_retried(ctx: &TestContext) {
+    let db = &ctx.db;
+    let keys: Vec<String> = ["A", "B", "C"].iter().map(|k| k.to_string()).collect();
+    let ids = insert_keys(db, &keys, 5).await;
+    let dead = ids["A"][0];
+    let publisher = Arc::new(OrderCheck {
+        keys: Mutex::new(ids.clone()),
+        poison: Mutex::new([dead].into()),
+        ..Default::default()
+    });
+    let configs = (0..2).map(|w| ordered_config(&format!("block-{w}"), OrderedPolicy::Block));
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), configs).await;
+    let others: Vec<i64> = ids["B"].iter().chain(&ids["C"]).copied().collect();
+    let settled = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async {
+            count(db, EventStatus::Success).await == others.len() as u64
+                && event(db, dead).await.status == EventStatus::Fail
+        },
+    )
+    .await;
+    assert!(settled, "B and C delivered, A's head a dead letter");
+    // Keys written after the block go on too (the relays keep claiming).
+    let later = [new_event(db, "D").await, new_event(db, "D").await];
+    let delivered = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async {
+            let mut all = true;
+            for id in later {
+                all &= event(db, id).await.status == EventStatus::Success;
+            }
+            all
+        },
+    )
+    .await;
+    assert!(delivered, "D delivered while A is blocked");
+    for id in &ids["A"][1..] {
+        assert_eq!(event(db, *id).await.status, EventStatus::Wait, "{id}");
+    }
+    let sent = publisher.sent.distinct_ids();
+    assert!(
+        ids["A"].iter().all(|id| !sent.contains(id)),
+        "A sent nothing"
+    );
+
+    let blocked = ops::blocked_keys(db).await.expect("blocked keys");
+    assert_eq!(blocked.keys, 1, "{blocked:?}");
+    assert!(
+        blocked.oldest_age_seconds.is_some_and(|a| a >= 0.0),
+        "{blocked:?}"
+    );
+    // The gauge a worker in ordered mode with Block refreshes.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    {
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        sea_orm_outbox::maintenance::GaugeRefresher::new(db.clone(), Duration::from_secs(1))
+            .expect("gauges")
+            .blocked_keys(true)
+            .run_once()
+            .await
+            .expect("refresh");
+    }
+    let snap = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        gauge(&snap, sea_orm_outbox::metrics::BLOCKED_KEYS),
+        Some(1.0)
+    );
+    assert!(gauge(&snap, sea_orm_outbox::metrics::OLDEST_BLOCKED_AGE).is_some_and(|a| a >= 0.0));
+    let stats: serde_json::Value =
+        serde_json::from_str(&outbox(ctx, &["stats", "--json"])).expect("json");
+    assert_eq!(stats["blocked_keys"], 1, "{stats}");
+    assert!(stats["oldest_blocked_age_seconds"].is_f64(), "{stats}");
+    let text = outbox(ctx, &["stats"]);
+    assert!(
+        text.contains("keys blocked behind a dead letter (ordered, block policy): 1"),
+        "{text}"
+    );
+
+    // The cause is fixed; a person retries the dead letter and the key follows in order.
+    publisher.poison.lock().unwrap().clear();
+    let out = outbox(ctx, &["dead", "retry", &dead.to_string()]);
+    assert!(out.contains("will be sent again"), "{out}");
+    let unblocked = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async { count(db, EventStatus::Success).await == 15 + 2 },
+    )
+    .await;
+    fleet.stop().await;
+    assert!(
+        unblocked,
+        "SUCCESS {}",
+        count(db, EventStatus::Success).await
+    );
+    publisher.assert_in_order();
+    assert_eq!(publisher.first_deliveries()["A"], ids["A"]);
+    assert_eq!(ops::blocked_keys(db).await.expect("blocked").keys, 0);
+}
+
+/// Acceptance 3, `Skip`: the dead letter stays FAIL and the rest of its key goes on, in order.
+async fn skip_lets_a_key_go_on_past_its_dead_letter(ctx: &TestContext) {
+    let db = &ctx.db;
+    let keys: Vec<String> = ["A", "B"].iter().map(|k| k.to_string()).collect();
+    let ids = insert_keys(db, &keys, 5).await;
+    let dead = ids["A"][1];
+    let publisher = Arc::new(OrderCheck {
+        poison: Mutex::new([dead].into()),
+        ..Default::default()
+    });
+    let configs = (0..2).map(|w| ordered_config(&format!("skip-{w}"), OrderedPolicy::Skip));
+    let fleet = Fleet::start(ctx, 4, publisher.clone(), configs).await;
+    let done = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async {
+            count(db, EventStatus::Success).await == 9 && count(db, EventStatus::Fail).await == 1
+        },
+    )
+    .await;
+    fleet.stop().await;
+    assert!(
+        done,
+        "SUCCESS {}, FAIL {}",
+        count(db, EventStatus::Success).await,
+        count(db, EventStatus::Fail).await
+    );
+    assert_eq!(event(db, dead).await.status, EventStatus::Fail);
+    let want: Vec<i64> = ids["A"].iter().copied().filter(|&id| id != dead).collect();
+    assert_eq!(publisher.first_deliveries()["A"], want);
+    assert_eq!(publisher.first_deliveries()["B"], ids["B"]);
+    publisher.assert_in_order();
+}
+
+/// EXPLAIN lines of `stmt` (Postgres: the plan; MariaDB: `table key type Extra` per row).
+async fn explain(db: &DatabaseConnection, stmt: Statement) -> String {
+    let backend = db.get_database_backend();
+    let stmt = Statement {
+        sql: format!("EXPLAIN {}", stmt.sql),
+        ..stmt
+    };
+    let rows = db.query_all_raw(stmt).await.expect("explain");
+    rows.iter()
+        .map(|r| match backend {
+            DbBackend::Postgres => r.try_get::<String>("", "QUERY PLAN").expect("plan"),
+            _ => {
+                let col = |c: &str| {
+                    r.try_get::<Option<String>>("", c)
+                        .expect(c)
+                        .unwrap_or_default()
+                };
+                format!(
+                    "table={} type={} key={} Extra={}",
+                    col("table"),
+                    col("type"),
+                    col("key"),
+                    col("Extra")
+                )
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// On a table of 20,000 delivered events and 5,000 waiting ones (250 keys × 20), the ordered
+/// claim's predecessor check reads `idx_t_event_record_biz_no_status_id` (Postgres: the
+/// heads `UPDATE`; MariaDB: the locking `SELECT` of its claim); the blocked-key count of
+/// `outbox stats` scans no whole table.
+async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
+    use sea_orm_outbox::store;
+    let db = &ctx.db;
+    let backend = ctx.db_backend();
+    let fill = |status: &str, rows: u32, keys: u32| {
+        match backend {
+        DbBackend::Postgres => format!(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) \
+             SELECT 'K' || (g % {keys}), 'T', '{{}}', '{status}', 0, now() - interval '1 hour', now(), now() FROM generate_series(1, {rows}) g"
+        ),
+        _ => format!(
+            "INSERT INTO t_event_record (biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) \
+             SELECT CONCAT('K', seq % {keys}), 'T', '{{}}', '{status}', 0, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq_1_to_{rows}"
+        ),
+    }
+    };
+    db.execute_unprepared(&fill("SUCCESS", 20_000, 2_000))
+        .await
+        .expect("fill delivered");
+    db.execute_unprepared(&fill("WAIT", 5_000, 250))
+        .await
+        .expect("fill waiting");
+    db.execute_unprepared(match backend {
+        DbBackend::Postgres => "ANALYZE t_event_record",
+        _ => "ANALYZE TABLE t_event_record",
+    })
+    .await
+    .expect("analyze");
+    let index = sea_orm_outbox::migration::m20261202_000004_add_biz_no_status_index::INDEX;
+    for policy in [OrderedPolicy::Block, OrderedPolicy::Skip] {
+        let claim = match backend {
+            DbBackend::Postgres => backend.build(&store::ordered_heads_statement(
+                backend, "me", policy, 20, true,
+            )),
+            _ => backend.build(&store::ordered_heads_query(backend, policy, 20, true)),
+        };
+        let plan = explain(db, claim).await;
+        eprintln!("{policy:?} claim plan:\n{plan}");
+        assert!(plan.contains(index), "{policy:?} claim:\n{plan}");
+        for bad in ["Seq Scan on t_event_record p", "table=p type=ALL"] {
+            assert!(
+                !plan.contains(bad),
+                "{policy:?} claim reads every row:\n{plan}"
+            );
+        }
+    }
+    let blocked = explain(
+        db,
+        backend.build(&store::admin::blocked_keys_query(backend)),
+    )
+    .await;
+    // The blocked-key count reads the WAIT rows through a status index; with no dead letter
+    // Postgres hashes the (no) FAIL rows instead of probing the biz_no index: either way no
+    // scan of the whole table.
+    for bad in ["Seq Scan", "type=ALL"] {
+        assert!(!blocked.contains(bad), "blocked keys:\n{blocked}");
+    }
+}
