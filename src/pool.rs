@@ -135,7 +135,11 @@ impl RelayPool {
 /// not answer is closed too. A connection idle for [`IDLE_RECHECK`] (1 s) or longer gets the
 /// same check before it is handed out (`before_acquire`, in place of sqlx's ping), and another
 /// is taken if it fails; one idle for less is handed out at once (it passed the check a moment
-/// ago), which saves the relay a round trip per statement.
+/// ago), which saves the relay a round trip per statement. The price: a connection that dies
+/// (a database restart) less than 1 s after it was given back fails the one statement it is
+/// handed out for, and the relay retries that statement's work as after any database error.
+/// (Before issue 14 the check ran before every acquire; an `after_release` hook of `db`'s own
+/// pool was carried over then and is replaced now.)
 ///
 /// The check runs, on the connection given back (or about to be handed out):
 /// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the

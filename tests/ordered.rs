@@ -25,6 +25,7 @@ backend_tests!(
     a_dead_letter_retried_under_skip_waits_for_the_event_out,
     block_holds_a_key_behind_its_dead_letter_until_retried,
     skip_lets_a_key_go_on_past_its_dead_letter,
+    a_hot_key_drains_without_waiting_for_the_poll_delay,
 );
 
 backend_test! {
@@ -789,4 +790,27 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
     for bad in ["Seq Scan", "type=ALL"] {
         assert!(!blocked.contains(bad), "blocked keys:\n{blocked}");
     }
+}
+
+/// Review finding: a finished run makes its key's next events claimable; the worker claims
+/// again at once instead of waiting for the poll delay (here 120 s, far beyond the deadline:
+/// one wait for it fails the test). One key × 400 events, 4 send slots, no wake-on-commit.
+async fn a_hot_key_drains_without_waiting_for_the_poll_delay(ctx: &TestContext) {
+    let keys = vec!["HOT".to_string()];
+    insert_keys(&ctx.db, &keys, 400).await;
+    let config = ordered_config("hot", OrderedPolicy::Block)
+        .poll_delay(Duration::from_secs(120))
+        .wake_on_commit(false);
+    let fleet = Fleet::start(ctx, 4, Arc::new(InMemoryPublisher::new()), [config]).await;
+    let done = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async { count(&ctx.db, EventStatus::Success).await == 400 },
+    )
+    .await;
+    fleet.stop().await;
+    assert!(
+        done,
+        "the hot key's 400 events were not all delivered before the deadline"
+    );
 }

@@ -226,6 +226,12 @@ impl<'w> Slots<'w> {
             tokio::select! {
                 joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     self.collect(joined, &mut s).await;
+                    // Ordered mode: a finished run makes the next events of its key heads,
+                    // which no poll or notification announces (else a hot key held by this
+                    // worker's own runs waits a poll delay per run).
+                    if self.ordered && c.drain {
+                        due = true;
+                    }
                 }
                 () = flush_timer.wait(), if flush_at.is_some() => self.recorder.flush(&mut s).await,
                 () = refill_timer.wait(), if refill_by.is_some() && due && !stopping => {}

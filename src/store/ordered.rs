@@ -277,7 +277,18 @@ async fn claim_runs<C: ConnectionTrait>(
         return Ok(HashMap::new());
     }
     let ids: Vec<i64> = runs.iter().map(|e| e.id).collect();
-    let taken = exec_by_ids(db, &claim_run_statement(backend, &ids, owner)).await?;
+    let taken = match exec_by_ids(db, &claim_run_statement(backend, &ids, owner)).await {
+        Ok(n) => n,
+        Err(e) => {
+            // The update may have applied with its reply lost (a dropped connection): hand
+            // every follower back (guarded by owner and SENDING: a no-op for rows not taken),
+            // so that the key is not held until the lease expires.
+            if let Err(back) = super::release_unsent(db, &ids, owner).await {
+                tracing::warn!(error = %back, "handing back a run failed; the reclaim will");
+            }
+            return Err(e);
+        }
+    };
     let owned: HashSet<i64> = if taken == ids.len() as u64 {
         ids.iter().copied().collect()
     } else {
