@@ -37,20 +37,22 @@ pub fn oldest_wait_query(backend: DbBackend, column: Column) -> Select<Entity> {
 }
 
 /// `SELECT COUNT(DISTINCT w.biz_no) AS blocked_keys, MIN(w.create_time) AS oldest, now AS now
-/// FROM t_event_record AS w WHERE w.status = 'WAIT' AND EXISTS (SELECT 1 FROM t_event_record
-/// AS f WHERE f.biz_no = w.biz_no AND f.status = 'FAIL' AND f.id < w.id)`: the keys whose
-/// waiting events sit behind a dead letter of their key (the keys an ordered relay with the
-/// `Block` policy holds back), the oldest such event's `create_time`, and the database clock.
-/// Reads the `WAIT` rows through the status index and probes
-/// `idx_t_event_record_biz_no_status_id` once per row.
+/// FROM (SELECT biz_no, MIN(id) AS first_fail FROM t_event_record WHERE status = 'FAIL' GROUP
+/// BY biz_no) AS f JOIN t_event_record AS w ON w.biz_no = f.biz_no AND w.status = 'WAIT' AND
+/// w.id > f.first_fail`: the keys whose waiting events sit behind a dead letter of their key
+/// (the keys an ordered relay with the `Block` policy holds back), the oldest such event's
+/// `create_time`, and the database clock. Starts from the dead letters (normally few: the
+/// status index) and reads one range of `idx_t_event_record_biz_no_status_id` per key that has
+/// one, so it costs next to nothing where nothing is dead, whatever the `WAIT` backlog.
 pub fn blocked_keys_query(backend: DbBackend) -> SelectStatement {
-    let (w, f) = (Alias::new("w"), Alias::new("f"));
-    let mut dead = Query::select();
-    dead.expr(Expr::val(1))
-        .from_as(Entity, f.clone())
-        .and_where(Expr::col((f.clone(), Column::BizNo)).equals((w.clone(), Column::BizNo)))
-        .and_where(Expr::col((f.clone(), Column::Status)).eq(EventStatus::Fail.as_str()))
-        .and_where(Expr::col((f, Column::Id)).lt(Expr::col((w.clone(), Column::Id))));
+    let (w, f, first) = (Alias::new("w"), Alias::new("f"), Alias::new("first_fail"));
+    let dead = Query::select()
+        .column(Column::BizNo)
+        .expr_as(Expr::col(Column::Id).min(), first.clone())
+        .from(Entity)
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
+        .group_by_col(Column::BizNo)
+        .to_owned();
     Query::select()
         .expr_as(
             Func::count_distinct(Expr::col((w.clone(), Column::BizNo))),
@@ -58,9 +60,16 @@ pub fn blocked_keys_query(backend: DbBackend) -> SelectStatement {
         )
         .expr_as(Expr::col((w.clone(), Column::CreateTime)).min(), "oldest")
         .expr_as(dialect::now(backend), "now")
-        .from_as(Entity, w.clone())
-        .and_where(Expr::col((w, Column::Status)).eq(EventStatus::Wait.as_str()))
-        .and_where(Expr::exists(dead))
+        .from_subquery(dead, f.clone())
+        .join_as(
+            sea_orm::sea_query::JoinType::InnerJoin,
+            Entity,
+            w.clone(),
+            Expr::col((w.clone(), Column::BizNo))
+                .equals((f.clone(), Column::BizNo))
+                .and(Expr::col((w.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
+                .and(Expr::col((w, Column::Id)).gt(Expr::col((f, first)))),
+        )
         .to_owned()
 }
 
