@@ -13,8 +13,8 @@ use common::{count, event, new_event, Fleet, TestContext};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
 use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
-    ops, EventStatus, InMemoryPublisher, NewEvent, OrderedPolicy, OutboxExt, OutboxMessage,
-    PublishError, Publisher, RetryPolicy, WorkerConfig,
+    ops, store::HeadScan, EventStatus, InMemoryPublisher, NewEvent, OrderedPolicy, OutboxExt,
+    OutboxMessage, PublishError, Publisher, RetryPolicy, WorkerConfig,
 };
 
 backend_tests!(
@@ -26,6 +26,7 @@ backend_tests!(
     block_holds_a_key_behind_its_dead_letter_until_retried,
     skip_lets_a_key_go_on_past_its_dead_letter,
     a_hot_key_drains_without_waiting_for_the_poll_delay,
+    a_head_behind_a_full_window_is_found_by_a_deep_scan,
 );
 
 backend_test! {
@@ -340,9 +341,16 @@ async fn a_reclaimed_head_stays_the_head_of_its_key(ctx: &TestContext) {
     let keys: Vec<String> = ["K", "L"].iter().map(|k| k.to_string()).collect();
     let ids = insert_keys(db, &keys, 3).await;
     let head = ids["K"][0];
-    let dead = store::claim_ordered(db, "dead-relay#1", OrderedPolicy::Block, 1, 1)
-        .await
-        .expect("claim");
+    let dead = store::claim_ordered(
+        db,
+        "dead-relay#1",
+        OrderedPolicy::Block,
+        1,
+        1,
+        HeadScan::Deep,
+    )
+    .await
+    .expect("claim");
     assert_eq!(dead.iter().map(|e| e.id).collect::<Vec<_>>(), [head]);
     let publisher = Arc::new(OrderCheck {
         keys: Mutex::new(ids.clone()),
@@ -406,9 +414,16 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
         claimers.push(tokio::spawn(async move {
             for round in 0.. {
                 let owner = format!("racer-{c}#{round}");
-                let got = store::claim_ordered(&db, &owner, OrderedPolicy::Block, 5, 10)
-                    .await
-                    .expect("claim");
+                let got = store::claim_ordered(
+                    &db,
+                    &owner,
+                    OrderedPolicy::Block,
+                    5,
+                    10,
+                    HeadScan::for_heads(5),
+                )
+                .await
+                .expect("claim");
                 if got.is_empty() {
                     if count(&db, EventStatus::Wait).await == 0 {
                         return;
@@ -489,7 +504,7 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     let ids = insert_keys(db, &["A".to_owned()], 2).await;
     let (a0, a1) = (ids["A"][0], ids["A"][1]);
     let claim = async |owner: &str| -> Vec<i64> {
-        store::claim_ordered(db, owner, OrderedPolicy::Skip, 5, 5)
+        store::claim_ordered(db, owner, OrderedPolicy::Skip, 5, 5, HeadScan::Deep)
             .await
             .expect("claim")
             .iter()
@@ -762,21 +777,40 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
     .await
     .expect("analyze");
     let index = sea_orm_outbox::migration::m20261202_000004_add_biz_no_status_index::INDEX;
-    for policy in [OrderedPolicy::Block, OrderedPolicy::Skip] {
+    for (policy, scan) in [
+        (OrderedPolicy::Block, HeadScan::Deep),
+        (OrderedPolicy::Skip, HeadScan::Deep),
+        (OrderedPolicy::Block, HeadScan::for_heads(20)),
+    ] {
         let claim = match backend {
             DbBackend::Postgres => backend.build(&store::ordered_heads_statement(
-                backend, "me", policy, 20, true,
+                backend, "me", policy, 20, true, scan,
             )),
-            _ => backend.build(&store::ordered_heads_query(backend, policy, 20, true)),
+            _ => backend.build(&store::ordered_heads_query(backend, policy, 20, true, scan)),
         };
         let plan = explain(db, claim).await;
-        eprintln!("{policy:?} claim plan:\n{plan}");
-        assert!(plan.contains(index), "{policy:?} claim:\n{plan}");
-        for bad in ["Seq Scan on t_event_record p", "table=p type=ALL"] {
+        eprintln!("{policy:?} {scan:?} claim plan:\n{plan}");
+        assert!(plan.contains(index), "{policy:?} {scan:?} claim:\n{plan}");
+        // No row source read whole but MariaDB's derived window (`<derived2>`, at most the
+        // window's rows).
+        for bad in [
+            "Seq Scan on t_event_record",
+            "table=p type=ALL",
+            "table=c type=ALL",
+            "table=t_event_record type=ALL",
+        ] {
             assert!(
                 !plan.contains(bad),
-                "{policy:?} claim reads every row:\n{plan}"
+                "{policy:?} {scan:?} claim reads every row:\n{plan}"
             );
+        }
+        if scan != HeadScan::Deep {
+            // The window's rows are fetched by primary key, not by scanning every WAIT row.
+            let by_id = match backend {
+                DbBackend::Postgres => "Index Scan using t_event_record_pkey on t_event_record e",
+                _ => "table=c type=eq_ref key=PRIMARY",
+            };
+            assert!(plan.contains(by_id), "{scan:?} claim:\n{plan}");
         }
     }
     let blocked = explain(
@@ -816,5 +850,62 @@ async fn a_hot_key_drains_without_waiting_for_the_poll_delay(ctx: &TestContext) 
     assert!(
         done,
         "the hot key's 400 events were not all delivered before the deadline"
+    );
+}
+
+/// Review finding S1: a key with a backlog (here 300 due events of `H`, older than anything
+/// else) fills the claim's window of the oldest due rows (`HeadScan::Window`), so the head of
+/// another key behind it (`C`) is not in the window; the deep scan finds it. The worker asks
+/// for a deep scan as soon as a windowed claim found fewer heads than it had free slots: `C`
+/// goes out in the worker's second claim, long before `H` has drained.
+async fn a_head_behind_a_full_window_is_found_by_a_deep_scan(ctx: &TestContext) {
+    use sea_orm_outbox::store;
+    let db = &ctx.db;
+    let h = insert_keys(db, &["H".to_owned()], 300).await;
+    let c = insert_keys(db, &["C".to_owned()], 1).await["C"][0];
+    let ids = |got: Vec<sea_orm_outbox::event_record::Model>| -> Vec<i64> {
+        got.iter().map(|e| e.id).collect()
+    };
+    let window = store::claim_ordered(db, "w#1", OrderedPolicy::Block, 2, 2, HeadScan::Window(256))
+        .await
+        .expect("windowed claim");
+    assert_eq!(
+        ids(window),
+        h["H"][..2],
+        "the window holds only H's backlog"
+    );
+    let deep = store::claim_ordered(db, "w#2", OrderedPolicy::Block, 2, 2, HeadScan::Deep)
+        .await
+        .expect("deep claim");
+    assert_eq!(
+        ids(deep),
+        [c],
+        "the deep scan finds C's head behind the window"
+    );
+    // Back to WAIT, and a worker does the same by itself.
+    db.execute_unprepared(
+        "UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL",
+    )
+    .await
+    .expect("reset");
+    let publisher = Arc::new(InMemoryPublisher::new());
+    let config = ordered_config("deep", OrderedPolicy::Block)
+        .send_concurrency(2)
+        .batch_size(10);
+    let fleet = Fleet::start(ctx, 1, publisher.clone(), [config]).await;
+    let done = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async { count(&ctx.db, EventStatus::Success).await == 301 },
+    )
+    .await;
+    fleet.stop().await;
+    assert!(done, "not every event was delivered before the deadline");
+    let sent: Vec<i64> = publisher.messages().iter().map(|m| m.event_id).collect();
+    let at = sent.iter().position(|&id| id == c).expect("C delivered");
+    assert!(
+        at < 40,
+        "C went out as delivery {at} of {}: it waited for H's backlog",
+        sent.len()
     );
 }

@@ -121,20 +121,37 @@ fn claim_batch() {
 #[test]
 fn claim_ordered() {
     use sea_orm_outbox::OrderedPolicy;
-    for (name, policy) in [
-        ("claim_ordered_heads_block", OrderedPolicy::Block),
-        ("claim_ordered_heads_skip", OrderedPolicy::Skip),
+    use store::HeadScan;
+    for (name, policy, scan) in [
+        (
+            "claim_ordered_heads_block",
+            OrderedPolicy::Block,
+            HeadScan::Deep,
+        ),
+        (
+            "claim_ordered_heads_skip",
+            OrderedPolicy::Skip,
+            HeadScan::Deep,
+        ),
+        (
+            "claim_ordered_heads_window_block",
+            OrderedPolicy::Block,
+            HeadScan::for_heads(20),
+        ),
     ] {
         insta::assert_snapshot!(
             name,
             render(|b| match b {
-                DbBackend::MySql => b.build(&store::ordered_heads_query(b, policy, 20, true)),
+                DbBackend::MySql => {
+                    b.build(&store::ordered_heads_query(b, policy, 20, true, scan))
+                }
                 _ => b.build(&store::ordered_heads_statement(
                     b,
                     "me",
                     policy,
                     20,
-                    b == DbBackend::Postgres
+                    b == DbBackend::Postgres,
+                    scan
                 )),
             })
         );

@@ -29,7 +29,16 @@
 //!   second through `with_event` (default settings) and through the plain insert, per writer
 //!   count of `--writers` (default 8 and 32) as `_w<N>`, interleaved and repeated
 //!   (`--write-repeats`); on Postgres also `write_eps_notify_every_w<N>` (every event notifying).
-//! - `with_event_overhead_ms`: median(business insert + `with_event`) − median(business insert).
+//! - `unordered_keys_eps`, `ordered_eps`, `ordered_over_unordered`: the batch relay over N events
+//!   spread over `--ordered-keys` keys (default 1,000), unordered and then in ordered mode
+//!   (`Block`, `--ordered-concurrency` keys in flight per worker), one run; `ordered_hot_key_eps`:
+//!   ordered, every event on one key (`--hot-key-events`); `ordered_order_violations` (module
+//!   `ordered`).
+//! - `with_event_overhead_ms`: median(business insert + `with_event`) − median(business insert),
+//!   over `--overhead-rows` delivered rows, with every migration (the ordered claim's index
+//!   `idx_t_event_record_biz_no_status_id` among them); `with_event_overhead_ms_before_index`:
+//!   the same with that index dropped (its migration's `down`, then `up` again), measured
+//!   between two halves of the first so that drift falls on both; `biz_no_index_overhead_ms`.
 //! - `idle_poll_rows_examined`: the candidate scan over `--poll-rows` `SUCCESS` rows
 //!   (Postgres: `EXPLAIN (ANALYZE, BUFFERS)`, MariaDB/MySQL: `Handler_read%` deltas).
 //! - `rocketmq_raw_eps`, `rocketmq_raw_batch_eps`, `rocketmq_relay_eps`, `relay_over_raw`,
@@ -38,11 +47,12 @@
 //! - `peak_rss_mib`: this process' VmHWM (workers, publisher and bench bookkeeping together).
 //!
 //! Modules: `setup` (the outbox table's bulk fill), one module per group of figures (`limit`,
-//! `relay`, `idle`, `writes`, `scan`), `cpu` (accounting from /proc) and `figures` (the report).
+//! `relay`, `ordered`, `idle`, `writes`, `scan`), `cpu` (accounting from /proc) and `figures` (the report).
 mod cpu;
 mod figures;
 mod idle;
 mod limit;
+mod ordered;
 mod relay;
 mod rocketmq;
 mod scan;
@@ -154,6 +164,22 @@ struct Args {
     /// relay's default path with `RocketMqPublisher`).
     #[arg(long)]
     noop_single: bool,
+    /// Skip the ordered-mode phases (`ordered_over_unordered`, `ordered_hot_key_eps`).
+    #[arg(long)]
+    skip_ordered: bool,
+    /// Keys the events of the ordered comparison are spread over (round robin).
+    #[arg(long, default_value_t = 1_000)]
+    ordered_keys: u64,
+    /// Send slots (keys in flight) per worker in the ordered phases.
+    #[arg(long, default_value_t = 16)]
+    ordered_concurrency: usize,
+    /// Events of the hot-key phase (every event on one key).
+    #[arg(long, default_value_t = 20_000)]
+    hot_key_events: u64,
+    /// `SUCCESS` rows in the table while the with_event overhead is measured (the index cost
+    /// grows with the table).
+    #[arg(long, default_value_t = 200_000)]
+    overhead_rows: u64,
     /// Skip the idle-latency phase.
     #[arg(long)]
     skip_idle: bool,
@@ -195,6 +221,9 @@ impl Args {
             self.idle_events = self.idle_events.min(20);
             self.idle_poll_ms = self.idle_poll_ms.min(20);
             self.overhead_samples = self.overhead_samples.min(50);
+            self.overhead_rows = self.overhead_rows.min(2_000);
+            self.hot_key_events = self.hot_key_events.min(1_000);
+            self.ordered_keys = self.ordered_keys.min(100);
             self.write_events = self.write_events.min(400);
             self.write_repeats = self.write_repeats.min(1);
             self.poll_rows = self.poll_rows.min(20_000);
@@ -259,6 +288,9 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
         batch.as_ref(),
     );
 
+    // 2b. Ordered mode: 1,000 keys unordered and ordered, then one hot key.
+    let order_violations = ordered::figures(&mut figs, bench, &setup, args).await?;
+
     // 3. RocketMQ (when ROCKETMQ_NAMESRV_ADDR is set).
     // Its duplicates are reported (`rocketmq_duplicates`), not an error: a send the broker
     // stored but answered too late is sent again (at-least-once); lost events are an error.
@@ -288,6 +320,9 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     setup.close().await?;
     if dups > 0 {
         return Err(format!("{dups} duplicate publications in a fault-free run").into());
+    }
+    if order_violations > 0 {
+        return Err(format!("{order_violations} events of the ordered phases went out before an earlier one of their key").into());
     }
 
     Ok(())

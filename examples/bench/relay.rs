@@ -19,7 +19,7 @@ use crate::cpu::{CpuMark, CpuUse};
 use crate::figures::{f1, f3, Figures};
 use crate::scan::{pg_explain, ScanResult};
 use crate::scratch::{BoxError, ScratchDb};
-use crate::setup::{fill, reset, status_counts};
+use crate::setup::{fill_keyed, reset, status_counts};
 use crate::Args;
 
 /// The no-op publisher: counts, remembers the first publish instant of every id. With
@@ -30,6 +30,10 @@ pub struct CountingPublisher {
     total: AtomicU64,
     first: Mutex<HashMap<i64, Instant>>,
     batching: bool,
+    /// Ordered phases: the largest id published so far per key, and how many first
+    /// publications came after a larger id of their key (per-key order broken).
+    order: Option<Mutex<HashMap<String, i64>>>,
+    order_violations: AtomicU64,
 }
 
 impl CountingPublisher {
@@ -38,6 +42,34 @@ impl CountingPublisher {
         CountingPublisher {
             batching,
             ..Self::default()
+        }
+    }
+    /// [`CountingPublisher::new`] that also checks per-key order
+    /// ([`CountingPublisher::order_violations`]).
+    pub fn checking_order(batching: bool) -> Self {
+        CountingPublisher {
+            batching,
+            order: Some(Mutex::new(HashMap::new())),
+            ..Self::default()
+        }
+    }
+    /// First publications of an event after a larger id of its key (with
+    /// [`CountingPublisher::checking_order`]; 0 otherwise).
+    pub fn order_violations(&self) -> u64 {
+        self.order_violations.load(Ordering::SeqCst)
+    }
+    /// Records the first publication of `m` in the per-key order check.
+    fn check_order(&self, m: &OutboxMessage, first: bool) {
+        let Some(order) = &self.order else { return };
+        if !first {
+            return;
+        }
+        let mut last = order.lock().unwrap_or_else(|p| p.into_inner());
+        let top = last.entry(m.biz_no.clone()).or_insert(m.event_id);
+        if *top > m.event_id {
+            self.order_violations.fetch_add(1, Ordering::SeqCst);
+        } else {
+            *top = m.event_id;
         }
     }
     /// The first publish instant per id.
@@ -63,16 +95,28 @@ impl Publisher for CountingPublisher {
     async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
         let now = Instant::now();
         self.total.fetch_add(1, Ordering::SeqCst);
-        self.lock().entry(m.event_id).or_insert(now);
+        let first = self.lock().insert(m.event_id, now).is_none();
+        self.check_order(m, first);
         Ok(())
     }
 
     async fn publish_batch(&self, ms: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let now = Instant::now();
         self.total.fetch_add(ms.len() as u64, Ordering::SeqCst);
-        let mut first = self.lock();
-        for m in ms {
-            first.entry(m.event_id).or_insert(now);
+        let firsts: Vec<bool> = {
+            let mut first = self.lock();
+            ms.iter()
+                .map(|m| match first.entry(m.event_id) {
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(now);
+                        true
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                })
+                .collect()
+        };
+        for (m, first) in ms.iter().zip(firsts) {
+            self.check_order(m, first);
         }
         vec![Ok(()); ms.len()]
     }
@@ -91,6 +135,27 @@ pub struct RelayResult {
     cpu: CpuUse,
     /// Postgres, batch strategy: the claim statement EXPLAINed over the full backlog.
     claim_plan: Option<ScanResult>,
+    /// First publications after a larger id of the same key (checked with `keys` only).
+    pub order_violations: u64,
+}
+
+impl RelayResult {
+    /// Events per second.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+    /// Wall seconds of the drain.
+    pub fn secs(&self) -> f64 {
+        self.secs
+    }
+    /// The workers' summaries added up.
+    pub fn total(&self) -> &WorkerSummary {
+        &self.total
+    }
+    /// CPU of this process and of the database server during the drain.
+    pub fn cpu(&self) -> &CpuUse {
+        &self.cpu
+    }
 }
 
 /// The workers' settings of a phase (drain on).
@@ -159,17 +224,19 @@ pub async fn start_workers(
     Ok((workers, handles))
 }
 
-/// Drains `--events` WAIT rows with the workers of `config`; checks that every one ended
-/// SUCCESS.
-async fn relay(
+/// Drains `events` WAIT rows (a key each, or spread over `keys` keys, then checking per-key
+/// order) with the workers of `config`; checks that every one ended SUCCESS.
+pub async fn relay(
     bench: &ScratchDb,
     setup: &DatabaseConnection,
     args: &Args,
     config: WorkerConfig,
     label: &str,
+    events: u64,
+    keys: Option<u64>,
 ) -> Result<RelayResult, BoxError> {
     reset(setup).await?;
-    fill(setup, args.events, "WAIT").await?;
+    fill_keyed(setup, events, "WAIT", keys).await?;
     let claim_plan = if bench.backend == DbBackend::Postgres
         && config.claim_strategy == ClaimStrategy::Batch
     {
@@ -180,7 +247,11 @@ async fn relay(
     };
     // The per-row phase is the seed's relay: one send per event.
     let batching = config.claim_strategy == ClaimStrategy::Batch && !args.noop_single;
-    let publisher = Arc::new(CountingPublisher::new(batching));
+    let publisher = Arc::new(if keys.is_some() {
+        CountingPublisher::checking_order(batching)
+    } else {
+        CountingPublisher::new(batching)
+    });
     let cancel = CancellationToken::new();
     let cpu = CpuMark::now(bench.backend);
     let start = Instant::now();
@@ -188,7 +259,7 @@ async fn relay(
         start_workers(bench, args, &config, publisher.clone(), &cancel, label).await?;
     let deadline = start + Duration::from_secs(args.timeout_s);
     let published = || workers.iter().map(|w| w.summary().published).sum::<u64>();
-    while published() < args.events && Instant::now() < deadline {
+    while published() < events && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let secs = start.elapsed().as_secs_f64();
@@ -211,20 +282,21 @@ async fn relay(
     }
     let counts = status_counts(setup).await?;
     let success = counts.get("SUCCESS").copied().unwrap_or(0);
-    if success != args.events as i64 || total.published != args.events {
+    if success != events as i64 || total.published != events {
         return Err(format!(
             "{label}: {} of {} events SUCCESS after {secs:.1} s (statuses {counts:?}, summary {total:?})",
-            success, args.events
+            success, events
         )
         .into());
     }
     Ok(RelayResult {
-        eps: args.events as f64 / secs,
+        eps: events as f64 / secs,
         secs,
         total,
         duplicates: publisher.duplicates(),
         cpu,
         claim_plan,
+        order_violations: publisher.order_violations(),
     })
 }
 
@@ -265,7 +337,7 @@ pub async fn figures(
     let poll = Duration::from_millis(args.poll_delay_ms);
     let config = worker_config(strategy, batch, concurrency, poll, false)
         .mark_with_claim(!args.separate_marks);
-    let r = relay(bench, setup, args, config, label).await?;
+    let r = relay(bench, setup, args, config, label, args.events, None).await?;
     figs.add(
         &format!("{key}_eps"),
         f1(r.eps),

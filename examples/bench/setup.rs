@@ -20,14 +20,30 @@ pub async fn reset(db: &DatabaseConnection) -> Result<(), BoxError> {
 }
 
 /// Inserts `n` events with `status` by bulk SQL, due an hour ago (Postgres and MariaDB: one
-/// microsecond apart, in id order), then refreshes the planner statistics.
+/// microsecond apart, in id order), each with a key of its own (`BENCH-<g>`), then refreshes
+/// the planner statistics.
 pub async fn fill(db: &DatabaseConnection, n: u64, status: &str) -> Result<(), BoxError> {
+    fill_keyed(db, n, status, None).await
+}
+
+/// [`fill`] with the events spread round robin over `keys` keys (`BENCH-<g % keys>`: one key's
+/// ids interleave with the others'), or a key per event (`None`).
+pub async fn fill_keyed(
+    db: &DatabaseConnection,
+    n: u64,
+    status: &str,
+    keys: Option<u64>,
+) -> Result<(), BoxError> {
     let backend = db.get_database_backend();
+    let (pg_key, my_key) = match keys {
+        Some(k) => (format!("(g % {k})"), format!("(seq % {k})")),
+        None => ("g".to_owned(), "seq".to_owned()),
+    };
     let cols = "biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time";
     match backend {
         DbBackend::Postgres => {
             db.execute_unprepared(&format!(
-                "INSERT INTO t_event_record ({cols}) SELECT 'BENCH-' || g, 'ORDER_CREATED', \
+                "INSERT INTO t_event_record ({cols}) SELECT 'BENCH-' || {pg_key}, 'ORDER_CREATED', \
                  '{{\"orderId\":' || g || ',\"amountCents\":1234}}', '{status}', 0, \
                  CURRENT_TIMESTAMP - INTERVAL '1 hour' + g * INTERVAL '1 microsecond', \
                  CURRENT_TIMESTAMP, CURRENT_TIMESTAMP FROM generate_series(1, {n}) g"
@@ -41,7 +57,7 @@ pub async fn fill(db: &DatabaseConnection, n: u64, status: &str) -> Result<(), B
             // MariaDB's sequence engine; MySQL lacks it and takes the generic path below.
             let seq = db
                 .execute_unprepared(&format!(
-                    "INSERT INTO t_event_record ({cols}) SELECT CONCAT('BENCH-', seq), \
+                    "INSERT INTO t_event_record ({cols}) SELECT CONCAT('BENCH-', {my_key}), \
                      'ORDER_CREATED', CONCAT('{{\"orderId\":', seq, ',\"amountCents\":1234}}'), \
                      '{status}', 0, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL seq MICROSECOND, \
                      UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq_1_to_{n}"
@@ -65,9 +81,10 @@ pub async fn fill(db: &DatabaseConnection, n: u64, status: &str) -> Result<(), B
             if g > i {
                 sql.push(',');
             }
+            let key = keys.map_or(g, |k| g % k);
             let _ = write!(
                 sql,
-                "('BENCH-{g}', 'ORDER_CREATED', '{{\"orderId\":{g},\"amountCents\":1234}}', \
+                "('BENCH-{key}', 'ORDER_CREATED', '{{\"orderId\":{g},\"amountCents\":1234}}', \
                  '{status}', 0, {due}, {now}, {now})"
             );
         }

@@ -240,6 +240,8 @@ async fn with_event_overhead(
     args: &Args,
 ) -> Result<(f64, f64, f64), BoxError> {
     reset(setup).await?;
+    // A table of some history: an index costs more the larger it is.
+    crate::setup::fill(setup, args.overhead_rows, "SUCCESS").await?;
     let schema = Schema::new(bench.backend);
     setup
         .execute(
@@ -248,6 +250,8 @@ async fn with_event_overhead(
                 .if_not_exists(),
         )
         .await?;
+    // Order numbers are unique: a second measurement starts from no orders.
+    order::Entity::delete_many().exec(setup).await?;
     let db = bench.pool(1).await?;
     let (mut plain, mut with) = (Vec::new(), Vec::new());
     for i in 0..args.overhead_samples * 2 {
@@ -286,25 +290,55 @@ async fn with_event_overhead(
     Ok((w - p, p, w))
 }
 
-/// `with_event_overhead_ms`, or skipped with `--skip-overhead`.
+/// `with_event_overhead_ms` (every migration applied), `with_event_overhead_ms_before_index`
+/// (the ordered claim's index dropped by its migration's `down`, measured between the two
+/// halves of the first) and `biz_no_index_overhead_ms`, over `--overhead-rows` delivered rows;
+/// or skipped with `--skip-overhead`.
 pub async fn overhead_figures(
     figs: &mut Figures,
     bench: &ScratchDb,
     setup: &DatabaseConnection,
     args: &Args,
 ) -> Result<(), BoxError> {
+    use sea_orm_migration::{MigrationTrait, SchemaManager};
+    use sea_orm_outbox::migration::AddBizNoStatusIndex;
     if args.skip_overhead {
         figs.skip("with_event_overhead_ms", "--skip-overhead");
         return Ok(());
     }
-    let (d, p, w) = with_event_overhead(bench, setup, args).await?;
+    let half = Args {
+        overhead_samples: args.overhead_samples.div_ceil(2),
+        ..args.clone()
+    };
+    let (d1, p1, w1) = with_event_overhead(bench, setup, &half).await?;
+    let manager = SchemaManager::new(setup);
+    AddBizNoStatusIndex.down(&manager).await?;
+    let before = with_event_overhead(bench, setup, args).await;
+    // Back up before anything else, whatever the measurement did.
+    AddBizNoStatusIndex.up(&manager).await?;
+    let (db, pb, wb) = before?;
+    let (d2, p2, w2) = with_event_overhead(bench, setup, &half).await?;
+    let (d, p, w) = ((d1 + d2) / 2.0, (p1 + p2) / 2.0, (w1 + w2) / 2.0);
     figs.add(
         "with_event_overhead_ms",
         f3(d),
         format!(
-            "median of {} txns each: insert+commit {:.3} ms, insert+with_event+commit {:.3} ms",
-            args.overhead_samples, p, w
+            "every migration; {} rows; median of {} txns each (two halves, mean): insert+commit {:.3} ms, insert+with_event+commit {:.3} ms",
+            args.overhead_rows, args.overhead_samples, p, w
         ),
+    );
+    figs.add(
+        "with_event_overhead_ms_before_index",
+        f3(db),
+        format!(
+            "without idx_t_event_record_biz_no_status_id (AddBizNoStatusIndex down); median of {} txns each: insert+commit {:.3} ms, insert+with_event+commit {:.3} ms",
+            args.overhead_samples, pb, wb
+        ),
+    );
+    figs.add(
+        "biz_no_index_overhead_ms",
+        f3(d - db),
+        "with_event_overhead_ms - with_event_overhead_ms_before_index",
     );
     Ok(())
 }

@@ -30,6 +30,12 @@ pub(crate) struct Claimer<'w> {
     /// The last read returned fewer than a batch: the table had no more due rows.
     read_short: bool,
     max_age: Duration,
+    /// Ordered mode: the last claim found fewer heads than it asked for, so heads may wait
+    /// behind the window ([`store::HeadScan`]): the next claim after `deep_after` reads every
+    /// due row.
+    heads_short: bool,
+    /// Ordered mode: when the next [`store::HeadScan::Deep`] claim may run.
+    deep_after: Instant,
 }
 
 impl<'w> Claimer<'w> {
@@ -40,6 +46,8 @@ impl<'w> Claimer<'w> {
             read_at: Instant::now(),
             read_short: false,
             max_age: worker.config.poll_delay,
+            heads_short: false,
+            deep_after: Instant::now(),
         }
     }
 
@@ -74,13 +82,27 @@ impl<'w> Claimer<'w> {
             _ if w.config.ordered.is_some() => {
                 let policy = w.config.ordered.unwrap_or(crate::OrderedPolicy::Block);
                 let keys = keys.clamp(1, want.max(1));
-                let events = store::claim_ordered(&w.db, &owner, policy, keys, want).await?;
+                // A window of the oldest due rows; every due row now and then when the window
+                // came up short (a head may be behind other keys' backlogs).
+                let deep = self.heads_short && Instant::now() >= self.deep_after;
+                let scan = if deep {
+                    store::HeadScan::Deep
+                } else {
+                    store::HeadScan::for_heads(keys)
+                };
+                let started = Instant::now();
+                let events = store::claim_ordered(&w.db, &owner, policy, keys, want, scan).await?;
+                if deep {
+                    let wait = started.elapsed().saturating_mul(20);
+                    self.deep_after = Instant::now() + wait.max(store::HEAD_SCAN_DEEP_EVERY_MIN);
+                }
                 s.candidates += events.len() as u64;
                 let got_keys = events
                     .iter()
                     .map(|e| e.biz_no.as_str())
                     .collect::<std::collections::HashSet<_>>()
                     .len() as u64;
+                self.heads_short = got_keys < keys;
                 let more = events.len() as u64 == want || got_keys == keys;
                 Claimed { events, more }
             }

@@ -160,7 +160,7 @@ impl Dialect {
     }
 
     /// Step 1 of the ordered claim ([`crate::store::claim_ordered`]): claims up to `n` due
-    /// heads of their keys for `owner`, the way [`Dialect::claim_batch`] claims (one `UPDATE
+    /// heads of their keys for `owner` among the due rows `scan` says, the way [`Dialect::claim_batch`] claims (one `UPDATE
     /// ... RETURNING` on Postgres and SQLite, a short `READ COMMITTED` transaction on
     /// MySQL/MariaDB) over [`crate::store::ordered_heads_query`].
     ///
@@ -172,14 +172,15 @@ impl Dialect {
         owner: &str,
         policy: OrderedPolicy,
         n: u64,
+        scan: crate::store::HeadScan,
     ) -> Result<Vec<Model>, DbErr>
     where
         C: ConnectionTrait + TransactionTrait,
     {
         match self {
-            Dialect::Postgres => postgres::claim_ordered_heads(db, owner, policy, n).await,
-            Dialect::MySql => mysql::claim_ordered_heads(db, owner, policy, n).await,
-            Dialect::Sqlite => sqlite::claim_ordered_heads(db, owner, policy, n).await,
+            Dialect::Postgres => postgres::claim_ordered_heads(db, owner, policy, n, scan).await,
+            Dialect::MySql => mysql::claim_ordered_heads(db, owner, policy, n, scan).await,
+            Dialect::Sqlite => sqlite::claim_ordered_heads(db, owner, policy, n, scan).await,
             Dialect::Unsupported => unsupported::claim_batch(db, owner, n).await,
         }
     }

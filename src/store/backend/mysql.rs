@@ -116,6 +116,7 @@ pub(super) async fn claim_ordered_heads<C>(
     owner: &str,
     policy: crate::config::OrderedPolicy,
     n: u64,
+    scan: crate::store::HeadScan,
 ) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
@@ -125,6 +126,7 @@ where
         policy,
         n,
         true,
+        scan,
     ));
     crate::store::retry_transient(|| claim_locked(db, owner, locking.clone())).await
 }

@@ -105,8 +105,10 @@ pub(super) async fn claim_ordered_heads<C: ConnectionTrait>(
     owner: &str,
     policy: crate::config::OrderedPolicy,
     n: u64,
+    scan: crate::store::HeadScan,
 ) -> Result<Vec<Model>, DbErr> {
-    let stmt = crate::store::ordered_heads_statement(DbBackend::Postgres, owner, policy, n, true);
+    let stmt =
+        crate::store::ordered_heads_statement(DbBackend::Postgres, owner, policy, n, true, scan);
     super::claim_returning(db, &stmt).await
 }
 

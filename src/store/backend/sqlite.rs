@@ -87,11 +87,13 @@ pub(super) async fn claim_ordered_heads<C: ConnectionTrait>(
     owner: &str,
     policy: crate::config::OrderedPolicy,
     n: u64,
+    scan: crate::store::HeadScan,
 ) -> Result<Vec<Model>, DbErr> {
     let due: Option<i64> = due_probe_query().into_tuple().one(db).await?;
     if due.is_none() {
         return Ok(Vec::new());
     }
-    let stmt = crate::store::ordered_heads_statement(DbBackend::Sqlite, owner, policy, n, false);
+    let stmt =
+        crate::store::ordered_heads_statement(DbBackend::Sqlite, owner, policy, n, false, scan);
     super::claim_returning(db, &stmt).await
 }
