@@ -75,48 +75,60 @@ impl<'w> Claimer<'w> {
         w.check_schema().await?;
         // A fencing token of this claim's own (see `crate::instance`).
         let owner = crate::instance::claim_owner(&w.owner);
-        let claimed = match w.config.claim_strategy {
+        let claimed = match (w.config.ordered, w.config.claim_strategy) {
             // Ordered mode: at most `keys` heads (one send slot each) and their runs, `want`
             // events in all. More may be due when every slot got a key or the events filled
             // the claim.
-            _ if w.config.ordered.is_some() => {
-                let policy = w.config.ordered.unwrap_or(crate::OrderedPolicy::Block);
-                let keys = keys.clamp(1, want.max(1));
-                // A window of the oldest due rows; every due row now and then when the window
-                // came up short (a head may be behind other keys' backlogs).
-                let deep = self.heads_short && Instant::now() >= self.deep_after;
-                let scan = if deep {
-                    store::HeadScan::Deep
-                } else {
-                    store::HeadScan::for_heads(keys)
-                };
-                let started = Instant::now();
-                let events = store::claim_ordered(&w.db, &owner, policy, keys, want, scan).await?;
-                if deep {
-                    let wait = started.elapsed().saturating_mul(20);
-                    self.deep_after = Instant::now() + wait.max(store::HEAD_SCAN_DEEP_EVERY_MIN);
-                }
-                s.candidates += events.len() as u64;
-                let got_keys = events
-                    .iter()
-                    .map(|e| e.biz_no.as_str())
-                    .collect::<std::collections::HashSet<_>>()
-                    .len() as u64;
-                self.heads_short = got_keys < keys;
-                let more = events.len() as u64 == want || got_keys == keys;
-                Claimed { events, more }
-            }
-            ClaimStrategy::Batch => {
+            (Some(policy), _) => self.claim_ordered(&owner, policy, want, keys, s).await?,
+            (None, ClaimStrategy::Batch) => {
                 let events = store::claim_batch(&w.db, &owner, want).await?;
                 s.candidates += events.len() as u64;
                 let more = events.len() as u64 == want;
                 Claimed { events, more }
             }
-            ClaimStrategy::PerRow => self.claim_per_row(&owner, want, cancel, s).await?,
+            (None, ClaimStrategy::PerRow) => self.claim_per_row(&owner, want, cancel, s).await?,
         };
         s.claimed += claimed.events.len() as u64;
         inflight.claimed(&owner, claimed.events.iter().map(|e| e.id));
         Ok(claimed)
+    }
+
+    /// The ordered claim ([`store::claim_ordered`]) of up to `keys` heads and `want` events: a
+    /// window of the oldest due rows, or every due row ([`store::HeadScan::Deep`]) when the
+    /// last claim found fewer heads than it asked for and the last deep claim is at least
+    /// `max(HEAD_SCAN_DEEP_EVERY_MIN, 20 × its duration)` ago (a head may wait behind other
+    /// keys' backlogs, found late but found).
+    async fn claim_ordered(
+        &mut self,
+        owner: &str,
+        policy: crate::OrderedPolicy,
+        want: u64,
+        keys: u64,
+        s: &mut WorkerSummary,
+    ) -> Result<Claimed, OutboxError> {
+        let w = self.worker;
+        let keys = keys.clamp(1, want.max(1));
+        let deep = self.heads_short && Instant::now() >= self.deep_after;
+        let scan = if deep {
+            store::HeadScan::Deep
+        } else {
+            store::HeadScan::for_heads(keys)
+        };
+        let started = Instant::now();
+        let events = store::claim_ordered(&w.db, owner, policy, keys, want, scan).await?;
+        if deep {
+            let wait = started.elapsed().saturating_mul(20);
+            self.deep_after = Instant::now() + wait.max(store::HEAD_SCAN_DEEP_EVERY_MIN);
+        }
+        s.candidates += events.len() as u64;
+        let got_keys = events
+            .iter()
+            .map(|e| e.biz_no.as_str())
+            .collect::<std::collections::HashSet<_>>()
+            .len() as u64;
+        self.heads_short = got_keys < keys;
+        let more = events.len() as u64 == want || got_keys == keys;
+        Ok(Claimed { events, more })
     }
 
     /// [`Claimer::claim`], and when `recorder` leaves its deliveries to the claim
