@@ -18,7 +18,7 @@ use super::errors::{
     classify_for, client_error_text, error_text, is_no_permission, no_permission_text, Signer,
     RESPONSE_NO_PERMISSION,
 };
-use super::routing::{BrokerAvoidance, Failed};
+use super::routing::{queue_of_key, BrokerAvoidance, Failed};
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
 use crate::error::{OutboxError, PublishError, PublishErrorKind};
 use crate::publisher::{OutboxMessage, Publisher};
@@ -228,18 +228,22 @@ impl RocketMqPublisher {
 }
 
 impl RocketMqPublisher {
-    /// Sends `message` (carrying `count` events, the first `first_id`) once: under
-    /// [`Failover::Outbox`] to a queue chosen here, the outcome updating which brokers are
-    /// avoided; otherwise as the client chooses.
+    /// Sends `message` (carrying `count` events, the first `first_id`) once. With `key` (an
+    /// ordered message's `biz_no`) to the key's queue ([`queue_of_key`]) whatever the
+    /// [`Failover`] mode, with no broker avoidance (the key waits for its queue's broker);
+    /// otherwise under [`Failover::Outbox`] to a queue chosen here, else as the client
+    /// chooses. Under [`Failover::Outbox`] the outcome updates which brokers are avoided.
     async fn send(
         &self,
         message: Outgoing,
         first_id: i64,
         count: usize,
+        key: Option<&str>,
     ) -> Result<(), PublishError> {
         let timeout = u64::from(self.config.send_timeout_ms());
         let signer = Signer::of(self.config.credentials.as_ref());
-        let Some(avoidance) = &self.avoidance else {
+        let avoidance = self.avoidance.as_ref();
+        if key.is_none() && avoidance.is_none() {
             let sent = match message {
                 Outgoing::One(message) => self.producer.send(message, timeout).await,
                 Outgoing::Batch(batch) => self
@@ -249,31 +253,42 @@ impl RocketMqPublisher {
                     .map(Some),
             };
             return send_outcome(first_id, count, sent, signer);
-        };
+        }
         let chosen: Mutex<Option<String>> = Mutex::new(None);
         let select = |queues: &[MessageQueue]| {
-            let brokers: Vec<&str> = queues.iter().map(|q| q.broker_name().as_str()).collect();
-            let i = avoidance.choose(&brokers, Instant::now())?;
-            *chosen.lock().unwrap_or_else(|p| p.into_inner()) = Some(brokers[i].to_owned());
-            queues.get(i).cloned()
+            let i = match (key, avoidance) {
+                (Some(key), _) => queue_of_key(key, queues.len())?,
+                (None, Some(avoidance)) => {
+                    let brokers: Vec<&str> =
+                        queues.iter().map(|q| q.broker_name().as_str()).collect();
+                    avoidance.choose(&brokers, Instant::now())?
+                }
+                (None, None) => return None, // handled above
+            };
+            let queue = queues.get(i)?;
+            *chosen.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(queue.broker_name().as_str().to_owned());
+            Some(queue.clone())
         };
         // The worker's own send timeout may drop this future before the client's timeout
         // returns (both are `send_timeout` by default): the broker chosen then counts as failed
         // too, or a hung broker would stay in the round robin.
-        let mut pending = PendingSend {
+        let mut pending = avoidance.map(|avoidance| PendingSend {
             avoidance,
             chosen: &chosen,
             finished: false,
-        };
+        });
         let sent = self
             .producer
             .send_selecting(message, timeout, &select)
             .await;
-        pending.finished = true;
+        if let Some(p) = pending.as_mut() {
+            p.finished = true;
+        }
         drop(pending);
         let outcome = send_outcome(first_id, count, sent, signer);
         let broker = chosen.into_inner().unwrap_or_else(|p| p.into_inner());
-        if let Some(broker) = broker {
+        if let (Some(avoidance), Some(broker)) = (avoidance, broker) {
             match &outcome {
                 Ok(()) => {
                     if avoidance.succeeded(&broker) {
@@ -293,18 +308,24 @@ impl RocketMqPublisher {
     }
 
     /// Sends one chunk of [`Publisher::publish_batch`]: a lone message as itself, several as
-    /// one batch message. A batch refused for good is sent again message by message, so that
-    /// only the message at fault fails for good; any other failure is every message's.
-    async fn send_chunk(&self, chunk: Vec<(i64, Message)>) -> Vec<Result<(), PublishError>> {
+    /// one batch message; with `key` (ordered messages of one `biz_no`) to the key's queue.
+    /// A batch refused for good is sent again message by message, so that only the message at
+    /// fault fails for good (with `key` one after the other, stopping at the first failure:
+    /// the rest are not sent); any other failure is every message's.
+    async fn send_chunk(
+        &self,
+        chunk: Vec<(i64, Message)>,
+        key: Option<&str>,
+    ) -> Vec<Result<(), PublishError>> {
         if chunk.len() == 1 {
             let (id, message) = chunk.into_iter().next().expect("one message");
-            return vec![self.send(Outgoing::One(message), id, 1).await];
+            return vec![self.send(Outgoing::One(message), id, 1, key).await];
         }
         let first_id = chunk[0].0;
         let n = chunk.len();
         let messages: Vec<Message> = chunk.iter().map(|(_, m)| m.clone()).collect();
         let outcome = match batch_message(messages) {
-            Ok(batch) => self.send(Outgoing::Batch(batch), first_id, n).await,
+            Ok(batch) => self.send(Outgoing::Batch(batch), first_id, n, key).await,
             Err(e) => Err(e),
         };
         match outcome {
@@ -312,16 +333,205 @@ impl RocketMqPublisher {
             Err(e) if e.kind == PublishErrorKind::Permanent => {
                 tracing::warn!(first_event_id = first_id, events = n, error = %e.message,
                     "RocketMQ refused a batch for good; sending its messages one by one");
+                if let Some(key) = key {
+                    // In order: a later message of the key must not overtake an earlier one.
+                    let mut results = Vec::with_capacity(n);
+                    let mut failed = false;
+                    for (id, message) in chunk {
+                        if failed {
+                            results.push(Err(not_sent_after_failure(key)));
+                            continue;
+                        }
+                        let r = self.send(Outgoing::One(message), id, 1, Some(key)).await;
+                        failed = r.is_err();
+                        results.push(r);
+                    }
+                    return results;
+                }
                 // Concurrently: within the relay's one send timeout for the whole call, so
                 // that the retry of the innocent messages takes one round trip, not n.
                 let singles = chunk
                     .into_iter()
-                    .map(|(id, message)| self.send(Outgoing::One(message), id, 1));
+                    .map(|(id, message)| self.send(Outgoing::One(message), id, 1, None));
                 futures::future::join_all(singles).await
             }
             Err(e) => vec![Err(e); n],
         }
     }
+
+    /// The message of `event` for a batch, its unique id set (so that its encoded size is the
+    /// one sent), its encoded size, and whether it must go alone: too large for a batch, or
+    /// refused by the client anyway (over the message limit, or an empty body), so that it
+    /// cannot fail a batch of others.
+    fn batch_item(&self, event: &OutboxMessage) -> Result<(Message, usize, bool), PublishError> {
+        let mut message = self.to_message(event)?;
+        MessageClientIDSetter::set_uniq_id(&mut message);
+        let size = encode_message(&message).len();
+        let alone = size > self.config.max_batch_bytes as usize
+            || event.payload.is_empty()
+            || event.payload.len() > self.config.max_message_bytes as usize;
+        Ok((message, size, alone))
+    }
+
+    /// [`Publisher::publish_batch`] of an ordered relay's messages: per key, chunks of
+    /// consecutive messages of one topic in event order ([`ordered_chunks`]), sent one after
+    /// the other to the key's queue; after a key's first failure its later messages are not
+    /// sent (a retryable "not sent" error each). Different keys go concurrently.
+    async fn publish_batch_ordered(
+        &self,
+        events: &[OutboxMessage],
+    ) -> Vec<Result<(), PublishError>> {
+        let limit = self.config.max_batch_bytes as usize;
+        let mut built: Vec<Option<Result<Message, PublishError>>> =
+            Vec::with_capacity(events.len());
+        let mut items = Vec::with_capacity(events.len());
+        for event in events {
+            let topic = self.config.topic_of(&event.event_type);
+            match self.batch_item(event) {
+                Ok((message, size, alone)) => {
+                    built.push(Some(Ok(message)));
+                    items.push(ChunkItem {
+                        key: event.biz_no.as_str(),
+                        topic: Some(topic),
+                        size,
+                        alone,
+                    });
+                }
+                Err(e) => {
+                    built.push(Some(Err(e)));
+                    items.push(ChunkItem {
+                        key: event.biz_no.as_str(),
+                        topic: None,
+                        size: 0,
+                        alone: true,
+                    });
+                }
+            }
+        }
+        // Each key's steps, the messages moved in.
+        let plan: Vec<(&str, Vec<(Vec<usize>, Step)>)> = ordered_chunks(&items, limit)
+            .into_iter()
+            .map(|(key, chunks)| {
+                let steps = chunks
+                    .into_iter()
+                    .map(|idx| {
+                        let mut messages = Vec::with_capacity(idx.len());
+                        let mut broken = None;
+                        for &i in &idx {
+                            match built[i].take() {
+                                Some(Ok(m)) => messages.push((events[i].event_id, m)),
+                                Some(Err(e)) => broken = Some(e),
+                                None => {}
+                            }
+                        }
+                        let step = match broken {
+                            Some(e) => Step::Broken(e),
+                            None => Step::Send(messages),
+                        };
+                        (idx, step)
+                    })
+                    .collect();
+                (key, steps)
+            })
+            .collect();
+        let per_key = plan.into_iter().map(|(key, steps)| async move {
+            let mut outcomes: Vec<(usize, Result<(), PublishError>)> = Vec::new();
+            let mut failed = false;
+            for (idx, step) in steps {
+                if failed {
+                    outcomes.extend(
+                        idx.into_iter()
+                            .map(|i| (i, Err(not_sent_after_failure(key)))),
+                    );
+                    continue;
+                }
+                let sent = match step {
+                    Step::Broken(e) => vec![Err(e)],
+                    Step::Send(messages) => self.send_chunk(messages, Some(key)).await,
+                };
+                failed = sent.iter().any(Result::is_err);
+                outcomes.extend(idx.into_iter().zip(sent));
+            }
+            outcomes
+        });
+        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; events.len()];
+        for (i, outcome) in futures::future::join_all(per_key)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            results[i] = Some(outcome);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
+            .collect()
+    }
+}
+
+/// One step of a key in [`RocketMqPublisher::publish_batch_ordered`].
+enum Step {
+    /// A chunk to send (event id, message), in event order.
+    Send(Vec<(i64, Message)>),
+    /// An event whose message could not be built: it fails, and stops its key.
+    Broken(PublishError),
+}
+
+/// The error of an ordered message not sent because an earlier message of its key failed in
+/// the same call (retryable: it goes again after that one).
+fn not_sent_after_failure(key: &str) -> PublishError {
+    PublishError::retryable(format!(
+        "not sent: an earlier event of key {key} failed in the same batch"
+    ))
+}
+
+/// What [`ordered_chunks`] knows of one message.
+#[derive(Debug, Clone, Copy)]
+struct ChunkItem<'a> {
+    /// Its business key.
+    key: &'a str,
+    /// Its topic; `None` when its message could not be built (it is a chunk of its own).
+    topic: Option<&'a str>,
+    /// Its encoded size in bytes.
+    size: usize,
+    /// Whether it must be sent alone (a chunk of its own).
+    alone: bool,
+}
+
+/// The chunks of an ordered batch: for each key, in the order of the key's first message,
+/// the indices into `items` of its chunks in message order. A chunk holds consecutive
+/// messages of the key with one topic and at most `limit` encoded bytes; a message that must
+/// go alone, or could not be built, is a chunk of its own.
+fn ordered_chunks<'a>(items: &[ChunkItem<'a>], limit: usize) -> Vec<(&'a str, Vec<Vec<usize>>)> {
+    let mut keys: Vec<(&'a str, Vec<Vec<usize>>)> = Vec::new();
+    // Per key: its position in `keys`, and the open chunk's topic and size (`None`: closed).
+    let mut open: std::collections::HashMap<&'a str, (usize, Option<(&'a str, usize)>)> =
+        std::collections::HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let (k, current) = *open.entry(item.key).or_insert_with(|| {
+            keys.push((item.key, Vec::new()));
+            (keys.len() - 1, None)
+        });
+        let chunks = &mut keys[k].1;
+        let next = match (item.topic, current) {
+            (Some(topic), Some((t, size)))
+                if !item.alone && t == topic && size + item.size <= limit =>
+            {
+                chunks.last_mut().expect("an open chunk").push(i);
+                Some((topic, size + item.size))
+            }
+            (Some(topic), _) if !item.alone => {
+                chunks.push(vec![i]);
+                Some((topic, item.size))
+            }
+            _ => {
+                chunks.push(vec![i]);
+                None
+            }
+        };
+        open.insert(item.key, (k, next));
+    }
+    keys
 }
 
 #[async_trait]
@@ -330,9 +540,18 @@ impl Publisher for RocketMqPublisher {
     /// ([`Failover`]); the outcome of the send updates which brokers are avoided. Never sent a
     /// second time within one call: a failure is returned (retryable unless the message itself
     /// was refused) and the outbox's retry sends it again, to another broker if this one failed.
+    ///
+    /// An [`OutboxMessage::ordered`] message goes to its key's queue instead, whatever the
+    /// [`Failover`] mode: the queue `biz_no`'s Java `String.hashCode()` picks among the
+    /// route's queues (the rule of Java's `SelectMessageQueueByHash`), so that every relay
+    /// sends one key to one queue and an orderly consumer sees the key in order. No broker is
+    /// avoided for it: while its queue's broker is down its sends fail (retryable) and the key
+    /// waits, the other keys go on; the outcome still updates the avoidance memory.
     async fn publish(&self, event: &OutboxMessage) -> Result<(), PublishError> {
         let message = self.to_message(event)?;
-        self.send(Outgoing::One(message), event.event_id, 1).await
+        let key = event.ordered.then_some(event.biz_no.as_str());
+        self.send(Outgoing::One(message), event.event_id, 1, key)
+            .await
     }
 
     /// Sends `events` as RocketMQ batch messages: one per topic ([`RocketMqConfig::topic_of`])
@@ -350,7 +569,18 @@ impl Publisher for RocketMqPublisher {
     /// [`Failover::Outbox`] its broker is then avoided like after a failed single send. Never
     /// sent a second time within one call except in the permanent case above, whose first
     /// attempt the broker refused.
+    ///
+    /// Ordered messages ([`OutboxMessage::ordered`]; when any message of the call is, all are
+    /// treated so): per key, chunks of consecutive messages of one topic (at most
+    /// `max_batch_bytes` each) in event order, sent one after the other to the key's queue
+    /// (see [`Publisher::publish`] here); after a key's first failed chunk its later messages
+    /// are not sent and fail retryably ("not sent: an earlier event of key K failed ...").
+    /// Different keys go concurrently. A chunk refused for good is sent again message by
+    /// message in order, stopping at the first failure.
     async fn publish_batch(&self, events: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        if events.iter().any(|e| e.ordered) {
+            return self.publish_batch_ordered(events).await;
+        }
         let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; events.len()];
         let mut chunks: Vec<(String, Vec<usize>, Vec<(i64, Message)>, usize)> = Vec::new();
         let limit = self.config.max_batch_bytes as usize;
@@ -407,7 +637,7 @@ impl Publisher for RocketMqPublisher {
         let per_topic = by_topic.into_iter().map(|(_, list)| async move {
             let mut outcomes = Vec::new();
             for (idx, msgs) in list {
-                outcomes.push((idx, self.send_chunk(msgs).await));
+                outcomes.push((idx, self.send_chunk(msgs, None).await));
             }
             outcomes
         });
@@ -616,6 +846,7 @@ mod tests {
             payload: r#"{"a":1}"#.into(),
             retry_count: 0,
             headers: vec![("tenant".into(), "acme".into())],
+            ordered: false,
         };
         let m = build_message("T", &event).expect("message");
         assert_eq!(m.topic().as_str(), "T");
@@ -645,6 +876,56 @@ mod tests {
         // A reserved name (only possible for a row edited by hand) is refused, not sent.
         let bad = event.clone().with_header("KEYS", "x");
         assert!(build_message("T", &bad).is_err());
+    }
+
+    fn item<'a>(key: &'a str, topic: &'a str, size: usize) -> ChunkItem<'a> {
+        ChunkItem {
+            key,
+            topic: Some(topic),
+            size,
+            alone: false,
+        }
+    }
+
+    #[test]
+    fn ordered_chunks_follow_each_key_in_event_order() {
+        let items = [
+            item("A", "T", 10), // 0
+            item("B", "T", 10), // 1
+            item("A", "T", 10), // 2
+            item("A", "U", 10), // 3: another topic starts a chunk
+            item("A", "U", 10), // 4
+            item("B", "T", 10), // 5
+            ChunkItem {
+                alone: true,
+                ..item("A", "U", 10)
+            }, // 6: alone
+            item("A", "U", 10), // 7: after a lone one, a new chunk
+            ChunkItem {
+                topic: None,
+                ..item("B", "T", 0)
+            }, // 8: not built
+            item("B", "T", 10), // 9
+            item("C", "T", 15), // 10
+            item("C", "T", 15), // 11: over the limit of 25
+        ];
+        let plan = ordered_chunks(&items, 25);
+        assert_eq!(
+            plan,
+            vec![
+                ("A", vec![vec![0, 2], vec![3, 4], vec![6], vec![7]]),
+                ("B", vec![vec![1, 5], vec![8], vec![9]]),
+                ("C", vec![vec![10], vec![11]]),
+            ]
+        );
+        // Within the limit, one key's consecutive events of one topic are one chunk, and the
+        // keys keep the order of their first message.
+        let items: Vec<_> = (0..6).map(|i| item(["K2", "K1"][i % 2], "T", 1)).collect();
+        assert_eq!(
+            ordered_chunks(&items, 100),
+            vec![("K2", vec![vec![0, 2, 4]]), ("K1", vec![vec![1, 3, 5]])]
+        );
+        assert!(ordered_chunks(&[], 100).is_empty());
     }
 
     #[test]
