@@ -878,6 +878,208 @@ mod tests {
         assert!(build_message("T", &bad).is_err());
     }
 
+    /// One send the fake producer saw: the event ids it carried and the queue chosen
+    /// (`None`: the client's own choice).
+    type Seen = (Vec<i64>, Option<MessageQueue>);
+
+    /// A producer without a broker: a route of 4 queues on broker-a and 4 on broker-b for
+    /// every topic; a send that carries an event of `fail` gets a non-OK status.
+    struct FakeProducer {
+        seen: std::sync::Arc<Mutex<Vec<Seen>>>,
+        fail: std::collections::HashSet<i64>,
+    }
+
+    fn route(topic: &str) -> Vec<MessageQueue> {
+        ["broker-a", "broker-b"]
+            .iter()
+            .flat_map(|b| (0..4).map(move |q| MessageQueue::from_parts(topic, *b, q)))
+            .collect()
+    }
+
+    fn event_ids(messages: &[&Message]) -> Vec<i64> {
+        messages
+            .iter()
+            .filter_map(|m| {
+                m.get_properties()
+                    .iter()
+                    .find(|(n, _)| n.as_str() == "eventId")
+                    .and_then(|(_, v)| v.as_str().parse().ok())
+            })
+            .collect()
+    }
+
+    impl FakeProducer {
+        fn outcome(&self, ids: Vec<i64>, queue: Option<MessageQueue>) -> SendResult {
+            let failed = ids.iter().any(|id| self.fail.contains(id));
+            self.seen.lock().unwrap().push((ids, queue));
+            SendResult {
+                send_status: if failed {
+                    SendStatus::FlushDiskTimeout
+                } else {
+                    SendStatus::SendOk
+                },
+                ..SendResult::default()
+            }
+        }
+    }
+
+    impl ProducerHandle for FakeProducer {
+        fn send(
+            &self,
+            message: Message,
+            _: u64,
+        ) -> SendFuture<'_, ClientResult<Option<SendResult>>> {
+            let r = self.outcome(event_ids(&[&message]), None);
+            Box::pin(async move { Ok(Some(r)) })
+        }
+
+        fn send_batch(
+            &self,
+            messages: Vec<Message>,
+            _: u64,
+        ) -> SendFuture<'_, ClientResult<SendResult>> {
+            let r = self.outcome(event_ids(&messages.iter().collect::<Vec<_>>()), None);
+            Box::pin(async move { Ok(r) })
+        }
+
+        fn send_selecting<'a>(
+            &'a self,
+            message: Outgoing,
+            _: u64,
+            select: QueueSelector<'a>,
+        ) -> SendFuture<'a, ClientResult<Option<SendResult>>> {
+            let (topic, ids) = match &message {
+                Outgoing::One(m) => (m.topic().to_string(), event_ids(&[m])),
+                Outgoing::Batch(b) => (
+                    b.messages[0].topic().to_string(),
+                    event_ids(&b.messages.iter().collect::<Vec<_>>()),
+                ),
+            };
+            let queue = select(&route(&topic));
+            let r = self.outcome(ids, queue);
+            Box::pin(async move { Ok(Some(r)) })
+        }
+
+        fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    /// A publisher on the fake producer (topics: `E1` → `T1`, `E2` → `T2`).
+    fn fake(
+        failover: Failover,
+        fail: &[i64],
+    ) -> (RocketMqPublisher, std::sync::Arc<Mutex<Vec<Seen>>>) {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let config = RocketMqConfig::new("127.0.0.1:9876")
+            .topic("T1")
+            .topic_for("E2", "T2")
+            .failover(failover);
+        let avoidance = (failover == Failover::Outbox)
+            .then(|| BrokerAvoidance::new(std::time::Duration::from_secs(30)));
+        let producer = FakeProducer {
+            seen: seen.clone(),
+            fail: fail.iter().copied().collect(),
+        };
+        (
+            RocketMqPublisher {
+                config,
+                producer: Box::new(producer),
+                avoidance,
+            },
+            seen,
+        )
+    }
+
+    fn ordered(id: i64, key: &str, event_type: &str) -> OutboxMessage {
+        OutboxMessage::new(id, key, event_type, "{}").with_ordered(true)
+    }
+
+    /// The queue `key` goes to on the fake route.
+    fn queue_of(key: &str, topic: &str) -> MessageQueue {
+        route(topic)[queue_of_key(key, 8).expect("a queue")].clone()
+    }
+
+    #[tokio::test]
+    async fn an_ordered_message_goes_to_its_keys_queue_whatever_the_failover() {
+        for failover in [Failover::Outbox, Failover::Client, Failover::Off] {
+            let (p, seen) = fake(failover, &[]);
+            if let Some(a) = &p.avoidance {
+                // Avoiding the key's broker changes nothing for an ordered message.
+                a.failed(
+                    queue_of("ORD-1", "T1").broker_name().as_str(),
+                    Instant::now(),
+                );
+            }
+            for id in 1..=3 {
+                p.publish(&ordered(id, "ORD-1", "E1")).await.expect("sent");
+            }
+            p.publish(&ordered(4, "ORD-2", "E1")).await.expect("sent");
+            // Unordered: the client's choice (or the avoidance's), not the key's.
+            p.publish(&OutboxMessage::new(5, "ORD-1", "E1", "{}"))
+                .await
+                .expect("sent");
+            let seen = seen.lock().unwrap().clone();
+            let queues: Vec<_> = seen.iter().map(|(_, q)| q.clone()).collect();
+            let want = Some(queue_of("ORD-1", "T1"));
+            assert_eq!(
+                &queues[..3],
+                &[want.clone(), want.clone(), want],
+                "{failover}"
+            );
+            assert_eq!(queues[3], Some(queue_of("ORD-2", "T1")), "{failover}");
+            match failover {
+                Failover::Outbox => assert!(queues[4].is_some()),
+                _ => assert_eq!(queues[4], None, "{failover}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ordered_batch_stops_a_key_at_its_first_failed_chunk() {
+        let (p, seen) = fake(Failover::Off, &[3]);
+        // Key A: 1, 2 (T1), 3, 4 (T2), 5 (T1): chunks [1, 2], [3, 4], [5]; 3 fails.
+        // Key B: 6, 7 (T1), interleaved.
+        let messages = [
+            ordered(1, "A", "E1"),
+            ordered(6, "B", "E1"),
+            ordered(2, "A", "E1"),
+            ordered(3, "A", "E2"),
+            ordered(4, "A", "E2"),
+            ordered(7, "B", "E1"),
+            ordered(5, "A", "E1"),
+        ];
+        let results = p.publish_batch(&messages).await;
+        let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [true, true, true, false, false, true, false]);
+        let not_sent = results[6].as_ref().expect_err("not sent");
+        assert_eq!(not_sent.kind, PublishErrorKind::Retryable);
+        assert!(
+            not_sent.message.contains("earlier event of key A"),
+            "{not_sent:?}"
+        );
+        let seen = seen.lock().unwrap().clone();
+        let mut sends: Vec<_> = seen.iter().map(|(ids, _)| ids.clone()).collect();
+        sends.sort();
+        // Event 5 was never sent; B's events went as one batch.
+        assert_eq!(sends, [vec![1, 2], vec![3, 4], vec![6, 7]]);
+        for (ids, queue) in &seen {
+            let (key, topic) = match ids[0] {
+                1 | 2 => ("A", "T1"),
+                3 | 4 => ("A", "T2"),
+                _ => ("B", "T1"),
+            };
+            assert_eq!(queue.as_ref(), Some(&queue_of(key, topic)), "{ids:?}");
+        }
+        // Unordered batches are unchanged: one per topic, the client's queue (Failover::Off).
+        let (p, seen) = fake(Failover::Off, &[]);
+        let plain: Vec<OutboxMessage> = (1..=4)
+            .map(|id| OutboxMessage::new(id, ["A", "B"][id as usize % 2], "E1", "{}"))
+            .collect();
+        assert!(p.publish_batch(&plain).await.iter().all(Result::is_ok));
+        assert_eq!(seen.lock().unwrap().clone(), [(vec![1, 2, 3, 4], None)]);
+    }
+
     fn item<'a>(key: &'a str, topic: &'a str, size: usize) -> ChunkItem<'a> {
         ChunkItem {
             key,
