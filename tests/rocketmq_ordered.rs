@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{Backend, Fleet, TestContext};
-use rmq_support::{broker_available, namesrv_addr, shutdown_publisher, unique};
+use rmq_support::{broker_available, count, namesrv_addr, shutdown_publisher, unique};
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use sea_orm_outbox::publisher::{ReceivedMessage, RocketMqConsumer};
+use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
-    NewEvent, OrderedPolicy, OutboxExt, OutboxMessage, PublishError, Publisher, RetryPolicy,
-    RocketMqConfig, RocketMqPublisher, WorkerConfig,
+    EventStatus, NewEvent, OrderedPolicy, OutboxExt, OutboxMessage, PublishError, Publisher,
+    RetryPolicy, RocketMqConfig, RocketMqPublisher, WorkerConfig,
 };
 
 /// Runs `f` on a fresh database of `backend` with the shared broker's name server, unless the
@@ -328,6 +329,14 @@ async fn three_relays_keep_each_key_in_order(ctx: &TestContext, addr: &str, batc
             .collect_until(Duration::from_secs(2), |_| false)
             .await,
     );
+    // Every event SUCCESS (the last outcomes may still be on their way when the last
+    // message arrives).
+    let all_success = wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || async { count(&ctx.db, EventStatus::Success).await == total as u64 },
+    )
+    .await;
     let summaries = fleet.stop().await;
     consumer.shutdown().await;
     let unordered = *publisher.unordered.lock().unwrap();
@@ -347,6 +356,7 @@ async fn three_relays_keep_each_key_in_order(ctx: &TestContext, addr: &str, batc
         report.queues.len()
     );
     assert_eq!(report.lost, 0, "events never received: {report:?}");
+    assert!(all_success, "not every event SUCCESS");
     assert_eq!(report.violations, 0, "{:?}", report.examples);
     assert_eq!(report.keys_on_several_queues, 0, "{report:?}");
     assert_eq!(report.keys_off_their_hash_queue, 0, "{report:?}");
