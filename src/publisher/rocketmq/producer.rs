@@ -409,7 +409,7 @@ impl RocketMqPublisher {
             }
         }
         // Each key's steps, the messages moved in.
-        let plan: Vec<(&str, Vec<(Vec<usize>, Step)>)> = ordered_chunks(&items, limit)
+        let plan: Vec<(&str, Vec<KeyStep>)> = ordered_chunks(&items, limit)
             .into_iter()
             .map(|(key, chunks)| {
                 let steps = chunks
@@ -469,6 +469,13 @@ impl RocketMqPublisher {
     }
 }
 
+/// One step of a key in [`RocketMqPublisher::publish_batch_ordered`] and the indices of its
+/// events in the call.
+type KeyStep = (Vec<usize>, Step);
+
+/// The topic and encoded size of a key's open chunk in [`ordered_chunks`] (`None`: closed).
+type OpenChunk<'a> = Option<(&'a str, usize)>;
+
 /// One step of a key in [`RocketMqPublisher::publish_batch_ordered`].
 enum Step {
     /// A chunk to send (event id, message), in event order.
@@ -505,7 +512,7 @@ struct ChunkItem<'a> {
 fn ordered_chunks<'a>(items: &[ChunkItem<'a>], limit: usize) -> Vec<(&'a str, Vec<Vec<usize>>)> {
     let mut keys: Vec<(&'a str, Vec<Vec<usize>>)> = Vec::new();
     // Per key: its position in `keys`, and the open chunk's topic and size (`None`: closed).
-    let mut open: std::collections::HashMap<&'a str, (usize, Option<(&'a str, usize)>)> =
+    let mut open: std::collections::HashMap<&'a str, (usize, OpenChunk<'a>)> =
         std::collections::HashMap::new();
     for (i, item) in items.iter().enumerate() {
         let (k, current) = *open.entry(item.key).or_insert_with(|| {
@@ -911,7 +918,7 @@ mod tests {
     impl FakeProducer {
         fn outcome(&self, ids: Vec<i64>, queue: Option<MessageQueue>) -> SendResult {
             let failed = ids.iter().any(|id| self.fail.contains(id));
-            self.seen.lock().unwrap().push((ids, queue));
+            self.seen.lock().expect("lock").push((ids, queue));
             SendResult {
                 send_status: if failed {
                     SendStatus::FlushDiskTimeout
@@ -1019,7 +1026,7 @@ mod tests {
             p.publish(&OutboxMessage::new(5, "ORD-1", "E1", "{}"))
                 .await
                 .expect("sent");
-            let seen = seen.lock().unwrap().clone();
+            let seen = seen.lock().expect("lock").clone();
             let queues: Vec<_> = seen.iter().map(|(_, q)| q.clone()).collect();
             let want = Some(queue_of("ORD-1", "T1"));
             assert_eq!(
@@ -1058,7 +1065,7 @@ mod tests {
             not_sent.message.contains("earlier event of key A"),
             "{not_sent:?}"
         );
-        let seen = seen.lock().unwrap().clone();
+        let seen = seen.lock().expect("lock").clone();
         let mut sends: Vec<_> = seen.iter().map(|(ids, _)| ids.clone()).collect();
         sends.sort();
         // Event 5 was never sent; B's events went as one batch.
@@ -1077,7 +1084,10 @@ mod tests {
             .map(|id| OutboxMessage::new(id, ["A", "B"][id as usize % 2], "E1", "{}"))
             .collect();
         assert!(p.publish_batch(&plain).await.iter().all(Result::is_ok));
-        assert_eq!(seen.lock().unwrap().clone(), [(vec![1, 2, 3, 4], None)]);
+        assert_eq!(
+            seen.lock().expect("lock").clone(),
+            [(vec![1, 2, 3, 4], None)]
+        );
     }
 
     fn item<'a>(key: &'a str, topic: &'a str, size: usize) -> ChunkItem<'a> {
