@@ -1,5 +1,6 @@
-//! The consumer that counts what arrived: a lite-pull consumer in a group of the run's own,
-//! recording every reception of every `eventId`.
+//! The consumer that counts what arrived: a lite-pull consumer (an orderly push consumer in
+//! ordered runs) in a group of the run's own, recording every reception of every `eventId`
+//! and, in order, the first reception of each.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,6 +20,8 @@ pub struct Received {
     pub places: HashMap<i64, Vec<(i32, i64, i64)>>,
     /// Every message received.
     pub total: u64,
+    /// The first reception of each event, in the order received: (business key, event id).
+    pub firsts: Vec<(String, i64)>,
     /// Messages without an `eventId`.
     pub without_id: u64,
     /// When each poll that returned messages returned (the consumer's receive times), with the
@@ -35,11 +38,14 @@ pub struct Consumer {
 
 impl Consumer {
     /// Starts consuming the run's topic in the group `chaos_cg_<run id>` (creating the topic
-    /// when missing).
+    /// when missing): orderly in ordered runs.
     pub async fn start(run: &Run) -> Result<Self, BoxError> {
-        let consumer =
-            RocketMqConsumer::start(&run.namesrv, &format!("chaos_cg_{}", run.id), &run.topic)
-                .await?;
+        let group = format!("chaos_cg_{}", run.id);
+        let consumer = if run.args.ordered.is_some() {
+            RocketMqConsumer::start_orderly(&run.namesrv, &group, &run.topic).await?
+        } else {
+            RocketMqConsumer::start(&run.namesrv, &group, &run.topic).await?
+        };
         let received = Arc::new(Mutex::new(Received::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn({
@@ -54,7 +60,11 @@ impl Consumer {
                         r.total += 1;
                         match m.event_id {
                             Some(id) => {
-                                *r.per_event.entry(id).or_default() += 1;
+                                let n = r.per_event.entry(id).or_default();
+                                *n += 1;
+                                if *n == 1 {
+                                    r.firsts.push((m.keys.clone().unwrap_or_default(), id));
+                                }
                                 r.places.entry(id).or_default().push((
                                     m.queue_id,
                                     m.queue_offset,

@@ -32,6 +32,12 @@
 //!   `--pause-for` (20 s), then SIGCONTed. `namesrv-down`: name server 1, the first address
 //!   every client is given, is stopped before the consumer and the relays start. `--failover`
 //!   sets the relays' `ROCKETMQ_FAILOVER` (to compare the client's own failover with ours).
+//! - `--ordered block|skip [--events-per-key N]`: the relays run in ordered mode
+//!   (`--ordered`, 16 keys in flight each); the writers write N events per business key (the
+//!   keys interleaved, one writer per key, its events in order, one transaction each); the
+//!   consumer is an orderly one (`MessageListenerOrderly`) and the summary gains
+//!   ` order_violations=K`: first receptions of an event before an earlier event of its key
+//!   had been received. The run exits 1 when K > 0.
 //! - `--slow-send`: the first send of every `--slow-send-every`-th event stalls its worker for
 //!   twice the lease after the broker accepted it (`OUTBOX_CHAOS_SEND_STALL`): the lease expires,
 //!   another worker sends it again, the stalled worker's late acknowledgement is refused.
@@ -50,7 +56,8 @@
 //! - with `--dead-retry`, ` dead_retried=K` is appended: K dead letters were sent again by
 //!   `outbox dead retry --all` once the faults were over.
 //!
-//! Exits 1 when lost > 0 (the database is then kept for inspection), 2 on a harness error.
+//! Exits 1 when lost > 0 (the database is then kept for inspection) or, in ordered runs, when
+//! order_violations > 0, 2 on a harness error.
 //!
 //! Modules: `broker` (the private RocketMQ), `server` (the database server's stop and start),
 //! `fleet` (the worker processes and their logs), `writers`, `consumer`, `faults`, `supervise`
@@ -93,6 +100,25 @@ enum BackendArg {
     Postgres,
     #[value(alias = "mariadb")]
     Mysql,
+}
+
+/// `--ordered`: the relays' ordered mode.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OrderedArg {
+    /// A key waits behind its dead letter.
+    Block,
+    /// A key goes on past its dead letter.
+    Skip,
+}
+
+impl OrderedArg {
+    /// The value of `outbox relay --ordered`.
+    fn as_str(self) -> &'static str {
+        match self {
+            OrderedArg::Block => "block",
+            OrderedArg::Skip => "skip",
+        }
+    }
 }
 
 /// The fault of `--cluster`.
@@ -205,6 +231,14 @@ struct Args {
     /// Keep the database at the end.
     #[arg(long)]
     keep_db: bool,
+    /// Run the relays in ordered mode (`outbox relay --ordered`, with `--send-concurrency
+    /// 16`), consume with an orderly consumer and count per-key order violations.
+    #[arg(long, value_enum)]
+    ordered: Option<OrderedArg>,
+    /// Events per business key: the events are spread over `events / N` keys (interleaved),
+    /// one writer task per key writing its events in order, each in its own transaction.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    events_per_key: u64,
 }
 
 /// `FROM..TO` of `--broker-down`.
@@ -273,7 +307,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// One run; returns how many events were lost.
+/// One run; returns how many events were lost plus, in ordered runs, how many were received
+/// out of their key's order (non-zero: exit 1).
 async fn run(args: Args) -> Result<u64, BoxError> {
     let started = Instant::now();
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
@@ -431,7 +466,10 @@ async fn run(args: Args) -> Result<u64, BoxError> {
             settled.dead_retried.unwrap_or(0)
         ));
     }
+    if let Some(v) = tally.order_violations {
+        line.push_str(&format!(" order_violations={v}"));
+    }
     println!("{line}");
     std::io::stdout().flush().ok();
-    Ok(tally.lost)
+    Ok(tally.lost + tally.order_violations.unwrap_or(0))
 }

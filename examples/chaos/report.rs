@@ -1,6 +1,6 @@
 //! The counts at the end of a run (the `workers:` line, the diagnostics line and the figures of
 //! the summary), and the diagnosis of lost events.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QuerySelect};
@@ -36,6 +36,44 @@ pub struct Tally {
     pub reclaimed: u64,
     /// The longest time between two consecutive deliveries while the events were written.
     pub max_gap: Duration,
+    /// Ordered runs: first receptions of an event before an earlier event (smaller id) of its
+    /// key had been received ([`order_violations`]).
+    pub order_violations: Option<u64>,
+}
+
+/// How many of the first receptions `firsts` (key, event id, in the order received) came
+/// before an earlier event of their key had been received, given the events written
+/// (`rows`: id, key); the first ten are logged. An event not (yet) received counts once for
+/// each later event of its key received.
+pub fn order_violations(rows: &[(i64, String)], firsts: &[(String, i64)]) -> u64 {
+    let mut ids: HashMap<&str, Vec<i64>> = HashMap::new();
+    for (id, key) in rows {
+        ids.entry(key.as_str()).or_default().push(*id);
+    }
+    for v in ids.values_mut() {
+        v.sort_unstable();
+    }
+    let mut seen: HashMap<&str, HashSet<i64>> = HashMap::new();
+    let mut violations = 0u64;
+    for (key, id) in firsts {
+        let got = seen.entry(key.as_str()).or_default();
+        got.insert(*id);
+        let missing = ids.get(key.as_str()).and_then(|all| {
+            all.iter()
+                .take_while(|e| *e < id)
+                .find(|e| !got.contains(e))
+                .copied()
+        });
+        if let Some(earlier) = missing {
+            violations += 1;
+            if violations <= 10 {
+                log(format!(
+                    "ORDER VIOLATION: event {id} of key {key} received before event {earlier}"
+                ));
+            }
+        }
+    }
+    violations
 }
 
 /// The longest time between two consecutive `arrivals` that both came by `until` (all of them
@@ -140,6 +178,19 @@ impl Tally {
             r.arrivals.len(),
             since(writers.finished_at()),
         ));
+        let order_violations = match run.args.ordered {
+            Some(_) => {
+                let keyed: Vec<(i64, String)> = Events::find()
+                    .select_only()
+                    .column(Column::Id)
+                    .column(Column::BizNo)
+                    .into_tuple()
+                    .all(db)
+                    .await?;
+                Some(order_violations(&keyed, &r.firsts))
+            }
+            None => None,
+        };
         println!(
             "workers: started={} killed={} unexpected_exits={} duplicate_bound={} (kills x batch)",
             fleet.spawned,
@@ -157,6 +208,7 @@ impl Tally {
             redelivered,
             reclaimed,
             max_gap,
+            order_violations,
         })
     }
 }

@@ -38,6 +38,11 @@ pub struct OutboxMessage {
     /// order, including the recorded trace context (`traceparent`, `tracestate`) when there is
     /// one; RocketMQ sends each as a user property.
     pub headers: Vec<(String, String)>,
+    /// The relay runs in ordered mode ([`crate::WorkerConfig::ordered`]): the message is one
+    /// of its key's events sent in id order, and a publisher that can keep one key's messages
+    /// in order must do so (e.g. [`RocketMqPublisher`] sends every message of one `biz_no` to
+    /// one queue). `false` by default and for every message of an unordered relay.
+    pub ordered: bool,
 }
 
 impl OutboxMessage {
@@ -56,7 +61,15 @@ impl OutboxMessage {
             payload: payload.into(),
             retry_count: 0,
             headers: Vec::new(),
+            ordered: false,
         }
+    }
+
+    /// The message with [`OutboxMessage::ordered`] set to `ordered`.
+    #[must_use]
+    pub fn with_ordered(mut self, ordered: bool) -> Self {
+        self.ordered = ordered;
+        self
     }
 
     /// The message with header `name` = `value` added (no check here: the rules of
@@ -112,6 +125,7 @@ impl TryFrom<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
             payload: m.payload.clone(),
             retry_count: m.retry_count,
             headers,
+            ordered: false,
         })
     }
 }
@@ -145,6 +159,13 @@ pub trait Publisher: Send + Sync {
     /// A batch the broker refused for good because of one of its messages must not fail the
     /// others for good: send them alone, or return a retryable error for them
     /// ([`RocketMqPublisher`] sends them alone).
+    ///
+    /// In ordered mode (messages with [`OutboxMessage::ordered`]; the relay then hands over one
+    /// key's run, in id order) a publisher must stop a key at its first failure: the messages
+    /// of that key after a failed one must not be sent (return a retryable error for them).
+    /// The relay records every result of a key after its first failure as not sent anyway,
+    /// but a later event that did reach the broker would overtake the retried earlier one at
+    /// the consumer.
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let mut results = Vec::with_capacity(messages.len());
         for message in messages {

@@ -43,6 +43,8 @@ pub(crate) struct SendContext {
     pub(crate) cancel: CancellationToken,
     /// Without lease renewal: a claim older than this is handed back unsent.
     pub(crate) start_by: Option<Duration>,
+    /// Ordered mode: every message built here carries [`OutboxMessage::ordered`].
+    pub(crate) ordered: bool,
 }
 
 impl SendContext {
@@ -106,7 +108,7 @@ impl SendContext {
             .take_while(|e| {
                 !self.cancel.is_cancelled()
                     && self.inflight.is_queued(owner_of(e), e.id, self.start_by)
-                    && OutboxMessage::try_from(*e).is_ok()
+                    && self.message(e).is_ok()
             })
             .count()
             // The first event that cannot go still goes to `run_batch`, which records why.
@@ -123,9 +125,14 @@ impl SendContext {
         done
     }
 
+    /// The message of a claimed event, marked [`OutboxMessage::ordered`] in ordered mode.
+    fn message(&self, event: &Model) -> Result<OutboxMessage, PublishError> {
+        OutboxMessage::try_from(event).map(|m| m.with_ordered(self.ordered))
+    }
+
     /// Publishes one claimed event within the send timeout.
     async fn send(&self, event: &Model) -> Sent {
-        let message = match OutboxMessage::try_from(event) {
+        let message = match self.message(event) {
             Ok(message) => message,
             Err(e) => return Sent::Failed(e),
         };
@@ -163,7 +170,7 @@ impl SendContext {
                 });
                 continue;
             }
-            match OutboxMessage::try_from(&event) {
+            match self.message(&event) {
                 Ok(message) => {
                     messages.push(message);
                     going.push(event);

@@ -1,10 +1,13 @@
 //! [`RocketMqConsumer`], a small consumer for the crate's own tests, examples and demos (feature
 //! `test-support`; not an API), and the [`ReceivedMessage`]s it returns.
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rocketmq_client_rust::{
-    ClientConfig, ClientOptions, DefaultLitePullConsumer, DefaultMQProducer,
+    ClientConfig, ClientOptions, ConsumeOrderlyContext, ConsumeOrderlyStatus,
+    DefaultLitePullConsumer, DefaultMQProducer, DefaultMQPushConsumer, MQPushConsumer,
 };
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
@@ -122,6 +125,11 @@ pub struct ReceivedMessage {
     pub queue_offset: i64,
     /// Its byte offset in the broker's commit log.
     pub commit_log_offset: i64,
+    /// The broker the queue is on.
+    pub broker_name: String,
+    /// Its place in the order this consumer handed messages out (0, 1, 2, ...; a redelivered
+    /// message gets a new one).
+    pub received_seq: u64,
 }
 
 impl ReceivedMessage {
@@ -145,7 +153,15 @@ impl ReceivedMessage {
             queue_id: m.queue_id(),
             queue_offset: m.queue_offset(),
             commit_log_offset: m.commit_log_offset(),
+            broker_name: m.broker_name().to_string(),
+            received_seq: 0,
         }
+    }
+
+    /// The message with [`ReceivedMessage::received_seq`] taken from `counter`.
+    fn numbered(mut self, counter: &AtomicU64) -> Self {
+        self.received_seq = counter.fetch_add(1, Ordering::Relaxed);
+        self
     }
 
     /// The user property `name`.
@@ -154,8 +170,10 @@ impl ReceivedMessage {
     }
 }
 
-/// A small consumer for tests and demos: a lite pull consumer on one topic (all tags) in its own
-/// consumer group, reading each queue from its first offset, with its own client runtime.
+/// A small consumer for tests and demos on one topic (all tags) in its own consumer group,
+/// reading each queue from its first offset, with its own client runtime: a lite pull
+/// consumer ([`RocketMqConsumer::start`]), or an orderly push consumer
+/// ([`RocketMqConsumer::start_orderly`]).
 pub struct RocketMqConsumer {
     consumer: Box<dyn ConsumerHandle>,
     topic: String,
@@ -173,6 +191,43 @@ trait ConsumerHandle: Send + Sync {
 struct OwnedConsumer {
     consumer: DefaultLitePullConsumer,
     host: ClientHost,
+    /// Numbers the messages handed out ([`ReceivedMessage::received_seq`]).
+    seq: AtomicU64,
+}
+
+/// A started orderly push consumer, the host it runs on, and the channel its listener hands
+/// the messages to, in the order it consumed them.
+struct OwnedOrderlyConsumer {
+    consumer: DefaultMQPushConsumer,
+    host: ClientHost,
+    received: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<ReceivedMessage>>,
+}
+
+impl ConsumerHandle for OwnedOrderlyConsumer {
+    fn poll(&self, timeout_ms: u64) -> SendFuture<'_, Vec<ReceivedMessage>> {
+        Box::pin(async move {
+            let mut rx = self.received.lock().await;
+            let mut out = Vec::new();
+            let first = tokio::time::timeout(Duration::from_millis(timeout_ms), rx.recv()).await;
+            if let Ok(Some(m)) = first {
+                out.push(m);
+                while let Ok(m) = rx.try_recv() {
+                    out.push(m);
+                }
+            }
+            out
+        })
+    }
+
+    fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
+        Box::pin(async move {
+            let OwnedOrderlyConsumer {
+                mut consumer, host, ..
+            } = *self;
+            Box::pin(consumer.shutdown()).await;
+            Box::pin(host.shutdown()).await;
+        })
+    }
 }
 
 /// Longest the broker holds a pull open when there is nothing new (its long poll).
@@ -195,13 +250,16 @@ impl ConsumerHandle for OwnedConsumer {
             if !queues.is_empty() {
                 Box::pin(self.consumer.commit_with_set(queues, false)).await;
             }
-            messages.iter().map(ReceivedMessage::from_ext).collect()
+            messages
+                .iter()
+                .map(|m| ReceivedMessage::from_ext(m).numbered(&self.seq))
+                .collect()
         })
     }
 
     fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
         Box::pin(async move {
-            let OwnedConsumer { consumer, host } = *self;
+            let OwnedConsumer { consumer, host, .. } = *self;
             // The client's shutdown drops each queue's assignment before the pull in flight
             // on it returns, and that pull then logs "Pull error ... core.argument.invalid" at
             // ERROR. Paused first, every pull task finishes its pull (within the broker's long
@@ -298,13 +356,93 @@ impl RocketMqConsumer {
         .await;
         match started {
             Ok(consumer) => Ok(RocketMqConsumer {
-                consumer: Box::new(OwnedConsumer { consumer, host }),
+                consumer: Box::new(OwnedConsumer {
+                    consumer,
+                    host,
+                    seq: AtomicU64::new(0),
+                }),
                 topic: topic.to_owned(),
             }),
             Err(e) => {
                 Box::pin(host.shutdown()).await;
                 Err(OutboxError::Broker(format!(
                     "RocketMQ consumer did not start: {e}"
+                )))
+            }
+        }
+    }
+
+    /// An orderly consumer (the client's push consumer with a `MessageListenerOrderly`):
+    /// subscribes `group` to `topic` at the name server(s) `namesrv_addr` and starts. It
+    /// locks each of its queues at the broker and consumes one queue's messages strictly in
+    /// queue-offset order, one batch at a time, as a RocketMQ orderly consumer of an
+    /// application does; [`RocketMqConsumer::poll`] hands them out in the order consumed
+    /// ([`ReceivedMessage::received_seq`]), with their queue and offset. The topic is created
+    /// first as by [`RocketMqConsumer::start`].
+    ///
+    /// # Errors
+    /// As [`RocketMqConsumer::start`].
+    pub async fn start_orderly(
+        namesrv_addr: &str,
+        group: &str,
+        topic: &str,
+    ) -> Result<Self, OutboxError> {
+        check_name("consumer group", group, GROUP_MAX_LEN)?;
+        let probe = RocketMqConfig::new(namesrv_addr).topic(topic);
+        probe.validate()?;
+        probe_namesrv(&probe).await?;
+        let host = ClientHost::new("consumer")?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let started = Box::pin(async {
+            ensure_topic(&host, namesrv_addr, topic, None).await?;
+            let client_config = ClientConfig::builder()
+                .namesrv_addr(namesrv_addr)
+                .poll_name_server_interval(10_000)
+                .build()
+                .map_err(|e| client_error_text(&e))?;
+            let mut consumer = DefaultMQPushConsumer::builder(host.runtime.clone())
+                .client_options(ClientOptions::legacy(client_config))
+                .consumer_group(group)
+                .name_server_addr(namesrv_addr)
+                .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+                .pull_batch_size(32)
+                .consume_message_batch_max_size(32)
+                .build();
+            Box::pin(consumer.subscribe(topic, "*"))
+                .await
+                .map_err(|e| client_error_text(&e))?;
+            let seq = Arc::new(AtomicU64::new(0));
+            consumer.register_message_listener_orderly(
+                move |msgs: &[&MessageExt],
+                      ctx: &mut ConsumeOrderlyContext|
+                      -> rocketmq_client_rust::ClientResult<ConsumeOrderlyStatus> {
+                    ctx.set_auto_commit(true);
+                    for m in msgs {
+                        // The receiver is gone only at shutdown: nothing left to record.
+                        let _ = tx.send(ReceivedMessage::from_ext(m).numbered(&seq));
+                    }
+                    Ok(ConsumeOrderlyStatus::Success)
+                },
+            );
+            Box::pin(consumer.start())
+                .await
+                .map_err(|e| client_error_text(&e))?;
+            Ok::<_, String>(consumer)
+        })
+        .await;
+        match started {
+            Ok(consumer) => Ok(RocketMqConsumer {
+                consumer: Box::new(OwnedOrderlyConsumer {
+                    consumer,
+                    host,
+                    received: tokio::sync::Mutex::new(rx),
+                }),
+                topic: topic.to_owned(),
+            }),
+            Err(e) => {
+                Box::pin(host.shutdown()).await;
+                Err(OutboxError::Broker(format!(
+                    "RocketMQ orderly consumer did not start: {e}"
                 )))
             }
         }

@@ -18,7 +18,7 @@ use super::errors::{
     classify_for, client_error_text, error_text, is_no_permission, no_permission_text, Signer,
     RESPONSE_NO_PERMISSION,
 };
-use super::routing::{BrokerAvoidance, Failed};
+use super::routing::{queue_of_key, BrokerAvoidance, Failed};
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
 use crate::error::{OutboxError, PublishError, PublishErrorKind};
 use crate::publisher::{OutboxMessage, Publisher};
@@ -228,18 +228,22 @@ impl RocketMqPublisher {
 }
 
 impl RocketMqPublisher {
-    /// Sends `message` (carrying `count` events, the first `first_id`) once: under
-    /// [`Failover::Outbox`] to a queue chosen here, the outcome updating which brokers are
-    /// avoided; otherwise as the client chooses.
+    /// Sends `message` (carrying `count` events, the first `first_id`) once. With `key` (an
+    /// ordered message's `biz_no`) to the key's queue ([`queue_of_key`]) whatever the
+    /// [`Failover`] mode, with no broker avoidance (the key waits for its queue's broker);
+    /// otherwise under [`Failover::Outbox`] to a queue chosen here, else as the client
+    /// chooses. Under [`Failover::Outbox`] the outcome updates which brokers are avoided.
     async fn send(
         &self,
         message: Outgoing,
         first_id: i64,
         count: usize,
+        key: Option<&str>,
     ) -> Result<(), PublishError> {
         let timeout = u64::from(self.config.send_timeout_ms());
         let signer = Signer::of(self.config.credentials.as_ref());
-        let Some(avoidance) = &self.avoidance else {
+        let avoidance = self.avoidance.as_ref();
+        if key.is_none() && avoidance.is_none() {
             let sent = match message {
                 Outgoing::One(message) => self.producer.send(message, timeout).await,
                 Outgoing::Batch(batch) => self
@@ -249,31 +253,42 @@ impl RocketMqPublisher {
                     .map(Some),
             };
             return send_outcome(first_id, count, sent, signer);
-        };
+        }
         let chosen: Mutex<Option<String>> = Mutex::new(None);
         let select = |queues: &[MessageQueue]| {
-            let brokers: Vec<&str> = queues.iter().map(|q| q.broker_name().as_str()).collect();
-            let i = avoidance.choose(&brokers, Instant::now())?;
-            *chosen.lock().unwrap_or_else(|p| p.into_inner()) = Some(brokers[i].to_owned());
-            queues.get(i).cloned()
+            let i = match (key, avoidance) {
+                (Some(key), _) => queue_of_key(key, queues.len())?,
+                (None, Some(avoidance)) => {
+                    let brokers: Vec<&str> =
+                        queues.iter().map(|q| q.broker_name().as_str()).collect();
+                    avoidance.choose(&brokers, Instant::now())?
+                }
+                (None, None) => return None, // handled above
+            };
+            let queue = queues.get(i)?;
+            *chosen.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(queue.broker_name().as_str().to_owned());
+            Some(queue.clone())
         };
         // The worker's own send timeout may drop this future before the client's timeout
         // returns (both are `send_timeout` by default): the broker chosen then counts as failed
         // too, or a hung broker would stay in the round robin.
-        let mut pending = PendingSend {
+        let mut pending = avoidance.map(|avoidance| PendingSend {
             avoidance,
             chosen: &chosen,
             finished: false,
-        };
+        });
         let sent = self
             .producer
             .send_selecting(message, timeout, &select)
             .await;
-        pending.finished = true;
+        if let Some(p) = pending.as_mut() {
+            p.finished = true;
+        }
         drop(pending);
         let outcome = send_outcome(first_id, count, sent, signer);
         let broker = chosen.into_inner().unwrap_or_else(|p| p.into_inner());
-        if let Some(broker) = broker {
+        if let (Some(avoidance), Some(broker)) = (avoidance, broker) {
             match &outcome {
                 Ok(()) => {
                     if avoidance.succeeded(&broker) {
@@ -293,18 +308,24 @@ impl RocketMqPublisher {
     }
 
     /// Sends one chunk of [`Publisher::publish_batch`]: a lone message as itself, several as
-    /// one batch message. A batch refused for good is sent again message by message, so that
-    /// only the message at fault fails for good; any other failure is every message's.
-    async fn send_chunk(&self, chunk: Vec<(i64, Message)>) -> Vec<Result<(), PublishError>> {
+    /// one batch message; with `key` (ordered messages of one `biz_no`) to the key's queue.
+    /// A batch refused for good is sent again message by message, so that only the message at
+    /// fault fails for good (with `key` one after the other, stopping at the first failure:
+    /// the rest are not sent); any other failure is every message's.
+    async fn send_chunk(
+        &self,
+        chunk: Vec<(i64, Message)>,
+        key: Option<&str>,
+    ) -> Vec<Result<(), PublishError>> {
         if chunk.len() == 1 {
             let (id, message) = chunk.into_iter().next().expect("one message");
-            return vec![self.send(Outgoing::One(message), id, 1).await];
+            return vec![self.send(Outgoing::One(message), id, 1, key).await];
         }
         let first_id = chunk[0].0;
         let n = chunk.len();
         let messages: Vec<Message> = chunk.iter().map(|(_, m)| m.clone()).collect();
         let outcome = match batch_message(messages) {
-            Ok(batch) => self.send(Outgoing::Batch(batch), first_id, n).await,
+            Ok(batch) => self.send(Outgoing::Batch(batch), first_id, n, key).await,
             Err(e) => Err(e),
         };
         match outcome {
@@ -312,16 +333,212 @@ impl RocketMqPublisher {
             Err(e) if e.kind == PublishErrorKind::Permanent => {
                 tracing::warn!(first_event_id = first_id, events = n, error = %e.message,
                     "RocketMQ refused a batch for good; sending its messages one by one");
+                if let Some(key) = key {
+                    // In order: a later message of the key must not overtake an earlier one.
+                    let mut results = Vec::with_capacity(n);
+                    let mut failed = false;
+                    for (id, message) in chunk {
+                        if failed {
+                            results.push(Err(not_sent_after_failure(key)));
+                            continue;
+                        }
+                        let r = self.send(Outgoing::One(message), id, 1, Some(key)).await;
+                        failed = r.is_err();
+                        results.push(r);
+                    }
+                    return results;
+                }
                 // Concurrently: within the relay's one send timeout for the whole call, so
                 // that the retry of the innocent messages takes one round trip, not n.
                 let singles = chunk
                     .into_iter()
-                    .map(|(id, message)| self.send(Outgoing::One(message), id, 1));
+                    .map(|(id, message)| self.send(Outgoing::One(message), id, 1, None));
                 futures::future::join_all(singles).await
             }
             Err(e) => vec![Err(e); n],
         }
     }
+
+    /// The message of `event` for a batch, its unique id set (so that its encoded size is the
+    /// one sent), its encoded size, and whether it must go alone: too large for a batch, or
+    /// refused by the client anyway (over the message limit, or an empty body), so that it
+    /// cannot fail a batch of others.
+    fn batch_item(&self, event: &OutboxMessage) -> Result<(Message, usize, bool), PublishError> {
+        let mut message = self.to_message(event)?;
+        MessageClientIDSetter::set_uniq_id(&mut message);
+        let size = encode_message(&message).len();
+        let alone = size > self.config.max_batch_bytes as usize
+            || event.payload.is_empty()
+            || event.payload.len() > self.config.max_message_bytes as usize;
+        Ok((message, size, alone))
+    }
+
+    /// [`Publisher::publish_batch`] of an ordered relay's messages: per key, chunks of
+    /// consecutive messages of one topic in event order ([`ordered_chunks`]), sent one after
+    /// the other to the key's queue; after a key's first failure its later messages are not
+    /// sent (a retryable "not sent" error each). Different keys go concurrently.
+    async fn publish_batch_ordered(
+        &self,
+        events: &[OutboxMessage],
+    ) -> Vec<Result<(), PublishError>> {
+        let limit = self.config.max_batch_bytes as usize;
+        let mut built: Vec<Option<Result<Message, PublishError>>> =
+            Vec::with_capacity(events.len());
+        let mut items = Vec::with_capacity(events.len());
+        for event in events {
+            let topic = self.config.topic_of(&event.event_type);
+            match self.batch_item(event) {
+                Ok((message, size, alone)) => {
+                    built.push(Some(Ok(message)));
+                    items.push(ChunkItem {
+                        key: event.biz_no.as_str(),
+                        topic: Some(topic),
+                        size,
+                        alone,
+                    });
+                }
+                Err(e) => {
+                    built.push(Some(Err(e)));
+                    items.push(ChunkItem {
+                        key: event.biz_no.as_str(),
+                        topic: None,
+                        size: 0,
+                        alone: true,
+                    });
+                }
+            }
+        }
+        // Each key's steps, the messages moved in.
+        let plan: Vec<(&str, Vec<KeyStep>)> = ordered_chunks(&items, limit)
+            .into_iter()
+            .map(|(key, chunks)| {
+                let steps = chunks
+                    .into_iter()
+                    .map(|idx| {
+                        let mut messages = Vec::with_capacity(idx.len());
+                        let mut broken = None;
+                        for &i in &idx {
+                            match built[i].take() {
+                                Some(Ok(m)) => messages.push((events[i].event_id, m)),
+                                Some(Err(e)) => broken = Some(e),
+                                None => {}
+                            }
+                        }
+                        let step = match broken {
+                            Some(e) => Step::Broken(e),
+                            None => Step::Send(messages),
+                        };
+                        (idx, step)
+                    })
+                    .collect();
+                (key, steps)
+            })
+            .collect();
+        let per_key = plan.into_iter().map(|(key, steps)| async move {
+            let mut outcomes: Vec<(usize, Result<(), PublishError>)> = Vec::new();
+            let mut failed = false;
+            for (idx, step) in steps {
+                if failed {
+                    outcomes.extend(
+                        idx.into_iter()
+                            .map(|i| (i, Err(not_sent_after_failure(key)))),
+                    );
+                    continue;
+                }
+                let sent = match step {
+                    Step::Broken(e) => vec![Err(e)],
+                    Step::Send(messages) => self.send_chunk(messages, Some(key)).await,
+                };
+                failed = sent.iter().any(Result::is_err);
+                outcomes.extend(idx.into_iter().zip(sent));
+            }
+            outcomes
+        });
+        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; events.len()];
+        for (i, outcome) in futures::future::join_all(per_key)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            results[i] = Some(outcome);
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
+            .collect()
+    }
+}
+
+/// One step of a key in [`RocketMqPublisher::publish_batch_ordered`] and the indices of its
+/// events in the call.
+type KeyStep = (Vec<usize>, Step);
+
+/// The topic and encoded size of a key's open chunk in [`ordered_chunks`] (`None`: closed).
+type OpenChunk<'a> = Option<(&'a str, usize)>;
+
+/// One step of a key in [`RocketMqPublisher::publish_batch_ordered`].
+enum Step {
+    /// A chunk to send (event id, message), in event order.
+    Send(Vec<(i64, Message)>),
+    /// An event whose message could not be built: it fails, and stops its key.
+    Broken(PublishError),
+}
+
+/// The error of an ordered message not sent because an earlier message of its key failed in
+/// the same call (retryable: it goes again after that one).
+fn not_sent_after_failure(key: &str) -> PublishError {
+    PublishError::retryable(format!(
+        "not sent: an earlier event of key {key} failed in the same batch"
+    ))
+}
+
+/// What [`ordered_chunks`] knows of one message.
+#[derive(Debug, Clone, Copy)]
+struct ChunkItem<'a> {
+    /// Its business key.
+    key: &'a str,
+    /// Its topic; `None` when its message could not be built (it is a chunk of its own).
+    topic: Option<&'a str>,
+    /// Its encoded size in bytes.
+    size: usize,
+    /// Whether it must be sent alone (a chunk of its own).
+    alone: bool,
+}
+
+/// The chunks of an ordered batch: for each key, in the order of the key's first message,
+/// the indices into `items` of its chunks in message order. A chunk holds consecutive
+/// messages of the key with one topic and at most `limit` encoded bytes; a message that must
+/// go alone, or could not be built, is a chunk of its own.
+fn ordered_chunks<'a>(items: &[ChunkItem<'a>], limit: usize) -> Vec<(&'a str, Vec<Vec<usize>>)> {
+    let mut keys: Vec<(&'a str, Vec<Vec<usize>>)> = Vec::new();
+    // Per key: its position in `keys`, and the open chunk's topic and size (`None`: closed).
+    let mut open: std::collections::HashMap<&'a str, (usize, OpenChunk<'a>)> =
+        std::collections::HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let (k, current) = *open.entry(item.key).or_insert_with(|| {
+            keys.push((item.key, Vec::new()));
+            (keys.len() - 1, None)
+        });
+        let chunks = &mut keys[k].1;
+        let next = match (item.topic, current) {
+            (Some(topic), Some((t, size)))
+                if !item.alone && t == topic && size + item.size <= limit =>
+            {
+                chunks.last_mut().expect("an open chunk").push(i);
+                Some((topic, size + item.size))
+            }
+            (Some(topic), _) if !item.alone => {
+                chunks.push(vec![i]);
+                Some((topic, item.size))
+            }
+            _ => {
+                chunks.push(vec![i]);
+                None
+            }
+        };
+        open.insert(item.key, (k, next));
+    }
+    keys
 }
 
 #[async_trait]
@@ -330,9 +547,18 @@ impl Publisher for RocketMqPublisher {
     /// ([`Failover`]); the outcome of the send updates which brokers are avoided. Never sent a
     /// second time within one call: a failure is returned (retryable unless the message itself
     /// was refused) and the outbox's retry sends it again, to another broker if this one failed.
+    ///
+    /// An [`OutboxMessage::ordered`] message goes to its key's queue instead, whatever the
+    /// [`Failover`] mode: the queue `biz_no`'s Java `String.hashCode()` picks among the
+    /// route's queues (the rule of Java's `SelectMessageQueueByHash`), so that every relay
+    /// sends one key to one queue and an orderly consumer sees the key in order. No broker is
+    /// avoided for it: while its queue's broker is down its sends fail (retryable) and the key
+    /// waits, the other keys go on; the outcome still updates the avoidance memory.
     async fn publish(&self, event: &OutboxMessage) -> Result<(), PublishError> {
         let message = self.to_message(event)?;
-        self.send(Outgoing::One(message), event.event_id, 1).await
+        let key = event.ordered.then_some(event.biz_no.as_str());
+        self.send(Outgoing::One(message), event.event_id, 1, key)
+            .await
     }
 
     /// Sends `events` as RocketMQ batch messages: one per topic ([`RocketMqConfig::topic_of`])
@@ -350,7 +576,18 @@ impl Publisher for RocketMqPublisher {
     /// [`Failover::Outbox`] its broker is then avoided like after a failed single send. Never
     /// sent a second time within one call except in the permanent case above, whose first
     /// attempt the broker refused.
+    ///
+    /// Ordered messages ([`OutboxMessage::ordered`]; when any message of the call is, all are
+    /// treated so): per key, chunks of consecutive messages of one topic (at most
+    /// `max_batch_bytes` each) in event order, sent one after the other to the key's queue
+    /// (see [`Publisher::publish`] here); after a key's first failed chunk its later messages
+    /// are not sent and fail retryably ("not sent: an earlier event of key K failed ...").
+    /// Different keys go concurrently. A chunk refused for good is sent again message by
+    /// message in order, stopping at the first failure.
     async fn publish_batch(&self, events: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        if events.iter().any(|e| e.ordered) {
+            return self.publish_batch_ordered(events).await;
+        }
         let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; events.len()];
         let mut chunks: Vec<(String, Vec<usize>, Vec<(i64, Message)>, usize)> = Vec::new();
         let limit = self.config.max_batch_bytes as usize;
@@ -407,7 +644,7 @@ impl Publisher for RocketMqPublisher {
         let per_topic = by_topic.into_iter().map(|(_, list)| async move {
             let mut outcomes = Vec::new();
             for (idx, msgs) in list {
-                outcomes.push((idx, self.send_chunk(msgs).await));
+                outcomes.push((idx, self.send_chunk(msgs, None).await));
             }
             outcomes
         });
@@ -616,6 +853,7 @@ mod tests {
             payload: r#"{"a":1}"#.into(),
             retry_count: 0,
             headers: vec![("tenant".into(), "acme".into())],
+            ordered: false,
         };
         let m = build_message("T", &event).expect("message");
         assert_eq!(m.topic().as_str(), "T");
@@ -645,6 +883,261 @@ mod tests {
         // A reserved name (only possible for a row edited by hand) is refused, not sent.
         let bad = event.clone().with_header("KEYS", "x");
         assert!(build_message("T", &bad).is_err());
+    }
+
+    /// One send the fake producer saw: the event ids it carried and the queue chosen
+    /// (`None`: the client's own choice).
+    type Seen = (Vec<i64>, Option<MessageQueue>);
+
+    /// A producer without a broker: a route of 4 queues on broker-a and 4 on broker-b for
+    /// every topic; a send that carries an event of `fail` gets a non-OK status.
+    struct FakeProducer {
+        seen: std::sync::Arc<Mutex<Vec<Seen>>>,
+        fail: std::collections::HashSet<i64>,
+    }
+
+    fn route(topic: &str) -> Vec<MessageQueue> {
+        ["broker-a", "broker-b"]
+            .iter()
+            .flat_map(|b| (0..4).map(move |q| MessageQueue::from_parts(topic, *b, q)))
+            .collect()
+    }
+
+    fn event_ids(messages: &[&Message]) -> Vec<i64> {
+        messages
+            .iter()
+            .filter_map(|m| {
+                m.get_properties()
+                    .iter()
+                    .find(|(n, _)| n.as_str() == "eventId")
+                    .and_then(|(_, v)| v.as_str().parse().ok())
+            })
+            .collect()
+    }
+
+    impl FakeProducer {
+        fn outcome(&self, ids: Vec<i64>, queue: Option<MessageQueue>) -> SendResult {
+            let failed = ids.iter().any(|id| self.fail.contains(id));
+            self.seen.lock().expect("lock").push((ids, queue));
+            SendResult {
+                send_status: if failed {
+                    SendStatus::FlushDiskTimeout
+                } else {
+                    SendStatus::SendOk
+                },
+                ..SendResult::default()
+            }
+        }
+    }
+
+    impl ProducerHandle for FakeProducer {
+        fn send(
+            &self,
+            message: Message,
+            _: u64,
+        ) -> SendFuture<'_, ClientResult<Option<SendResult>>> {
+            let r = self.outcome(event_ids(&[&message]), None);
+            Box::pin(async move { Ok(Some(r)) })
+        }
+
+        fn send_batch(
+            &self,
+            messages: Vec<Message>,
+            _: u64,
+        ) -> SendFuture<'_, ClientResult<SendResult>> {
+            let r = self.outcome(event_ids(&messages.iter().collect::<Vec<_>>()), None);
+            Box::pin(async move { Ok(r) })
+        }
+
+        fn send_selecting<'a>(
+            &'a self,
+            message: Outgoing,
+            _: u64,
+            select: QueueSelector<'a>,
+        ) -> SendFuture<'a, ClientResult<Option<SendResult>>> {
+            let (topic, ids) = match &message {
+                Outgoing::One(m) => (m.topic().to_string(), event_ids(&[m])),
+                Outgoing::Batch(b) => (
+                    b.messages[0].topic().to_string(),
+                    event_ids(&b.messages.iter().collect::<Vec<_>>()),
+                ),
+            };
+            let queue = select(&route(&topic));
+            let r = self.outcome(ids, queue);
+            Box::pin(async move { Ok(Some(r)) })
+        }
+
+        fn shutdown(self: Box<Self>) -> SendFuture<'static, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    /// A publisher on the fake producer (topics: `E1` → `T1`, `E2` → `T2`).
+    fn fake(
+        failover: Failover,
+        fail: &[i64],
+    ) -> (RocketMqPublisher, std::sync::Arc<Mutex<Vec<Seen>>>) {
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let config = RocketMqConfig::new("127.0.0.1:9876")
+            .topic("T1")
+            .topic_for("E2", "T2")
+            .failover(failover);
+        let avoidance = (failover == Failover::Outbox)
+            .then(|| BrokerAvoidance::new(std::time::Duration::from_secs(30)));
+        let producer = FakeProducer {
+            seen: seen.clone(),
+            fail: fail.iter().copied().collect(),
+        };
+        (
+            RocketMqPublisher {
+                config,
+                producer: Box::new(producer),
+                avoidance,
+            },
+            seen,
+        )
+    }
+
+    fn ordered(id: i64, key: &str, event_type: &str) -> OutboxMessage {
+        OutboxMessage::new(id, key, event_type, "{}").with_ordered(true)
+    }
+
+    /// The queue `key` goes to on the fake route.
+    fn queue_of(key: &str, topic: &str) -> MessageQueue {
+        route(topic)[queue_of_key(key, 8).expect("a queue")].clone()
+    }
+
+    #[tokio::test]
+    async fn an_ordered_message_goes_to_its_keys_queue_whatever_the_failover() {
+        for failover in [Failover::Outbox, Failover::Client, Failover::Off] {
+            let (p, seen) = fake(failover, &[]);
+            if let Some(a) = &p.avoidance {
+                // Avoiding the key's broker changes nothing for an ordered message.
+                a.failed(
+                    queue_of("ORD-1", "T1").broker_name().as_str(),
+                    Instant::now(),
+                );
+            }
+            for id in 1..=3 {
+                p.publish(&ordered(id, "ORD-1", "E1")).await.expect("sent");
+            }
+            p.publish(&ordered(4, "ORD-2", "E1")).await.expect("sent");
+            // Unordered: the client's choice (or the avoidance's), not the key's.
+            p.publish(&OutboxMessage::new(5, "ORD-1", "E1", "{}"))
+                .await
+                .expect("sent");
+            let seen = seen.lock().expect("lock").clone();
+            let queues: Vec<_> = seen.iter().map(|(_, q)| q.clone()).collect();
+            let want = Some(queue_of("ORD-1", "T1"));
+            assert_eq!(
+                &queues[..3],
+                &[want.clone(), want.clone(), want],
+                "{failover}"
+            );
+            assert_eq!(queues[3], Some(queue_of("ORD-2", "T1")), "{failover}");
+            match failover {
+                Failover::Outbox => assert!(queues[4].is_some()),
+                _ => assert_eq!(queues[4], None, "{failover}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ordered_batch_stops_a_key_at_its_first_failed_chunk() {
+        let (p, seen) = fake(Failover::Off, &[3]);
+        // Key A: 1, 2 (T1), 3, 4 (T2), 5 (T1): chunks [1, 2], [3, 4], [5]; 3 fails.
+        // Key B: 6, 7 (T1), interleaved.
+        let messages = [
+            ordered(1, "A", "E1"),
+            ordered(6, "B", "E1"),
+            ordered(2, "A", "E1"),
+            ordered(3, "A", "E2"),
+            ordered(4, "A", "E2"),
+            ordered(7, "B", "E1"),
+            ordered(5, "A", "E1"),
+        ];
+        let results = p.publish_batch(&messages).await;
+        let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [true, true, true, false, false, true, false]);
+        let not_sent = results[6].as_ref().expect_err("not sent");
+        assert_eq!(not_sent.kind, PublishErrorKind::Retryable);
+        assert!(
+            not_sent.message.contains("earlier event of key A"),
+            "{not_sent:?}"
+        );
+        let seen = seen.lock().expect("lock").clone();
+        let mut sends: Vec<_> = seen.iter().map(|(ids, _)| ids.clone()).collect();
+        sends.sort();
+        // Event 5 was never sent; B's events went as one batch.
+        assert_eq!(sends, [vec![1, 2], vec![3, 4], vec![6, 7]]);
+        for (ids, queue) in &seen {
+            let (key, topic) = match ids[0] {
+                1 | 2 => ("A", "T1"),
+                3 | 4 => ("A", "T2"),
+                _ => ("B", "T1"),
+            };
+            assert_eq!(queue.as_ref(), Some(&queue_of(key, topic)), "{ids:?}");
+        }
+        // Unordered batches are unchanged: one per topic, the client's queue (Failover::Off).
+        let (p, seen) = fake(Failover::Off, &[]);
+        let plain: Vec<OutboxMessage> = (1..=4)
+            .map(|id| OutboxMessage::new(id, ["A", "B"][id as usize % 2], "E1", "{}"))
+            .collect();
+        assert!(p.publish_batch(&plain).await.iter().all(Result::is_ok));
+        assert_eq!(
+            seen.lock().expect("lock").clone(),
+            [(vec![1, 2, 3, 4], None)]
+        );
+    }
+
+    fn item<'a>(key: &'a str, topic: &'a str, size: usize) -> ChunkItem<'a> {
+        ChunkItem {
+            key,
+            topic: Some(topic),
+            size,
+            alone: false,
+        }
+    }
+
+    #[test]
+    fn ordered_chunks_follow_each_key_in_event_order() {
+        let items = [
+            item("A", "T", 10), // 0
+            item("B", "T", 10), // 1
+            item("A", "T", 10), // 2
+            item("A", "U", 10), // 3: another topic starts a chunk
+            item("A", "U", 10), // 4
+            item("B", "T", 10), // 5
+            ChunkItem {
+                alone: true,
+                ..item("A", "U", 10)
+            }, // 6: alone
+            item("A", "U", 10), // 7: after a lone one, a new chunk
+            ChunkItem {
+                topic: None,
+                ..item("B", "T", 0)
+            }, // 8: not built
+            item("B", "T", 10), // 9
+            item("C", "T", 15), // 10
+            item("C", "T", 15), // 11: over the limit of 25
+        ];
+        let plan = ordered_chunks(&items, 25);
+        assert_eq!(
+            plan,
+            vec![
+                ("A", vec![vec![0, 2], vec![3, 4], vec![6], vec![7]]),
+                ("B", vec![vec![1, 5], vec![8], vec![9]]),
+                ("C", vec![vec![10], vec![11]]),
+            ]
+        );
+        // Within the limit, one key's consecutive events of one topic are one chunk, and the
+        // keys keep the order of their first message.
+        let items: Vec<_> = (0..6).map(|i| item(["K2", "K1"][i % 2], "T", 1)).collect();
+        assert_eq!(
+            ordered_chunks(&items, 100),
+            vec![("K2", vec![vec![0, 2, 4]]), ("K1", vec![vec![1, 3, 5]])]
+        );
+        assert!(ordered_chunks(&[], 100).is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! [`BrokerAvoidance`]: which queue of the route the next send goes to under
-//! [`Failover::Outbox`](super::Failover::Outbox), keeping away from brokers that failed lately.
+//! Which queue of the route a send goes to: [`BrokerAvoidance`] under
+//! [`Failover::Outbox`](super::Failover::Outbox), keeping away from brokers that failed lately,
+//! and [`queue_of_key`] for the messages of an ordered relay, one queue per business key.
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -118,9 +119,85 @@ impl BrokerAvoidance {
     }
 }
 
+/// Java's `String.hashCode()` of `s`: `h = 31 * h + c` over its UTF-16 code units, wrapping
+/// in 32 bits (so that a Java producer of the same keys hashes them alike).
+pub(super) fn java_string_hash_code(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, unit| {
+        h.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
+}
+
+/// The index of the queue, among `queues` queues of a topic's route, that business key
+/// `biz_no` goes to in ordered mode: the rule of the Java client's `SelectMessageQueueByHash`
+/// (`value = key.hashCode() % queues; if (value < 0) value = Math.abs(value)`), which the
+/// rocketmq-rust client's `SelectMessageQueueByHash` applies too. `None` when there is no
+/// queue.
+///
+/// The index is into the client's list of the route's writable queues, which both clients
+/// build alike from the name server's route: the route's queue data sorted by broker name,
+/// and for each broker with a master its queue ids `0..writeQueueNums` (rocketmq-client-rust
+/// 1.0 `topic_route_data2topic_publish_info`, Java `MQClientInstance.
+/// topicRouteData2TopicPublishInfo`). So every producer that sees the same route sends a key
+/// to the same queue, whichever relay sends it.
+pub(super) fn queue_of_key(biz_no: &str, queues: usize) -> Option<usize> {
+    if queues == 0 {
+        return None;
+    }
+    // In 64 bits: `% queues` of an `i32` is within ±queues, so the absolute value fits.
+    let value = i64::from(java_string_hash_code(biz_no)) % queues as i64;
+    Some(value.unsigned_abs() as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hash_is_javas_string_hash_code() {
+        // Values of `String.hashCode()` as a JVM prints them.
+        assert_eq!(java_string_hash_code(""), 0);
+        assert_eq!(java_string_hash_code("a"), 97);
+        assert_eq!(java_string_hash_code("ORD-1"), 75_467_813);
+        assert_eq!(java_string_hash_code("hello"), 99_162_322);
+        assert_eq!(java_string_hash_code("Hello, World!"), 1_498_789_909);
+        // Overflowing and negative.
+        assert_eq!(
+            java_string_hash_code("The quick brown fox jumps over the lazy dog"),
+            -609_428_141
+        );
+        assert_eq!(java_string_hash_code("polygenelubricants"), i32::MIN);
+        // Outside the BMP a character is two UTF-16 units (a surrogate pair), as in Java.
+        assert_eq!(java_string_hash_code("\u{1F600}"), 1_772_899);
+        assert_eq!(java_string_hash_code("é"), 233);
+    }
+
+    #[test]
+    fn a_key_goes_to_the_queue_of_javas_hash_rule() {
+        assert_eq!(queue_of_key("ORD-1", 0), None);
+        assert_eq!(queue_of_key("anything", 1), Some(0));
+        // 75467813 % 4 = 1, % 8 = 5, % 3 = 2.
+        assert_eq!(queue_of_key("ORD-1", 4), Some(1));
+        assert_eq!(queue_of_key("ORD-1", 8), Some(5));
+        assert_eq!(queue_of_key("ORD-1", 3), Some(2));
+        // A negative hash: -609428141 % 4 = -1 in Java, made positive: 1; % 8 = -5 → 5;
+        // % 3 = -2 → 2.
+        let fox = "The quick brown fox jumps over the lazy dog";
+        assert_eq!(queue_of_key(fox, 4), Some(1));
+        assert_eq!(queue_of_key(fox, 8), Some(5));
+        assert_eq!(queue_of_key(fox, 3), Some(2));
+        // i32::MIN % 3 = -2 → 2; % 8 = 0.
+        assert_eq!(queue_of_key("polygenelubricants", 3), Some(2));
+        assert_eq!(queue_of_key("polygenelubricants", 8), Some(0));
+        // Always within the route, the same for a key on every call.
+        for k in 0..1_000 {
+            let key = format!("K{k:03}");
+            for n in 1..17 {
+                let q = queue_of_key(&key, n).expect("a queue");
+                assert!(q < n);
+                assert_eq!(queue_of_key(&key, n), Some(q));
+            }
+        }
+    }
 
     /// Route of 4 queues on broker-a and 4 on broker-b.
     const ROUTE: [&str; 8] = ["a", "a", "a", "a", "b", "b", "b", "b"];
