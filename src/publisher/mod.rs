@@ -154,7 +154,8 @@ pub trait Publisher: Send + Sync {
     /// The relay calls it (instead of `publish`) with up to `batch_size` claimed events of one
     /// claim when [`Publisher::batches`] says so and [`crate::WorkerConfig::batch_sends`] is
     /// on, within one send timeout for the whole call. The default sends the messages one after
-    /// another with [`Publisher::publish`].
+    /// another with [`Publisher::publish`]; after an [`OutboxMessage::ordered`] message failed,
+    /// the later messages of its `biz_no` are not sent (a retryable "not sent" error each).
     ///
     /// A batch the broker refused for good because of one of its messages must not fail the
     /// others for good: send them alone, or return a retryable error for them
@@ -168,8 +169,21 @@ pub trait Publisher: Send + Sync {
     /// the consumer.
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let mut results = Vec::with_capacity(messages.len());
+        // Ordered mode: the keys whose message failed; their later messages must not overtake it.
+        let mut failed: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for message in messages {
-            results.push(self.publish(message).await);
+            if message.ordered && failed.contains(message.biz_no.as_str()) {
+                results.push(Err(PublishError::retryable(format!(
+                    "not sent: an earlier event of key {} failed in the same batch",
+                    message.biz_no
+                ))));
+                continue;
+            }
+            let result = self.publish(message).await;
+            if message.ordered && result.is_err() {
+                failed.insert(message.biz_no.as_str());
+            }
+            results.push(result);
         }
         results
     }
@@ -181,5 +195,57 @@ pub trait Publisher: Send + Sync {
     /// [`Publisher::publish_batch`], or the relay stops batching through it.
     fn batches(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod default_batch_tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Fails event 2 (retryably) and records what was published.
+    #[derive(Default)]
+    struct FailsTwo(Mutex<Vec<i64>>);
+
+    #[async_trait]
+    impl Publisher for FailsTwo {
+        async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(m.event_id);
+            if m.event_id == 2 {
+                Err(PublishError::retryable("scripted"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    /// Review finding: the default `publish_batch` went on with a key's later messages after
+    /// an ordered message of the key failed, against the trait's own rule.
+    #[tokio::test]
+    async fn the_default_batch_stops_an_ordered_key_at_its_first_failure() {
+        let p = FailsTwo::default();
+        let msgs: Vec<OutboxMessage> = [(1, "A"), (2, "A"), (3, "B"), (4, "A")]
+            .into_iter()
+            .map(|(id, key)| OutboxMessage::new(id, key, "E", "{}").with_ordered(true))
+            .collect();
+        let results = p.publish_batch(&msgs).await;
+        let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [true, false, true, false]);
+        assert_eq!(
+            *p.0.lock().unwrap_or_else(|e| e.into_inner()),
+            [1, 2, 3],
+            "event 4 of A not sent"
+        );
+        // Unordered messages all go.
+        let p = FailsTwo::default();
+        let msgs: Vec<OutboxMessage> = [(1, "A"), (2, "A"), (4, "A")]
+            .into_iter()
+            .map(|(id, key)| OutboxMessage::new(id, key, "E", "{}"))
+            .collect();
+        p.publish_batch(&msgs).await;
+        assert_eq!(*p.0.lock().unwrap_or_else(|e| e.into_inner()), [1, 2, 4]);
     }
 }
