@@ -27,6 +27,7 @@ backend_tests!(
     skip_lets_a_key_go_on_past_its_dead_letter,
     a_hot_key_drains_without_waiting_for_the_poll_delay,
     a_head_behind_a_full_window_is_found_by_a_deep_scan,
+    a_blocked_backlog_in_the_window_does_not_slow_the_other_keys_to_the_poll_delay,
 );
 
 backend_test! {
@@ -907,5 +908,44 @@ async fn a_head_behind_a_full_window_is_found_by_a_deep_scan(ctx: &TestContext) 
         at < 40,
         "C went out as delivery {at} of {}: it waited for H's backlog",
         sent.len()
+    );
+}
+
+/// Review finding (window starvation): a key blocked behind its dead letter (`Block`) with a
+/// backlog of 300 due `WAIT` rows older than every other key's fills the whole window of the
+/// oldest due rows, for as long as nobody retries the dead letter. Every windowed claim then
+/// finds no head at all (`more` is false, the worker waits `poll_delay`), and only the deep
+/// claims, at most one per `max(1 s, 20 × its duration)` and each after a poll delay, find the
+/// other keys' heads: the other 100 keys go out `send_concurrency` heads per poll delay instead
+/// of at once. The same happens with the followers of keys whose head backs off (a broker down
+/// for the keys of its queues): "retries with back-off hold only their own key" no longer holds
+/// for the relay's throughput.
+async fn a_blocked_backlog_in_the_window_does_not_slow_the_other_keys_to_the_poll_delay(
+    ctx: &TestContext,
+) {
+    let db = &ctx.db;
+    let blocked = insert_keys(db, &["BLOCKED".to_owned()], 301).await["BLOCKED"][0];
+    db.execute_unprepared(&format!(
+        "UPDATE t_event_record SET status = 'FAIL', retry_count = 3 WHERE id = {blocked}"
+    ))
+    .await
+    .expect("dead letter");
+    let others: Vec<String> = (0..100).map(|k| format!("O{k:03}")).collect();
+    insert_keys(db, &others, 1).await;
+    let config = ordered_config("blocked-window", OrderedPolicy::Block)
+        .poll_delay(Duration::from_secs(120))
+        .wake_on_commit(false);
+    let fleet = Fleet::start(ctx, 1, Arc::new(InMemoryPublisher::new()), [config]).await;
+    let done = wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || async { count(db, EventStatus::Success).await == 100 },
+    )
+    .await;
+    let delivered = count(db, EventStatus::Success).await;
+    fleet.stop().await;
+    assert!(
+        done,
+        "behind a blocked key's backlog only {delivered} of the other keys' 100 events went out in 60 s"
     );
 }
