@@ -733,10 +733,11 @@ async fn explain(db: &DatabaseConnection, stmt: Statement) -> String {
                         .unwrap_or_default()
                 };
                 format!(
-                    "table={} type={} key={} Extra={}",
+                    "table={} type={} key={} ref={} Extra={}",
                     col("table"),
                     col("type"),
                     col("key"),
+                    col("ref"),
                     col("Extra")
                 )
             }
@@ -805,11 +806,38 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
                 "{policy:?} {scan:?} claim reads every row:\n{plan}"
             );
         }
+        // The predecessor check reads one (biz_no, status) range per status, never every row
+        // of the key (its delivered history) filtered by status.
+        match backend {
+            DbBackend::Postgres => {
+                assert!(
+                    plan.contains("((status)::text = 'WAIT'::text) AND (id < e.id)"),
+                    "{scan:?} claim:\n{plan}"
+                );
+                assert!(
+                    !plan.contains("Filter: ((status)::text = ANY"),
+                    "{scan:?} claim:\n{plan}"
+                );
+            }
+            _ => {
+                // Each probe looks its status up (`ref=...,const` on the biz_no index, or
+                // `ref=const` on a status index), never the biz_no alone.
+                let probes: Vec<&str> =
+                    plan.lines().filter(|l| l.starts_with("table=p ")).collect();
+                assert!(!probes.is_empty(), "no predecessor probe:\n{plan}");
+                for p in probes {
+                    assert!(
+                        p.contains("const"),
+                        "{scan:?} predecessor probe by biz_no alone:\n{plan}"
+                    );
+                }
+            }
+        }
         if scan != HeadScan::Deep {
             // The window's rows are fetched by primary key, not by scanning every WAIT row.
             let by_id = match backend {
                 DbBackend::Postgres => "Index Scan using t_event_record_pkey on t_event_record e",
-                _ => "table=c type=eq_ref key=PRIMARY",
+                _ => "table=c type=eq_ref key=PRIMARY ref=e.id",
             };
             assert!(plan.contains(by_id), "{scan:?} claim:\n{plan}");
         }

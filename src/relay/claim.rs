@@ -18,6 +18,9 @@ pub(crate) struct Claimed {
     pub(crate) events: Vec<Model>,
     /// Whether more due events are likely waiting (the claim got all it asked for).
     pub(crate) more: bool,
+    /// Ordered mode: heads were found behind the window lately and more may be there; claim
+    /// again at this instant (the next deep claim) even when `more` is false.
+    pub(crate) retry_at: Option<Instant>,
 }
 
 /// A worker's claimer. Per-row claiming keeps the candidates of its last read (unlocked, not
@@ -30,10 +33,9 @@ pub(crate) struct Claimer<'w> {
     /// The last read returned fewer than a batch: the table had no more due rows.
     read_short: bool,
     max_age: Duration,
-    /// Ordered mode: the last claim found fewer heads than it asked for, so heads may wait
-    /// behind the window ([`store::HeadScan`]): the next claim after `deep_after` reads every
-    /// due row.
-    heads_short: bool,
+    /// Ordered mode: the last deep claim ([`store::HeadScan::Deep`]) found heads the window
+    /// did not hold, so more may be waiting behind it.
+    deep_found: bool,
     /// Ordered mode: when the next [`store::HeadScan::Deep`] claim may run.
     deep_after: Instant,
 }
@@ -46,7 +48,7 @@ impl<'w> Claimer<'w> {
             read_at: Instant::now(),
             read_short: false,
             max_age: worker.config.poll_delay,
-            heads_short: false,
+            deep_found: false,
             deep_after: Instant::now(),
         }
     }
@@ -68,6 +70,7 @@ impl<'w> Claimer<'w> {
             return Ok(Claimed {
                 events: Vec::new(),
                 more: false,
+                retry_at: None,
             });
         }
         s.rounds += 1;
@@ -84,7 +87,11 @@ impl<'w> Claimer<'w> {
                 let events = store::claim_batch(&w.db, &owner, want).await?;
                 s.candidates += events.len() as u64;
                 let more = events.len() as u64 == want;
-                Claimed { events, more }
+                Claimed {
+                    events,
+                    more,
+                    retry_at: None,
+                }
             }
             (None, ClaimStrategy::PerRow) => self.claim_per_row(&owner, want, cancel, s).await?,
         };
@@ -94,10 +101,13 @@ impl<'w> Claimer<'w> {
     }
 
     /// The ordered claim ([`store::claim_ordered`]) of up to `keys` heads and `want` events: a
-    /// window of the oldest due rows, or every due row ([`store::HeadScan::Deep`]) when the
-    /// last claim found fewer heads than it asked for and the last deep claim is at least
-    /// `max(HEAD_SCAN_DEEP_EVERY_MIN, 20 × its duration)` ago (a head may wait behind other
-    /// keys' backlogs, found late but found).
+    /// window of the oldest due rows ([`store::HeadScan::for_heads`]); when it found fewer heads
+    /// than asked for and the last deep claim is at least `max(HEAD_SCAN_DEEP_EVERY_MIN, 20 ×
+    /// its duration)` ago, at once a deep claim ([`store::HeadScan::Deep`]) of the rest, which
+    /// finds heads behind a window filled by other keys' backlogs (a hot key, a key blocked
+    /// behind a dead letter or backing off). While deep claims keep finding such heads,
+    /// [`Claimed::retry_at`] brings the worker back at the next allowed deep claim instead of
+    /// after the poll delay.
     async fn claim_ordered(
         &mut self,
         owner: &str,
@@ -108,27 +118,51 @@ impl<'w> Claimer<'w> {
     ) -> Result<Claimed, OutboxError> {
         let w = self.worker;
         let keys = keys.clamp(1, want.max(1));
-        let deep = self.heads_short && Instant::now() >= self.deep_after;
-        let scan = if deep {
-            store::HeadScan::Deep
-        } else {
-            store::HeadScan::for_heads(keys)
+        let key_count = |events: &[Model]| {
+            events
+                .iter()
+                .map(|e| e.biz_no.as_str())
+                .collect::<std::collections::HashSet<_>>()
+                .len() as u64
         };
-        let started = Instant::now();
-        let events = store::claim_ordered(&w.db, owner, policy, keys, want, scan).await?;
-        if deep {
+        let window = store::HeadScan::for_heads(keys);
+        let mut events = store::claim_ordered(&w.db, owner, policy, keys, want, window).await?;
+        let mut got_keys = key_count(&events);
+        if got_keys < keys && events.len() < want as usize && Instant::now() >= self.deep_after {
+            let started = Instant::now();
+            let rest = want - events.len() as u64;
+            let deep = store::claim_ordered(
+                &w.db,
+                owner,
+                policy,
+                keys - got_keys,
+                rest,
+                store::HeadScan::Deep,
+            )
+            .await;
             let wait = started.elapsed().saturating_mul(20);
             self.deep_after = Instant::now() + wait.max(store::HEAD_SCAN_DEEP_EVERY_MIN);
+            match deep {
+                Ok(more) => {
+                    self.deep_found = !more.is_empty();
+                    events.extend(more);
+                    got_keys = key_count(&events);
+                }
+                // The window's heads are claimed: send them; the deep claim waits its turn.
+                Err(e) if !events.is_empty() => {
+                    tracing::warn!(error = %e, "ordered deep claim failed; sending the window's heads");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         s.candidates += events.len() as u64;
-        let got_keys = events
-            .iter()
-            .map(|e| e.biz_no.as_str())
-            .collect::<std::collections::HashSet<_>>()
-            .len() as u64;
-        self.heads_short = got_keys < keys;
         let more = events.len() as u64 == want || got_keys == keys;
-        Ok(Claimed { events, more })
+        let retry_at = (!more && self.deep_found).then_some(self.deep_after);
+        Ok(Claimed {
+            events,
+            more,
+            retry_at,
+        })
     }
 
     /// [`Claimer::claim`], and when `recorder` leaves its deliveries to the claim
@@ -177,6 +211,7 @@ impl<'w> Claimer<'w> {
                 Ok(Claimed {
                     events: r.claimed,
                     more,
+                    retry_at: None,
                 })
             }
             Err(e) => {
@@ -262,6 +297,10 @@ impl<'w> Claimer<'w> {
         // table had no more due rows.
         let exhausted = self.candidates.is_empty() && self.read_short;
         let more = !failed && !exhausted;
-        Ok(Claimed { events, more })
+        Ok(Claimed {
+            events,
+            more,
+            retry_at: None,
+        })
     }
 }

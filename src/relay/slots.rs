@@ -181,6 +181,9 @@ impl<'w> Slots<'w> {
         // registered anew at each wake-up is measurable in the benchmark.
         let mut flush_timer = Timer::new();
         let mut refill_timer = Timer::new();
+        // Ordered mode: the next deep claim, when heads were found behind the window lately.
+        let mut retry_by: Option<Instant> = None;
+        let mut retry_timer = Timer::new();
         loop {
             let stopping = cancel.is_cancelled();
             if stopping && self.tasks.is_empty() {
@@ -200,6 +203,7 @@ impl<'w> Slots<'w> {
                     match claimed {
                         Ok(got) => {
                             due = got.more && c.drain;
+                            retry_by = got.retry_at.filter(|_| c.drain).map(Instant::from_std);
                             self.spawn(got.events);
                         }
                         Err(e) => {
@@ -224,6 +228,7 @@ impl<'w> Slots<'w> {
             let flush_at = self.recorder.flush_at();
             flush_timer.set(flush_at);
             refill_timer.set(refill_by);
+            retry_timer.set(retry_by);
             tokio::select! {
                 joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     self.collect(joined, &mut s).await;
@@ -236,6 +241,10 @@ impl<'w> Slots<'w> {
                 }
                 () = flush_timer.wait(), if flush_at.is_some() => self.recorder.flush(&mut s).await,
                 () = refill_timer.wait(), if refill_by.is_some() && due && !stopping => {}
+                () = retry_timer.wait(), if retry_by.is_some() && !due && !stopping => {
+                    retry_by = None;
+                    due = true;
+                }
                 () = signals.due.notified(), if !due && !stopping => due = true,
                 () = cancel.cancelled(), if !stopping => {}
             }
