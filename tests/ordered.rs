@@ -837,7 +837,7 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
             // The window's rows are fetched by primary key, not by scanning every WAIT row.
             let by_id = match backend {
                 DbBackend::Postgres => "Index Scan using t_event_record_pkey on t_event_record e",
-                _ => "table=c type=eq_ref key=PRIMARY ref=e.id",
+                _ => "table=e type=eq_ref key=PRIMARY ref=w.id",
             };
             assert!(plan.contains(by_id), "{scan:?} claim:\n{plan}");
         }

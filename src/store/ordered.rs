@@ -65,8 +65,8 @@ const CANDIDATE: &str = "e";
 const PREDECESSOR: &str = "p";
 /// The alias of the later row in [`no_sending_successor`].
 const SUCCESSOR: &str = "s";
-/// The alias of the claimed row joined to the window ([`HeadScan::Window`]).
-const CLAIMED: &str = "c";
+/// The alias of the candidate ids on MySQL/MariaDB (a derived table, [`ordered_heads_query`]).
+const WINDOW: &str = "w";
 
 /// `NOT EXISTS (SELECT 1 FROM t_event_record AS p WHERE p.biz_no = e.biz_no AND p.status =
 /// :status AND p.id < e.id)`, one per status of the policy's
@@ -117,15 +117,18 @@ pub fn no_sending_successor() -> Expr {
 /// `WAIT` rows and one head at most; checking each of its rows for a blocking predecessor costs
 /// one index probe per row, so a claim that wants more heads than exist reads every due row
 /// (measured on Postgres 15: 155 ms for one key with 20,000 `WAIT` rows, against 2.5 ms for a
-/// window of 256). The worker claims from a [`HeadScan::Window`] and now and then
-/// ([`HEAD_SCAN_DEEP_EVERY_MIN`]) with [`HeadScan::Deep`], so that a head behind a window
-/// filled by other keys' backlogs is found too, late but always.
+/// window of 256; and with the key's delivered rows' dead index entries not yet cleaned, each
+/// probe walks those too). The worker claims from a [`HeadScan::Window`] and, when that comes
+/// up short, at most every [`HEAD_SCAN_DEEP_EVERY_MIN`] or more with [`HeadScan::Deep`], which
+/// groups the unfinished rows by key instead of probing each, so that a head behind a window
+/// filled by other keys' backlogs is found too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadScan {
     /// Only the given number of oldest due `WAIT` rows (by `next_retry_time`, see
     /// [`ordered_heads_query`]): reads at most `window` rows whatever the backlog.
     Window(u64),
-    /// Every due `WAIT` row, oldest due first, until `n` heads are found.
+    /// Each key's first unfinished event (one `GROUP BY biz_no` over the unfinished rows, see
+    /// [`ordered_heads_query`]): finds every head, reads every unfinished row once.
     Deep,
 }
 
@@ -143,16 +146,24 @@ impl HeadScan {
     }
 }
 
-/// `SELECT e.id FROM t_event_record AS e WHERE e.status = 'WAIT' AND e.next_retry_time <= now
-/// AND <no_blocking_predecessor> AND <no_sending_successor> ORDER BY e.next_retry_time LIMIT
-/// :n`: the due heads of their keys, oldest due first. With [`HeadScan::Window`] only among the
-/// window `<w>` = `SELECT id ... WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
-/// next_retry_time LIMIT :window`: Postgres adds `e.id = ANY(ARRAY(<w>))`, SQLite `e.id IN
-/// (<w>)`, MySQL/MariaDB (no `LIMIT` in an `IN` subquery) read `FROM (<w> with biz_no and
-/// next_retry_time) AS e JOIN t_event_record AS c ON c.id = e.id WHERE c.status = 'WAIT' ...`
-/// and select `c`'s columns. `locked` gives the MySQL/MariaDB form: every column and the
-/// database clock (`*, now AS claim_now`) and `FOR UPDATE SKIP LOCKED`; Postgres adds the lock
-/// clause inside its `UPDATE` ([`ordered_heads_statement`]).
+/// `SELECT e.id FROM t_event_record AS e WHERE <e among the candidates> AND e.status = 'WAIT'
+/// AND e.next_retry_time <= now AND <no_blocking_predecessor> AND <no_sending_successor> ORDER
+/// BY e.next_retry_time LIMIT :n`: the due heads of their keys, oldest due first, among the
+/// candidate ids `<c>` of `scan`:
+/// - [`HeadScan::Window`]: `SELECT id FROM t_event_record WHERE status = 'WAIT' AND
+///   next_retry_time <= now ORDER BY next_retry_time LIMIT :window`, the oldest due rows;
+/// - [`HeadScan::Deep`]: `SELECT MIN(id) FROM t_event_record WHERE status IN (:blocking) GROUP
+///   BY biz_no`, each key's first unfinished event (a head is always one: it is blocking
+///   itself and has no blocking predecessor), read once per claim instead of probing every due
+///   row (which, over a hot key's backlog, costs one probe per row and per dead index entry of
+///   the key's delivered rows).
+///
+/// Postgres reads `e.id = ANY(ARRAY(<c>))`, SQLite `e.id IN (<c>)`, MySQL/MariaDB (no `LIMIT` in
+/// an `IN` subquery) `FROM (<c>) AS w JOIN t_event_record AS e ON e.id = w.id`. The candidates
+/// only narrow the rows checked; the checks on `e` are the whole rule. `locked` gives the
+/// MySQL/MariaDB form: every column and the database clock (`e.*, now AS claim_now`) and `FOR
+/// UPDATE SKIP LOCKED` (the derived table is a non-locking read; the rows of `e` are locked);
+/// Postgres adds the lock clause inside its `UPDATE` ([`ordered_heads_statement`]).
 pub fn ordered_heads_query(
     backend: DbBackend,
     policy: OrderedPolicy,
@@ -162,77 +173,62 @@ pub fn ordered_heads_query(
 ) -> SelectStatement {
     let e = Alias::new(CANDIDATE);
     let now = dialect::now(backend);
-    let mut q = Query::select();
-    let due_wait = |q: &mut SelectStatement, alias: &Alias| {
-        q.and_where(Expr::col((alias.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
-            .and_where(Expr::col((alias.clone(), Column::NextRetryTime)).lte(now.clone()));
-    };
-    // The alias whose rows are claimed: the table itself, or on MySQL/MariaDB the table joined
-    // to the window.
-    let row = match scan {
+    let mut c = Query::select();
+    match scan {
         HeadScan::Window(window) => {
-            let mut w = Query::select();
-            w.columns([Column::Id, Column::BizNo, Column::NextRetryTime])
+            c.column(Column::Id)
                 .from(Entity)
                 .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
                 .and_where(Expr::col(Column::NextRetryTime).lte(now.clone()))
                 .order_by(Column::NextRetryTime, Order::Asc)
                 .limit(window);
-            match backend {
-                DbBackend::MySql => {
-                    // MariaDB refuses `LIMIT` in an `IN` subquery; the derived window drives
-                    // the join (EXPLAIN-tested).
-                    let c = Alias::new(CLAIMED);
-                    q.from_subquery(w, e.clone()).join_as(
-                        sea_orm::sea_query::JoinType::InnerJoin,
-                        Entity,
-                        c.clone(),
-                        Expr::col((c.clone(), Column::Id)).equals((e.clone(), Column::Id)),
-                    );
-                    // The locked row itself must still be WAIT and due (the window is a
-                    // non-locking read).
-                    due_wait(&mut q, &c);
-                    c
-                }
-                DbBackend::Postgres => {
-                    // The window's ids as one array (an InitPlan run once), so the rows are
-                    // fetched by primary key whatever the planner thinks of a join.
-                    w.clear_selects().column(Column::Id);
-                    q.from_as(Entity, e.clone()).and_where(Expr::cust_with_expr(
-                        r#""e"."id" = ANY(ARRAY($1))"#,
-                        Expr::SubQuery(
-                            None,
-                            Box::new(
-                                sea_orm::sea_query::QueryStatementBuilder::into_sub_query_statement(
-                                    w,
-                                ),
-                            ),
-                        ),
-                    ));
-                    due_wait(&mut q, &e);
-                    e.clone()
-                }
-                _ => {
-                    w.clear_selects().column(Column::Id);
-                    q.from_as(Entity, e.clone())
-                        .and_where(Expr::col((e.clone(), Column::Id)).in_subquery(w));
-                    due_wait(&mut q, &e);
-                    e.clone()
-                }
-            }
         }
         HeadScan::Deep => {
-            q.from_as(Entity, e.clone());
-            due_wait(&mut q, &e);
-            e.clone()
+            c.expr_as(Expr::col(Column::Id).min(), Alias::new("id"))
+                .from(Entity)
+                .and_where(
+                    Expr::col(Column::Status)
+                        .is_in(policy.blocking_statuses().iter().map(|s| s.as_str())),
+                )
+                .group_by_col(Column::BizNo);
         }
-    };
-    if locked {
-        q.column((row.clone(), Asterisk)).expr_as(now, "claim_now");
-    } else {
-        q.column((row, Column::Id));
     }
-    q.and_where(no_blocking_predecessor(policy))
+    let mut q = Query::select();
+    match backend {
+        DbBackend::MySql => {
+            let w = Alias::new(WINDOW);
+            q.from_subquery(c, w.clone()).join_as(
+                sea_orm::sea_query::JoinType::InnerJoin,
+                Entity,
+                e.clone(),
+                Expr::col((e.clone(), Column::Id)).equals((w, Column::Id)),
+            );
+        }
+        DbBackend::Postgres => {
+            q.from_as(Entity, e.clone()).and_where(Expr::cust_with_expr(
+                r#""e"."id" = ANY(ARRAY($1))"#,
+                Expr::SubQuery(
+                    None,
+                    Box::new(
+                        sea_orm::sea_query::QueryStatementBuilder::into_sub_query_statement(c),
+                    ),
+                ),
+            ));
+        }
+        _ => {
+            q.from_as(Entity, e.clone())
+                .and_where(Expr::col((e.clone(), Column::Id)).in_subquery(c));
+        }
+    }
+    if locked {
+        q.column((e.clone(), Asterisk))
+            .expr_as(now.clone(), "claim_now");
+    } else {
+        q.column((e.clone(), Column::Id));
+    }
+    q.and_where(Expr::col((e.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
+        .and_where(Expr::col((e.clone(), Column::NextRetryTime)).lte(now))
+        .and_where(no_blocking_predecessor(policy))
         .and_where(no_sending_successor())
         .order_by((e, Column::NextRetryTime), Order::Asc)
         .limit(n);
