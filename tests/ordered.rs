@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{count, event, new_event, Fleet, TestContext};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+use common::{count, event, insert_keys, new_event, Fleet, TestContext};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
-    ops, store::HeadScan, EventStatus, InMemoryPublisher, NewEvent, OrderedPolicy, OutboxExt,
-    OutboxMessage, PublishError, Publisher, RetryPolicy, WorkerConfig,
+    ops, store::HeadScan, EventStatus, InMemoryPublisher, OrderedPolicy, OutboxMessage,
+    PublishError, Publisher, RetryPolicy, WorkerConfig,
 };
 
 backend_tests!(
@@ -171,36 +171,6 @@ impl Publisher for OrderCheck {
     fn batches(&self) -> bool {
         self.batching
     }
-}
-
-/// Writes `per_key` events for each of `keys`, round robin (so the keys' ids interleave), in
-/// transactions of 500; returns each key's ids, ascending.
-async fn insert_keys(
-    db: &DatabaseConnection,
-    keys: &[String],
-    per_key: usize,
-) -> HashMap<String, Vec<i64>> {
-    let mut ids: HashMap<String, Vec<i64>> = HashMap::new();
-    let mut pending: Vec<(String, usize)> = (0..per_key)
-        .flat_map(|seq| keys.iter().map(move |k| (k.clone(), seq)))
-        .collect();
-    while !pending.is_empty() {
-        let chunk: Vec<(String, usize)> = pending.drain(..pending.len().min(500)).collect();
-        let txn = db.begin().await.expect("begin");
-        for (key, seq) in chunk {
-            let id = txn
-                .with_event(NewEvent::raw(
-                    key.clone(),
-                    "ORDER_STEP",
-                    format!(r#"{{"seq":{seq}}}"#),
-                ))
-                .await
-                .expect("insert");
-            ids.entry(key).or_default().push(id);
-        }
-        txn.commit().await.expect("commit");
-    }
-    ids
 }
 
 /// The suites' settings in ordered mode: 4 send slots, claims of 20, back-off 50 ms.

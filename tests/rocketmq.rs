@@ -15,9 +15,7 @@ use std::time::Duration;
 use common::{
     event_by_biz_no, insert_many, new_event, order, wait_for_success, Backend, Fleet, TestContext,
 };
-use rmq_support::{
-    broker_available, count, namesrv_addr, receive_all, unique, worker_config, Clients,
-};
+use rmq_support::{count, receive_all, unique, worker_config, Clients};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::store::{self, dialect};
@@ -26,23 +24,7 @@ use sea_orm_outbox::{
     RocketMqConfig, RocketMqPublisher, DEFAULT_MAX_PAYLOAD_BYTES,
 };
 
-/// Runs `f` on a fresh database of `backend` with the shared broker's name server, unless the
-/// backend is not selected or no broker answers (see `tests/rmq_support`).
-pub async fn run_on<F>(backend: Backend, name: &str, f: F)
-where
-    F: for<'a> AsyncFn(&'a TestContext, &'a str),
-{
-    if !common::selected(backend, name) {
-        return;
-    }
-    let addr = namesrv_addr();
-    if !broker_available(&addr, name).await {
-        return;
-    }
-    let ctx = TestContext::new(backend, name).await;
-    f(&ctx, &addr).await;
-    ctx.cleanup().await;
-}
+use rmq_support::run_on;
 
 /// One `#[tokio::test]` per backend (Postgres, MariaDB) for each `async fn name(ctx, addr)`.
 macro_rules! rocketmq_tests {

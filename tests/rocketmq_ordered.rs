@@ -15,32 +15,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{Backend, Fleet, TestContext};
-use rmq_support::{broker_available, count, namesrv_addr, shutdown_publisher, unique};
-use sea_orm::{DatabaseConnection, TransactionTrait};
+use rmq_support::{count, shutdown_publisher, unique};
 use sea_orm_outbox::publisher::{ReceivedMessage, RocketMqConsumer};
 use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
-    EventStatus, NewEvent, OrderedPolicy, OutboxExt, OutboxMessage, PublishError, Publisher,
-    RetryPolicy, RocketMqConfig, RocketMqPublisher, WorkerConfig,
+    EventStatus, OrderedPolicy, OutboxMessage, PublishError, Publisher, RetryPolicy,
+    RocketMqConfig, RocketMqPublisher, WorkerConfig,
 };
 
-/// Runs `f` on a fresh database of `backend` with the shared broker's name server, unless the
-/// backend is not selected or no broker answers (a failure under `CI=true`).
-async fn run_on<F>(backend: Backend, name: &str, f: F)
-where
-    F: for<'a> AsyncFn(&'a TestContext, &'a str),
-{
-    if !common::selected(backend, name) {
-        return;
-    }
-    let addr = namesrv_addr();
-    if !broker_available(&addr, name).await {
-        return;
-    }
-    let ctx = TestContext::new(backend, name).await;
-    f(&ctx, &addr).await;
-    ctx.cleanup().await;
-}
+use rmq_support::run_on;
 
 /// One `#[tokio::test]` per backend for each `async fn name(ctx, addr)`.
 macro_rules! rocketmq_tests {
@@ -143,36 +126,6 @@ impl Publisher for FlakyFirst {
     fn batches(&self) -> bool {
         self.inner.batches()
     }
-}
-
-/// Writes `per_key` events for each of `keys`, round robin (so the keys' ids interleave), in
-/// transactions of 500; returns each key's ids, ascending.
-async fn insert_keys(
-    db: &DatabaseConnection,
-    keys: &[String],
-    per_key: usize,
-) -> HashMap<String, Vec<i64>> {
-    let mut ids: HashMap<String, Vec<i64>> = HashMap::new();
-    let mut pending: Vec<(String, usize)> = (0..per_key)
-        .flat_map(|seq| keys.iter().map(move |k| (k.clone(), seq)))
-        .collect();
-    while !pending.is_empty() {
-        let chunk: Vec<(String, usize)> = pending.drain(..pending.len().min(500)).collect();
-        let txn = db.begin().await.expect("begin");
-        for (key, seq) in chunk {
-            let id = txn
-                .with_event(NewEvent::raw(
-                    key.clone(),
-                    "ORDER_STEP",
-                    format!(r#"{{"seq":{seq}}}"#),
-                ))
-                .await
-                .expect("insert");
-            ids.entry(key).or_default().push(id);
-        }
-        txn.commit().await.expect("commit");
-    }
-    ids
 }
 
 /// The relays' settings: ordered (`Block`), 16 keys in flight, claims of 20, back-off 50 ms.
@@ -291,7 +244,7 @@ async fn three_relays_keep_each_key_in_order_one_send_per_event(ctx: &TestContex
 
 async fn three_relays_keep_each_key_in_order(ctx: &TestContext, addr: &str, batching: bool) {
     let keys: Vec<String> = (0..KEYS).map(|k| format!("ORD-{k:03}")).collect();
-    let ids = insert_keys(&ctx.db, &keys, PER_KEY).await;
+    let ids = common::insert_keys(&ctx.db, &keys, PER_KEY).await;
     let total = KEYS * PER_KEY;
     assert_eq!(ids.values().map(Vec::len).sum::<usize>(), total);
 

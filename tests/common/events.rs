@@ -1,4 +1,5 @@
 //! Events for the suites: written, read, counted and aged by hand.
+use std::collections::HashMap;
 use std::time::Duration;
 
 use sea_orm::{
@@ -86,4 +87,34 @@ pub async fn age_many(db: &impl ConnectionTrait, ids: &[i64], col: Column, ago: 
         .exec(db)
         .await
         .expect("age");
+}
+
+/// Writes `per_key` events for each of `keys`, round robin (so the keys' ids interleave), in
+/// transactions of 500; returns each key's ids, ascending.
+pub async fn insert_keys(
+    db: &DatabaseConnection,
+    keys: &[String],
+    per_key: usize,
+) -> HashMap<String, Vec<i64>> {
+    let mut ids: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut pending: Vec<(String, usize)> = (0..per_key)
+        .flat_map(|seq| keys.iter().map(move |k| (k.clone(), seq)))
+        .collect();
+    while !pending.is_empty() {
+        let chunk: Vec<(String, usize)> = pending.drain(..pending.len().min(500)).collect();
+        let txn = db.begin().await.expect("begin");
+        for (key, seq) in chunk {
+            let id = txn
+                .with_event(NewEvent::raw(
+                    key.clone(),
+                    "ORDER_STEP",
+                    format!(r#"{{"seq":{seq}}}"#),
+                ))
+                .await
+                .expect("insert");
+            ids.entry(key).or_default().push(id);
+        }
+        txn.commit().await.expect("commit");
+    }
+    ids
 }

@@ -220,3 +220,22 @@ impl Clients {
 pub fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/rocketmq.sh")
 }
+
+/// Runs `f` on a fresh database of `backend` with the shared broker's name server, unless the
+/// backend is not selected or no broker answers ([`broker_available`]: a failure under
+/// `CI=true`).
+pub async fn run_on<F>(backend: crate::common::Backend, name: &str, f: F)
+where
+    F: for<'a> AsyncFn(&'a crate::common::TestContext, &'a str),
+{
+    if !crate::common::selected(backend, name) {
+        return;
+    }
+    let addr = namesrv_addr();
+    if !broker_available(&addr, name).await {
+        return;
+    }
+    let ctx = crate::common::TestContext::new(backend, name).await;
+    f(&ctx, &addr).await;
+    ctx.cleanup().await;
+}
