@@ -243,16 +243,25 @@ impl RocketMqPublisher {
         let timeout = u64::from(self.config.send_timeout_ms());
         let signer = Signer::of(self.config.credentials.as_ref());
         let avoidance = self.avoidance.as_ref();
+        // The client's own timeout does not bound everything a send does (a route lookup
+        // through unreachable name servers took over 5 s with a 1 s timeout on a loaded
+        // machine): the send is given up here at `send_timeout` too, as a retryable error.
+        let deadline = self.config.send_timeout;
         if key.is_none() && avoidance.is_none() {
-            let sent = match message {
-                Outgoing::One(message) => self.producer.send(message, timeout).await,
-                Outgoing::Batch(batch) => self
-                    .producer
-                    .send_batch(batch.messages, timeout)
-                    .await
-                    .map(Some),
+            let sending = async {
+                match message {
+                    Outgoing::One(message) => self.producer.send(message, timeout).await,
+                    Outgoing::Batch(batch) => self
+                        .producer
+                        .send_batch(batch.messages, timeout)
+                        .await
+                        .map(Some),
+                }
             };
-            return send_outcome(first_id, count, sent, signer);
+            return match tokio::time::timeout(deadline, sending).await {
+                Ok(sent) => send_outcome(first_id, count, sent, signer),
+                Err(_) => Err(no_answer_in_time(timeout)),
+            };
         }
         let chosen: Mutex<Option<String>> = Mutex::new(None);
         let select = |queues: &[MessageQueue]| {
@@ -278,10 +287,16 @@ impl RocketMqPublisher {
             chosen: &chosen,
             finished: false,
         });
-        let sent = self
-            .producer
-            .send_selecting(message, timeout, &select)
-            .await;
+        let sent = tokio::time::timeout(
+            deadline,
+            self.producer.send_selecting(message, timeout, &select),
+        )
+        .await;
+        let Ok(sent) = sent else {
+            // `pending`, not finished, counts the chosen broker as failed when dropped.
+            drop(pending);
+            return Err(no_answer_in_time(timeout));
+        };
         if let Some(p) = pending.as_mut() {
             p.finished = true;
         }
@@ -694,6 +709,15 @@ impl Drop for PendingSend<'_> {
             }
         }
     }
+}
+
+/// The retryable error of a send the client did not answer within `timeout_ms`
+/// milliseconds (the configured `send_timeout`).
+fn no_answer_in_time(timeout_ms: u64) -> PublishError {
+    PublishError::retryable(format!(
+        "RocketMQ send timed out: no answer from the client within the send_timeout of \
+         {timeout_ms} ms"
+    ))
 }
 
 /// What a send's result means for the event (`signer`: the credentials in use, for the text of
