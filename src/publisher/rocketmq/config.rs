@@ -160,8 +160,9 @@ pub struct RocketMqConfig {
     /// ([`RocketMqConfig::validate_for`]). It also bounds each attempt: a send that timed out
     /// is never sent again within the same call (the broker may have stored it); the outbox's
     /// retry sends it again later. The publisher enforces it itself as well: a send the client
-    /// has not answered by then (a route lookup through unreachable name servers can outlast
-    /// the client's own timeout) fails with a retryable `RocketMQ send timed out` error.
+    /// has not answered 500 milliseconds after it (a route lookup through unreachable name
+    /// servers can outlast the client's own timeout) fails with a retryable `RocketMQ send
+    /// timed out` error.
     pub send_timeout: Duration,
     /// Access key and secret key for a broker with authentication (default none: requests
     /// are not signed). `Debug` shows the access key only.

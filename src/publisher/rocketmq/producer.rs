@@ -245,8 +245,10 @@ impl RocketMqPublisher {
         let avoidance = self.avoidance.as_ref();
         // The client's own timeout does not bound everything a send does (a route lookup
         // through unreachable name servers took over 5 s with a 1 s timeout on a loaded
-        // machine): the send is given up here at `send_timeout` too, as a retryable error.
-        let deadline = self.config.send_timeout;
+        // machine): the send is given up here too, as a retryable error, `SEND_DEADLINE_GRACE`
+        // after `send_timeout`, so that the client's own timeout wins whenever it works (its
+        // error names the broker and its fault tolerance learns of a hung broker).
+        let deadline = self.config.send_timeout + SEND_DEADLINE_GRACE;
         if key.is_none() && avoidance.is_none() {
             let sending = async {
                 match message {
@@ -710,6 +712,10 @@ impl Drop for PendingSend<'_> {
         }
     }
 }
+
+/// How long after its `send_timeout` the publisher gives up a send the client has not answered
+/// (500 milliseconds): the client's own timeout comes first whenever it bounds the send.
+const SEND_DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The retryable error of a send the client did not answer within `timeout_ms`
 /// milliseconds (the configured `send_timeout`).
