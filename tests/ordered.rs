@@ -203,8 +203,10 @@ async fn three_relays_deliver_every_key_in_id_order(ctx: &TestContext) {
     });
     let configs = (0..3).map(|w| ordered_config(&format!("ord-{w}"), OrderedPolicy::Block));
     let fleet = Fleet::start(ctx, 4, publisher.clone(), configs).await;
+    // A correctness test, not a speed test: on a loaded machine MariaDB's ordered claims
+    // delivered only 3,270 of the 5,000 in 180 s (2026-12-02 CI run, a build running beside it).
     let done = wait_until(
-        Duration::from_secs(180),
+        Duration::from_secs(600),
         Duration::from_millis(50),
         || async { count(&ctx.db, EventStatus::Success).await == total },
     )
