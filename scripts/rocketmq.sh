@@ -22,15 +22,15 @@
 #                                               servers list it for 120 s more)
 #   scripts/rocketmq.sh broker-resume a|b       SIGCONT
 #   scripts/rocketmq.sh namesrv-start 1|2, namesrv-stop 1|2, namesrv-kill 1|2
-# Clients use ROCKETMQ_NAMESRV_ADDR="127.0.0.1:39876;127.0.0.1:39877" (cluster-start prints it).
+# Clients use ROCKETMQ_NAMESRV_ADDR="127.0.0.1:21876;127.0.0.1:21877" (cluster-start prints it).
 # A topic auto-created by a send lives only on the broker that got that send: create it on both
 # first (the crate's test consumer does, through the broker's TBW102 template).
 # Cluster environment (defaults in brackets; the single-instance variables above do not apply):
 #   ROCKETMQ_CLUSTER_DIR   [/tmp/outbox-rocketmq-cluster]  one state directory per part in it
-#   ROCKETMQ_CLUSTER_NAMESRV_PORT_1 [39876], ROCKETMQ_CLUSTER_NAMESRV_PORT_2 [39877]
-#   ROCKETMQ_CLUSTER_BROKER_PORT_A  [40911], ROCKETMQ_CLUSTER_BROKER_PORT_B  [40931]
+#   ROCKETMQ_CLUSTER_NAMESRV_PORT_1 [21876], ROCKETMQ_CLUSTER_NAMESRV_PORT_2 [21877]
+#   ROCKETMQ_CLUSTER_BROKER_PORT_A  [22911], ROCKETMQ_CLUSTER_BROKER_PORT_B  [22931]
 #                          (each broker also uses PORT-2, PORT+1 for HA, and +7 in its settle pass)
-#   ROCKETMQ_CLUSTER_HEALTH_PORT_A  [40990], ROCKETMQ_CLUSTER_HEALTH_PORT_B  [40991]
+#   ROCKETMQ_CLUSTER_HEALTH_PORT_A  [22990], ROCKETMQ_CLUSTER_HEALTH_PORT_B  [22991]
 #
 # Everything is idempotent: `start` when running does nothing, `stop` when stopped does nothing.
 # Environment (defaults in brackets); a second, independent instance only needs other values:
@@ -124,6 +124,29 @@ pid_alive() { # pidfile -> 0 when the pid in it is a live rocketmq process
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q rocketmq
 }
 
+# A listener whose port lies in the kernel's ephemeral range (net.ipv4.ip_local_port_range,
+# 32768-60999 by default) can find it taken by some outgoing connection's local end, and the
+# broker then fails at start with nothing but "Service lifecycle operation failed". Every
+# default port of this script is below that range; this warns about configured ones that are not.
+warn_if_ephemeral() { # port...
+    local lo hi p
+    read -r lo hi 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range || return 0
+    for p in "$@"; do
+        if ((p >= lo && p <= hi)); then
+            log "warning: port $p is inside the ephemeral port range $lo-$hi; an outgoing connection may hold it"
+        fi
+    done
+}
+
+report_ports() { # port... : say which of them some socket holds (a bind failure's likely cause)
+    local p held
+    command -v ss >/dev/null 2>&1 || return 0
+    for p in "$@"; do
+        held=$(ss -Htan "( sport = :$p )" 2>/dev/null | head -n 3 | tr -s ' ' | tr '\n' ';')
+        [[ -z $held ]] || log "port $p is held by a socket: $held"
+    done
+}
+
 wait_for() { # description, command...
     local what=$1; shift
     local deadline=$((SECONDS + START_TIMEOUT))
@@ -194,6 +217,7 @@ start_namesrv() {
     if namesrv_up; then
         return 0
     fi
+    warn_if_ephemeral "$NAMESRV_PORT"
     log "starting name server on 127.0.0.1:$NAMESRV_PORT"
     ROCKETMQ_HOME="$STATE_DIR" setsid nohup "$NAMESRV_BIN" -c "$STATE_DIR/namesrv.toml" \
         --bindAddress 127.0.0.1 --listenPort "$NAMESRV_PORT" --rocketmqHome "$STATE_DIR" \
@@ -302,6 +326,7 @@ start_broker() {
         log "broker process $(cat "$STATE_DIR/broker.pid") exists but is not ready; waiting"
     else
         settle_store
+        warn_if_ephemeral "$BROKER_PORT" "$((BROKER_PORT - 2))" "$HA_PORT" "$HEALTH_PORT"
         log "starting broker on 127.0.0.1:$BROKER_PORT (health 127.0.0.1:$HEALTH_PORT)"
         ROCKETMQ_HOME="$STATE_DIR" \
             ROCKETMQ_SECURITY_PROFILE=development-insecure-loopback \
@@ -312,10 +337,19 @@ start_broker() {
             >>"$STATE_DIR/logs/broker.log" 2>&1 </dev/null &
         echo $! >"$STATE_DIR/broker.pid"
     fi
-    wait_for "broker (127.0.0.1:$BROKER_PORT)" broker_ready || {
+    wait_for "broker (127.0.0.1:$BROKER_PORT)" broker_ready_or_exited || {
         tail -n 30 "$STATE_DIR/logs/broker.log" >&2 || true
+        report_ports "$BROKER_PORT" "$((BROKER_PORT - 2))" "$HA_PORT" "$HEALTH_PORT"
         die "broker not ready within ${START_TIMEOUT}s (log: $STATE_DIR/logs/broker.log)"
     }
+}
+
+broker_ready_or_exited() { # 0 when ready, 1 while starting; stops the script once the broker died
+    broker_ready && return 0
+    pid_alive "$STATE_DIR/broker.pid" && return 1
+    tail -n 30 "$STATE_DIR/logs/broker.log" >&2 || true
+    report_ports "$BROKER_PORT" "$((BROKER_PORT - 2))" "$HA_PORT" "$HEALTH_PORT"
+    die "the broker exited before it was ready (log: $STATE_DIR/logs/broker.log)"
 }
 
 STOP_KILLED=0 # set to 1 by stop_one when a process needed SIGKILL
@@ -392,12 +426,12 @@ cmd_status() {
 # state directory and ports: the cluster commands run this script again on that part with the
 # internal commands `_namesrv-start`, `_broker-start`, `_stop`, `_signal`, `_status`.
 CLUSTER_DIR=${ROCKETMQ_CLUSTER_DIR:-/tmp/outbox-rocketmq-cluster}
-C_NS1=${ROCKETMQ_CLUSTER_NAMESRV_PORT_1:-39876}
-C_NS2=${ROCKETMQ_CLUSTER_NAMESRV_PORT_2:-39877}
-C_BROKER_A=${ROCKETMQ_CLUSTER_BROKER_PORT_A:-40911}
-C_BROKER_B=${ROCKETMQ_CLUSTER_BROKER_PORT_B:-40931}
-C_HEALTH_A=${ROCKETMQ_CLUSTER_HEALTH_PORT_A:-40990}
-C_HEALTH_B=${ROCKETMQ_CLUSTER_HEALTH_PORT_B:-40991}
+C_NS1=${ROCKETMQ_CLUSTER_NAMESRV_PORT_1:-21876}
+C_NS2=${ROCKETMQ_CLUSTER_NAMESRV_PORT_2:-21877}
+C_BROKER_A=${ROCKETMQ_CLUSTER_BROKER_PORT_A:-22911}
+C_BROKER_B=${ROCKETMQ_CLUSTER_BROKER_PORT_B:-22931}
+C_HEALTH_A=${ROCKETMQ_CLUSTER_HEALTH_PORT_A:-22990}
+C_HEALTH_B=${ROCKETMQ_CLUSTER_HEALTH_PORT_B:-22991}
 CLUSTER_ADDR="127.0.0.1:$C_NS1;127.0.0.1:$C_NS2"
 
 on_part() { # part (1|2|a|b), internal command...: runs this script on that part of the cluster

@@ -1,8 +1,8 @@
 //! Credentials against a REAL rocketmq-rust broker with authentication, owned by this test
 //! binary.
 //!
-//! It starts its own name server and broker with `scripts/rocketmq.sh` (name server 49876,
-//! broker 50911/50909, HA 50912, health 50990, settle pass +7; state in a fresh temp dir) with
+//! It starts its own name server and broker with `scripts/rocketmq.sh` (name server 25876,
+//! broker 26911/26909, HA 26912, health 26990, settle pass +7; state in a fresh temp dir) with
 //! `ROCKETMQ_AUTH_USER=outbox-auth:<random secret>`, so the broker refuses every request that
 //! is not signed by that user (`authenticationEnabled = true`). Without the
 //! `rocketmq-namesrv-rust` / `rocketmq-broker-rust` binaries it FAILS under `CI=true` and is
@@ -41,9 +41,12 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer as _;
 
-const NAMESRV_PORT: u16 = 49876;
-const BROKER_PORT: u16 = 50911;
-const HEALTH_PORT: u16 = 50990;
+// Every port of the private broker lies below Linux's ephemeral range (32768-60999): a port in
+// that range can be held by an outgoing connection's local end, and the broker then fails at
+// start (a CI run lost this test that way with 49876 / 50911).
+const NAMESRV_PORT: u16 = 25876;
+const BROKER_PORT: u16 = 26911;
+const HEALTH_PORT: u16 = 26990;
 const USER: &str = "outbox-auth";
 
 /// Every log line of the test process, at TRACE for the crate and the RocketMQ client.
@@ -153,7 +156,7 @@ impl AuthCluster {
         cluster.script("stop");
         // The script's `start` accepts any name server and broker already answering on these
         // ports: make sure it is ours, with authentication, that the test talks to.
-        for port in [NAMESRV_PORT, BROKER_PORT, BROKER_PORT - 2, HEALTH_PORT] {
+        for port in [NAMESRV_PORT, BROKER_PORT, BROKER_PORT - 2, BROKER_PORT + 1, HEALTH_PORT] {
             assert!(
                 std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
                 "port {port} is in use by another process: the test needs its own broker there"

@@ -1,6 +1,6 @@
 //! A name server + broker of the run's own (`--broker-down`, `--private-broker`), on ports of
 //! its own so that other suites sharing the default broker are not disturbed; and the
-//! two-broker cluster of `--cluster` (ports 39876/39877, 40911/40931).
+//! two-broker cluster of `--cluster` (ports 21876/21877, 22911/22931).
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -77,9 +77,9 @@ impl Drop for PrivateBroker {
 }
 
 /// The cluster's first name server (`--cluster`; the script's defaults, spelled out here).
-const CLUSTER_NAMESRV_PORTS: [u16; 2] = [39876, 39877];
+const CLUSTER_NAMESRV_PORTS: [u16; 2] = [21876, 21877];
 /// The cluster's brokers: (part, port, health port).
-const CLUSTER_BROKERS: [(&str, u16, u16); 2] = [("a", 40911, 40990), ("b", 40931, 40991)];
+const CLUSTER_BROKERS: [(&str, u16, u16); 2] = [("a", 22911, 22990), ("b", 22931, 22991)];
 
 /// The two-broker cluster of `--cluster` (`scripts/rocketmq.sh cluster-*`): two name servers
 /// and two broker masters `broker-a`, `broker-b`; stopped and removed on drop.

@@ -24,8 +24,8 @@
 //!   again. Uses a private name server and broker (ports 29876/30911) so that other suites
 //!   sharing the default broker are not disturbed.
 //! - `--cluster kill-a|pause-a|namesrv-down [--failover outbox|client|off]`: a two-broker
-//!   cluster of the run's own (`scripts/rocketmq.sh cluster-start`: name servers 39876 and
-//!   39877, `broker-a` 40911, `broker-b` 40931; the topic on both brokers; the relays and the
+//!   cluster of the run's own (`scripts/rocketmq.sh cluster-start`: name servers 21876 and
+//!   21877, `broker-a` 22911, `broker-b` 22931; the topic on both brokers; the relays and the
 //!   consumer get both name servers). `kill-a`: broker-a is SIGKILLed once `--fault-at-percent`
 //!   (30) of the events were received, and started again after the writes so that what it
 //!   stored reaches the consumer. `pause-a`: broker-a is SIGSTOPped at that point for
