@@ -806,10 +806,17 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
             }
         }
         if scan != HeadScan::Deep {
-            // The window's rows are fetched by their ids (Postgres: through the primary key,
-            // alone or in a BitmapAnd), not by probing every WAIT row.
+            // The window's rows are checked in the window's own scan (Postgres), and the
+            // heads are fetched by their ids through the primary key, not by probing every
+            // WAIT row.
             let by_id = match backend {
-                DbBackend::Postgres => "(id = ANY ($0))",
+                DbBackend::Postgres => {
+                    assert!(
+                        plan.contains("Subquery Scan on e"),
+                        "{scan:?} claim: the checks do not run on the window:\n{plan}"
+                    );
+                    "Index Scan using t_event_record_pkey on t_event_record e"
+                }
                 _ => "table=e type=eq_ref key=PRIMARY ref=w.id",
             };
             assert!(plan.contains(by_id), "{scan:?} claim:\n{plan}");

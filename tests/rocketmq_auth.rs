@@ -156,7 +156,13 @@ impl AuthCluster {
         cluster.script("stop");
         // The script's `start` accepts any name server and broker already answering on these
         // ports: make sure it is ours, with authentication, that the test talks to.
-        for port in [NAMESRV_PORT, BROKER_PORT, BROKER_PORT - 2, BROKER_PORT + 1, HEALTH_PORT] {
+        for port in [
+            NAMESRV_PORT,
+            BROKER_PORT,
+            BROKER_PORT - 2,
+            BROKER_PORT + 1,
+            HEALTH_PORT,
+        ] {
             assert!(
                 std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
                 "port {port} is in use by another process: the test needs its own broker there"
