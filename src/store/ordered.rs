@@ -6,7 +6,7 @@
 //! [`OrderedPolicy::Block`]). The claim has two steps:
 //!
 //! 1. **Heads** ([`ordered_heads_query`], run per backend by [`Dialect::claim_ordered_heads`]):
-//!    the due `WAIT` rows with [`no_blocking_predecessor`] and [`no_sending_successor`], oldest
+//!    the due `WAIT` rows with [`no_blocking_predecessor`] and [`no_event_of_the_key_out`], oldest
 //!    due first, at most `heads`,
 //!    taken like the batch claim (Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ...
 //!    FOR UPDATE SKIP LOCKED)) RETURNING *`; MySQL/MariaDB: the locking `SELECT` and the
@@ -38,7 +38,7 @@
 //! - Two ways a `WAIT` event can appear *before* an event already being sent: a dead letter
 //!   retried under `Skip` while a later event of its key is out, and an event whose
 //!   transaction took its id before another one of the same key but committed after it (see
-//!   below). [`no_sending_successor`] keeps such an event back until the later one is done,
+//!   below). [`no_event_of_the_key_out`] keeps such an event back until the later one is done,
 //!   so that the two are not held at once either; only a retry or a late commit that lands
 //!   between another relay's read and its claim of the later event can still overlap it.
 //!
@@ -63,28 +63,31 @@ use crate::config::OrderedPolicy;
 const CANDIDATE: &str = "e";
 /// The alias of the predecessor row in [`no_blocking_predecessor`].
 const PREDECESSOR: &str = "p";
-/// The alias of the later row in [`no_sending_successor`].
-const SUCCESSOR: &str = "s";
+/// The alias of the row out in [`no_event_of_the_key_out`].
+const OUT: &str = "s";
 /// The alias of the candidate rows where they are a derived table ([`ordered_heads_query`]).
 const WINDOW: &str = "w";
 
-/// "No earlier event of the key in a blocking status" ([`OrderedPolicy::blocking_statuses`]:
-/// `WAIT`, `SENDING`, and `FAIL` with `Block`), one test per status joined by `AND`: for `WAIT`
-/// `(SELECT MAX(p.id) FROM t_event_record AS p WHERE p.biz_no = e.biz_no AND p.status = 'WAIT'
-/// AND p.id < e.id) IS NULL`, for the others `NOT EXISTS (SELECT 1 ... p.status = :status AND
-/// p.id < e.id)`. The `WAIT` test is one range of `idx_t_event_record_biz_no_status_id (biz_no,
-/// status, id)` read backwards from `e.id` (the `MAX` becomes an index lookup on every
-/// backend), so it stops at the nearest earlier event, which behind a key's backlog is a live
-/// row next to `e`; `SENDING` and `FAIL` rows are few, and Postgres reads them once per claim
-/// (an anti-join) where a `MAX` per candidate would read them once per candidate. Two forms that read worse, measured
-/// with the bench's hot-key phase: one `p.status IN (...)` (Postgres' generic plan and MariaDB
-/// read the index by `biz_no` alone, every row of the key per probe), and `NOT EXISTS`, which
-/// reads forwards from the key's first entry, over the dead index entries its delivered rows
-/// leave until they are cleaned: 100 ms to 1 s per claim.
+/// "No earlier event of the key waiting, nor (with `Block`) dead": the blocking statuses
+/// ([`OrderedPolicy::blocking_statuses`]) but `SENDING`, which [`no_event_of_the_key_out`]
+/// tests for every event of the key, earlier or later. One test per status joined by `AND`:
+/// for `WAIT` `(SELECT MAX(p.id) FROM t_event_record AS p WHERE p.biz_no = e.biz_no AND
+/// p.status = 'WAIT' AND p.id < e.id) IS NULL`, for `FAIL` `NOT EXISTS (SELECT 1 ... p.status
+/// = 'FAIL' AND p.id < e.id)`. The `WAIT` test is one range of
+/// `idx_t_event_record_biz_no_status_id (biz_no, status, id)` read backwards from `e.id` (the
+/// `MAX` becomes an index lookup on every backend), so it stops at the nearest earlier event,
+/// which behind a key's backlog is a live row next to `e`. Two forms that read worse,
+/// measured with the bench's hot-key phase: one `p.status IN (...)` (Postgres' generic plan
+/// and MariaDB read the index by `biz_no` alone, every row of the key per probe), and `NOT
+/// EXISTS`, which reads forwards from the key's first entry, over the dead index entries its
+/// delivered rows leave until they are cleaned: 100 ms to 1 s per claim.
 pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
     let (e, p) = (Alias::new(CANDIDATE), Alias::new(PREDECESSOR));
     let mut all: Option<Expr> = None;
     for status in policy.blocking_statuses() {
+        if *status == EventStatus::Sending {
+            continue; // no_event_of_the_key_out
+        }
         let mut pred = Query::select();
         pred.expr(Expr::col((p.clone(), Column::Id)).max())
             .from_as(Entity, p.clone())
@@ -98,8 +101,6 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
             )
             .is_null()
         } else {
-            // Few rows: planned as one anti-join over them (a MAX per candidate row would
-            // scan them once per row).
             pred.clear_selects().expr(Expr::val(1));
             Expr::exists(pred).not()
         };
@@ -108,22 +109,36 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
             Some(so_far) => so_far.and(none),
         });
     }
-    all.expect("every policy blocks on WAIT and SENDING")
+    all.expect("every policy blocks on WAIT")
 }
 
-/// `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no = e.biz_no AND s.status =
-/// 'SENDING' AND s.id > e.id)`: no later event of the key is out (a dead letter retried under
-/// `Skip`, or an event committed after a later one of its key, waits until that one is done).
-/// One range of `idx_t_event_record_biz_no_status_id`.
-pub fn no_sending_successor() -> Expr {
-    let (e, later) = (Alias::new(CANDIDATE), Alias::new(SUCCESSOR));
-    let mut out = Query::select();
-    out.expr(Expr::val(1))
-        .from_as(Entity, later.clone())
-        .and_where(Expr::col((later.clone(), Column::BizNo)).equals((e.clone(), Column::BizNo)))
-        .and_where(Expr::col((later.clone(), Column::Status)).eq(EventStatus::Sending.as_str()))
-        .and_where(Expr::col((later, Column::Id)).gt(Expr::col((e, Column::Id))));
-    Expr::exists(out).not()
+/// "No event of the key is out": no `SENDING` event of `e`'s key, earlier (a predecessor being
+/// sent) or later (a dead letter retried under `Skip`, or an event committed after a later one
+/// of its key, waits until that one is done). `e` itself is `WAIT`, so this is exactly "no
+/// `SENDING` predecessor and no `SENDING` successor".
+/// - Postgres: `e.biz_no NOT IN (SELECT s.biz_no FROM t_event_record AS s WHERE s.status =
+///   'SENDING')`, a hashed subplan: the keys out are read once per statement (through
+///   `idx_t_event_record_status_claimed_at`), then each candidate costs one hash lookup. A
+///   correlated probe per candidate let the planner, whenever its statistics saw no `SENDING`
+///   rows (an `ANALYZE` at a quiet moment), rescan every `SENDING` row for every candidate:
+///   2.6 against 0.75 ms per claim with 350 events out (EXPLAIN ANALYZE, BENCHMARKS.md
+///   "Ordered mode"). The cost grows with the events out (relays × slots × run length), not
+///   with the table. `biz_no` is `NOT NULL`, so `NOT IN` has no null case.
+/// - MySQL/MariaDB and SQLite: `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no =
+///   e.biz_no AND s.status = 'SENDING')`, one range of `idx_t_event_record_biz_no_status_id`.
+pub fn no_event_of_the_key_out(backend: DbBackend) -> Expr {
+    let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
+    let mut q = Query::select();
+    q.from_as(Entity, out.clone())
+        .and_where(Expr::col((out.clone(), Column::Status)).eq(EventStatus::Sending.as_str()));
+    if backend == DbBackend::Postgres {
+        q.column((out, Column::BizNo));
+        Expr::col((e, Column::BizNo)).not_in_subquery(q)
+    } else {
+        q.expr(Expr::val(1))
+            .and_where(Expr::col((out, Column::BizNo)).equals((e, Column::BizNo)));
+        Expr::exists(q).not()
+    }
 }
 
 /// Which due `WAIT` rows step 1 of the ordered claim looks through for heads.
@@ -162,7 +177,7 @@ impl HeadScan {
 }
 
 /// `SELECT e.id FROM <the candidates> ... WHERE e.status = 'WAIT' AND e.next_retry_time <= now
-/// AND <no_blocking_predecessor> AND <no_sending_successor> ORDER BY e.next_retry_time LIMIT
+/// AND <no_blocking_predecessor> AND <no_event_of_the_key_out> ORDER BY e.next_retry_time LIMIT
 /// :n`: the due heads of their keys, oldest due first, among the candidates of `scan`:
 /// - [`HeadScan::Window`]: `SELECT id, biz_no, next_retry_time FROM t_event_record WHERE
 ///   status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :window`, the
@@ -259,7 +274,7 @@ pub fn ordered_heads_query(
                     .column((e.clone(), Column::Id))
                     .from_subquery(c, e.clone())
                     .and_where(no_blocking_predecessor(policy))
-                    .and_where(no_sending_successor())
+                    .and_where(no_event_of_the_key_out(backend))
                     .order_by((e.clone(), Column::NextRetryTime), Order::Asc)
                     .limit(n.saturating_add(HEAD_LOCK_SLACK));
                 heads
@@ -307,7 +322,7 @@ pub fn ordered_heads_query(
         .and_where(Expr::col((e, Column::NextRetryTime)).lte(now));
     if checked_here {
         q.and_where(no_blocking_predecessor(policy))
-            .and_where(no_sending_successor());
+            .and_where(no_event_of_the_key_out(backend));
     }
     q.order_by((order_by, Column::NextRetryTime), Order::Asc)
         .limit(n);
@@ -559,7 +574,7 @@ mod tests {
             sql.contains(r#"(SELECT MAX("p"."id") FROM "t_event_record" AS "p""#),
             "{sql}"
         );
-        for status in ["WAIT", "SENDING", "FAIL"] {
+        for status in ["WAIT", "FAIL"] {
             assert!(
                 sql.contains(&format!(
                     r#""p"."status" = '{status}' AND "p"."id" < "e"."id""#
@@ -567,6 +582,10 @@ mod tests {
                 "{sql}"
             );
         }
+        assert!(
+            sql.contains(r#""e"."biz_no" NOT IN (SELECT "s"."biz_no" FROM "t_event_record" AS "s" WHERE "s"."status" = 'SENDING')"#),
+            "{sql}"
+        );
         assert!(sql.contains(r#"FOR UPDATE OF "e" SKIP LOCKED"#), "{sql}");
     }
 
