@@ -142,7 +142,7 @@ report_ports() { # port... : say which of them some socket holds (a bind failure
     local p held
     command -v ss >/dev/null 2>&1 || return 0
     for p in "$@"; do
-        held=$(ss -Htan "( sport = :$p )" 2>/dev/null | head -n 3 | tr -s ' ' | tr '\n' ';')
+        held=$(ss -Htan "( sport = :$p )" 2>/dev/null | awk 'NR <= 3' | tr -s ' ' | tr '\n' ';') || true
         [[ -z $held ]] || log "port $p is held by a socket: $held"
     done
 }

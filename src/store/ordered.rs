@@ -6,10 +6,9 @@
 //! [`OrderedPolicy::Block`]). The claim has two steps:
 //!
 //! 1. **Heads** ([`ordered_heads_query`], run per backend by [`Dialect::claim_ordered_heads`]):
-//!    the due `WAIT` rows with [`no_blocking_predecessor`] and [`no_event_of_the_key_out`], oldest
-//!    due first, at most `heads`,
-//!    taken like the batch claim (Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ...
-//!    FOR UPDATE SKIP LOCKED)) RETURNING *`; MySQL/MariaDB: the locking `SELECT` and the
+//!    the due `WAIT` rows with [`no_blocking_predecessor`] and [`no_event_of_the_key_out`],
+//!    oldest due first, at most `heads`, taken like the batch claim (Postgres: one `UPDATE ...
+//!    WHERE id = ANY(ARRAY(SELECT ... FOR UPDATE OF e SKIP LOCKED)) RETURNING *`; MySQL/MariaDB: the locking `SELECT` and the
 //!    `UPDATE` by ids in one `READ COMMITTED` transaction; SQLite: the `UPDATE ... RETURNING`
 //!    without a lock clause).
 //! 2. **Runs** ([`run_candidates_query`], [`claim_run_statement`]): for each head now
@@ -74,9 +73,11 @@ const WINDOW: &str = "w";
 /// for `WAIT` `(SELECT MAX(p.id) FROM t_event_record AS p WHERE p.biz_no = e.biz_no AND
 /// p.status = 'WAIT' AND p.id < e.id) IS NULL`, for `FAIL` `NOT EXISTS (SELECT 1 ... p.status
 /// = 'FAIL' AND p.id < e.id)`. The `WAIT` test is one range of
-/// `idx_t_event_record_biz_no_status_id (biz_no, status, id)` read backwards from `e.id` (the
-/// `MAX` becomes an index lookup on every backend), so it stops at the nearest earlier event,
-/// which behind a key's backlog is a live row next to `e`. Two forms that read worse,
+/// `idx_t_event_record_biz_no_status_id (biz_no, status, id)` read backwards from `e.id` on
+/// Postgres and SQLite (the `MAX` becomes one index lookup), so it stops at the nearest earlier
+/// event, which behind a key's backlog is a live row next to `e`. MariaDB 10.11 reads the key's
+/// whole `(biz_no, 'WAIT')` range and applies `id < e.id` afterwards (ANALYZE: `r_rows` = the
+/// key's `WAIT` rows), so there a hot key's probe costs its backlog. Two forms that read worse,
 /// measured with the bench's hot-key phase: one `p.status IN (...)` (Postgres' generic plan
 /// and MariaDB read the index by `biz_no` alone, every row of the key per probe), and `NOT
 /// EXISTS`, which reads forwards from the key's first entry, over the dead index entries its
@@ -114,8 +115,12 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
 
 /// "No event of the key is out": no `SENDING` event of `e`'s key, earlier (a predecessor being
 /// sent) or later (a dead letter retried under `Skip`, or an event committed after a later one
-/// of its key, waits until that one is done). `e` itself is `WAIT`, so this is exactly "no
-/// `SENDING` predecessor and no `SENDING` successor".
+/// of its key, waits until that one is done). `e` itself is `WAIT` in the statement's snapshot
+/// (Postgres, and the MySQL/MariaDB window form, whose candidates are read in the same read
+/// view), so this is exactly "no `SENDING` predecessor and no `SENDING` successor". In the
+/// MySQL/MariaDB deep form `e` is a locking read of the newest row: a row `SENDING` in the read
+/// view and `WAIT` again since (released) is left for the next claim, which is only more
+/// cautious.
 /// - Postgres: `e.biz_no NOT IN (SELECT s.biz_no FROM t_event_record AS s WHERE s.status =
 ///   'SENDING')`, a hashed subplan: the keys out are read once per statement (through
 ///   `idx_t_event_record_status_claimed_at`), then each candidate costs one hash lookup. A
@@ -125,7 +130,11 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
 ///   "Ordered mode"). The cost grows with the events out (relays × slots × run length), not
 ///   with the table. `biz_no` is `NOT NULL`, so `NOT IN` has no null case.
 /// - MySQL/MariaDB and SQLite: `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no =
-///   e.biz_no AND s.status = 'SENDING')`, one range of `idx_t_event_record_biz_no_status_id`.
+///   e.biz_no AND s.status = 'SENDING')`, one range of `idx_t_event_record_biz_no_status_id` on
+///   SQLite; MariaDB 10.11 may rewrite it (`exists_to_in`) into one materialized read of the
+///   `SENDING` rows, like Postgres'.
+/// - Postgres hashes the list only while its estimated size fits `hash_mem` (some 90,000 keys
+///   out with the defaults); above that it compares each candidate with the whole list.
 pub fn no_event_of_the_key_out(backend: DbBackend) -> Expr {
     let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
     let mut q = Query::select();
@@ -192,13 +201,14 @@ impl HeadScan {
 /// found: a plan that checks every row of the window and sorts afterwards pays 256 checks for
 /// the one head a claim with one free slot (the usual ordered claim) wants.
 /// - Postgres: the checks run on the window itself, `e.id = ANY(ARRAY(SELECT e.id FROM
-///   (<window>) AS e WHERE <checks> ORDER BY e.next_retry_time LIMIT :n + HEAD_LOCK_SLACK))`
+///   (<window>) AS e WHERE <checks> ORDER BY e.next_retry_time LIMIT :n + head_lock_slack(n)))`
 ///   (a subquery with a `LIMIT` is never flattened, so its filter runs row by row over the
 ///   window's ordered index scan and stops at its `LIMIT`). The outer query fetches those
 ///   candidates by primary key, re-checks `status` and `next_retry_time` on the row it locks
 ///   (`FOR UPDATE OF e SKIP LOCKED`, inside the `UPDATE` of [`ordered_heads_statement`]) and
-///   keeps `n`; [`HEAD_LOCK_SLACK`] more candidates stand in for heads that other relays have
-///   locked or just taken. A join of the window and the table instead let the planner read
+///   keeps `n`; [`head_lock_slack`] more candidates stand in for heads that other relays have
+///   locked or just taken. The checks read only `id` and `biz_no` of the window's row, which
+///   never change, in the statement's snapshot, as they did on the locked row before. A join of the window and the table instead let the planner read
 ///   every `WAIT` row with stale statistics (0.7–1.5 s per claim in a test database).
 /// - MySQL/MariaDB: `FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON e.id = w.id
 ///   ... ORDER BY w.next_retry_time LIMIT :n`: the derived table is sorted first and joined
@@ -276,7 +286,7 @@ pub fn ordered_heads_query(
                     .and_where(no_blocking_predecessor(policy))
                     .and_where(no_event_of_the_key_out(backend))
                     .order_by((e.clone(), Column::NextRetryTime), Order::Asc)
-                    .limit(n.saturating_add(HEAD_LOCK_SLACK));
+                    .limit(n.saturating_add(head_lock_slack(n)));
                 heads
             } else {
                 c
@@ -332,17 +342,24 @@ pub fn ordered_heads_query(
     q
 }
 
-/// Postgres, [`HeadScan::Window`]: how many more candidate heads than wanted the window's check
-/// hands to the locking query ([`ordered_heads_query`]), for heads that another relay has
-/// locked (skipped by `SKIP LOCKED`) or taken since this statement's snapshot (no longer
-/// `WAIT` when locked). Each costs one more check of a window row at most.
+/// Postgres, [`HeadScan::Window`]: the fewest extra candidate heads the window's check hands to
+/// the locking query ([`ordered_heads_query`]) for heads that other relays have locked (skipped
+/// by `SKIP LOCKED`) or taken since this statement's snapshot (no longer `WAIT` when locked).
+/// The slack is `max(HEAD_LOCK_SLACK, n)` for a claim of `n` heads ([`head_lock_slack`]), so
+/// that relays claiming the same oldest heads at once still fill their claims. Each extra
+/// candidate costs one more check of a window row at most.
 pub const HEAD_LOCK_SLACK: u64 = 16;
+
+/// The extra candidates for a claim of `n` heads: `max(HEAD_LOCK_SLACK, n)`.
+pub fn head_lock_slack(n: u64) -> u64 {
+    Ord::max(HEAD_LOCK_SLACK, n)
+}
 
 /// `FOR UPDATE SKIP LOCKED` on the rows of `e`, the table read in the outer query (never
 /// those of the candidates: on Postgres an array or a derived table, on MariaDB a materialized
-/// derived table, a non-locking read). Postgres names the table (`FOR UPDATE OF e`): a locking
-/// clause without `OF` would reach into the derived window and lock its rows too. MariaDB has
-/// no `OF`; its derived table is not locked.
+/// derived table, a non-locking read). Postgres names the table whose rows it locks (`FOR
+/// UPDATE OF e`), which says so whatever the `FROM` holds; MariaDB has no `OF`, and its
+/// materialized derived table is not locked.
 fn lock_heads(backend: DbBackend, q: &mut SelectStatement) {
     use sea_orm::sea_query::{LockBehavior, LockType};
     if backend == DbBackend::Postgres {

@@ -105,9 +105,10 @@ where
 }
 
 /// The ordered claim's heads: [`claim_locked`] over [`crate::store::ordered_heads_query`]
-/// (`SELECT e.*, <now> AS claim_now FROM t_event_record AS e WHERE ... AND NOT EXISTS (<a
-/// blocking predecessor>) ... FOR UPDATE SKIP LOCKED`). InnoDB applies the locking clause to
-/// the outer rows only: the `NOT EXISTS` subquery is a consistent (non-locking) read of
+/// (`SELECT e.*, <now> AS claim_now FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON
+/// e.id = w.id WHERE ... AND (SELECT MAX(p.id) ...) IS NULL AND NOT EXISTS (<an event of the
+/// key out>) ... FOR UPDATE SKIP LOCKED`). InnoDB applies the locking clause to the outer rows
+/// only: the predecessor subqueries are consistent (non-locking) reads of
 /// committed rows, so a predecessor another relay is claiming right now (locked, not yet
 /// committed) is read as `WAIT`, still blocking, instead of being skipped as a locked row
 /// (checked on MariaDB 10.11; see `store/ordered.rs` for the whole argument).
