@@ -185,12 +185,14 @@ impl HeadScan {
     }
 }
 
-/// `SELECT e.id FROM <the candidates> ... WHERE e.status = 'WAIT' AND e.next_retry_time <= now
-/// AND <no_blocking_predecessor> AND <no_event_of_the_key_out> ORDER BY e.next_retry_time LIMIT
-/// :n`: the due heads of their keys, oldest due first, among the candidates of `scan`:
-/// - [`HeadScan::Window`]: `SELECT id, biz_no, next_retry_time FROM t_event_record WHERE
+/// The due heads of their keys, oldest due first, at most `n`, among the candidates of `scan`:
+/// the rows `e` that are `WAIT` and due (`e.next_retry_time <= now`) and pass
+/// [`no_blocking_predecessor`] and [`no_event_of_the_key_out`], `ORDER BY e.next_retry_time
+/// LIMIT :n` (where the checks and the order sit per backend: below). The candidates:
+/// - [`HeadScan::Window`]: `SELECT id[, biz_no][, next_retry_time] FROM t_event_record WHERE
 ///   status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :window`, the
-///   oldest due rows;
+///   oldest due rows (Postgres reads `id, biz_no, next_retry_time`, MySQL/MariaDB `id,
+///   next_retry_time`, SQLite `id`);
 /// - [`HeadScan::Deep`]: `SELECT MIN(id) FROM t_event_record WHERE status IN (:blocking) GROUP
 ///   BY biz_no`, each key's first unfinished event (a head is always one: it is blocking
 ///   itself and has no blocking predecessor), read once per claim instead of probing every due
@@ -208,8 +210,9 @@ impl HeadScan {
 ///   (`FOR UPDATE OF e SKIP LOCKED`, inside the `UPDATE` of [`ordered_heads_statement`]) and
 ///   keeps `n`; [`head_lock_slack`] more candidates stand in for heads that other relays have
 ///   locked or just taken. The checks read only `id` and `biz_no` of the window's row, which
-///   never change, in the statement's snapshot, as they did on the locked row before. A join of the window and the table instead let the planner read
-///   every `WAIT` row with stale statistics (0.7–1.5 s per claim in a test database).
+///   never change, in the statement's snapshot. A join of the window and the table instead let
+///   the planner read every `WAIT` row with stale statistics (0.7–1.5 s per claim in a test
+///   database).
 /// - MySQL/MariaDB: `FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON e.id = w.id
 ///   ... ORDER BY w.next_retry_time LIMIT :n`: the derived table is sorted first and joined
 ///   in that order, the checks run on `e` row by row, and InnoDB skips locked rows while
@@ -345,9 +348,11 @@ pub fn ordered_heads_query(
 /// Postgres, [`HeadScan::Window`]: the fewest extra candidate heads the window's check hands to
 /// the locking query ([`ordered_heads_query`]) for heads that other relays have locked (skipped
 /// by `SKIP LOCKED`) or taken since this statement's snapshot (no longer `WAIT` when locked).
-/// The slack is `max(HEAD_LOCK_SLACK, n)` for a claim of `n` heads ([`head_lock_slack`]), so
-/// that relays claiming the same oldest heads at once still fill their claims. Each extra
-/// candidate costs one more check of a window row at most.
+/// The slack is `max(HEAD_LOCK_SLACK, n)` for a claim of `n` heads ([`head_lock_slack`]): a
+/// claim still fills when one other relay takes the same oldest heads at the same moment (or
+/// several take up to 16 of them). More racing relays can leave it short; the worker then
+/// makes a deep claim of the rest ([`HeadScan::Deep`], when one is allowed) or claims again
+/// when a send finishes. Each extra candidate costs one more check of a window row at most.
 pub const HEAD_LOCK_SLACK: u64 = 16;
 
 /// The extra candidates for a claim of `n` heads: `max(HEAD_LOCK_SLACK, n)`.

@@ -106,8 +106,9 @@ where
 
 /// The ordered claim's heads: [`claim_locked`] over [`crate::store::ordered_heads_query`]
 /// (`SELECT e.*, <now> AS claim_now FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON
-/// e.id = w.id WHERE ... AND (SELECT MAX(p.id) ...) IS NULL AND NOT EXISTS (<an event of the
-/// key out>) ... FOR UPDATE SKIP LOCKED`). InnoDB applies the locking clause to the outer rows
+/// e.id = w.id WHERE ... AND (SELECT MAX(p.id) ...) IS NULL [AND NOT EXISTS (<an earlier
+/// FAIL>)] AND NOT EXISTS (<an event of the key out>) ... FOR UPDATE SKIP LOCKED`; the deep
+/// claim joins its candidates with `INNER JOIN` and orders by `e.next_retry_time`). InnoDB applies the locking clause to the outer rows
 /// only: the predecessor subqueries are consistent (non-locking) reads of
 /// committed rows, so a predecessor another relay is claiming right now (locked, not yet
 /// committed) is read as `WAIT`, still blocking, instead of being skipped as a locked row
