@@ -1,7 +1,5 @@
 //! Claiming: the candidate read and per-row claim of the seed, and the batch claim.
-use sea_orm::sea_query::{
-    Expr, ExprTrait, LockBehavior, LockType, Order, Query, QueryStatementBuilder, UpdateStatement,
-};
+use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, QueryStatementBuilder, UpdateStatement};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, Select, TransactionTrait, UpdateMany,
@@ -94,6 +92,28 @@ pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateS
 
 /// The statement of [`claim_batch_statement`]; `locking` gives the Postgres form (`FOR UPDATE
 /// SKIP LOCKED` inside `id = ANY(ARRAY(..))`).
+///
+/// The Postgres form is written so that its generic plan is its custom plan: every constant
+/// inlined (`'WAIT'`, `'SENDING'`) and the row count split in two, the sub-select's own
+/// `LIMIT` a literal ([`claim_limit_bucket`] of `n`: the next power of two) and the outer
+/// `LIMIT $n` the exact count:
+///
+/// ```text
+/// ... WHERE "status" = 'WAIT' AND "id" = ANY(ARRAY(SELECT "id" FROM (SELECT "id" FROM
+///   "t_event_record" WHERE "status" = 'WAIT' AND "next_retry_time" <= CURRENT_TIMESTAMP
+///   ORDER BY "next_retry_time" ASC LIMIT <bucket> FOR UPDATE SKIP LOCKED) AS "due"
+///   LIMIT $n)) RETURNING *
+/// ```
+///
+/// A prepared statement's generic plan cannot see the values of its parameters; with `status
+/// = $1 ... LIMIT $2` Postgres estimates a tenth of the table for the `LIMIT`, finds the generic
+/// plan far dearer than a custom one, and so plans the claim again at every execution (the
+/// plan cache's rule, `choose_custom_plan` in `plancache.c`). With the literal bucket the two
+/// estimates agree, and after five executions the connection reuses one plan (measured in
+/// BENCHMARKS.md, "Generic plans"). The outer `LIMIT` stops pulling rows after `n`, and rows
+/// are locked only as they are pulled, so no more than `n` rows are locked or claimed; the
+/// sub-select's order (oldest due first) passes through unchanged. At most one statement per
+/// bucket (eight for counts up to 128) lives in a connection's statement cache.
 pub(crate) fn claim_update(
     backend: DbBackend,
     owner: &str,
@@ -102,16 +122,36 @@ pub(crate) fn claim_update(
 ) -> UpdateStatement {
     let now = dialect::now(backend);
     let mut due = Query::select();
-    due.column(Column::Id)
-        .from(Entity)
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
+    due.column(Column::Id).from(Entity);
+    if locking {
+        let due_sql = format!(
+            r#"SELECT "id" FROM (SELECT "id" FROM "t_event_record" WHERE "status" = '{wait}' AND "next_retry_time" <= {now} ORDER BY "next_retry_time" ASC LIMIT {bucket} FOR UPDATE SKIP LOCKED) AS "due""#,
+            wait = EventStatus::Wait.as_str(),
+            now = dialect::now_sql(backend, None),
+            bucket = claim_limit_bucket(n),
+        );
+        return claim_update_with(
+            backend,
+            owner,
+            Expr::cust_with_values(
+                format!(r#""id" = ANY(ARRAY({due_sql} LIMIT $1))"#),
+                [i64::try_from(n).unwrap_or(i64::MAX)],
+            ),
+        );
+    }
+    due.and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
         .and_where(Expr::col(Column::NextRetryTime).lte(now))
         .order_by(Column::NextRetryTime, Order::Asc)
         .limit(n);
-    if locking {
-        due.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
-    }
     claim_update_of(backend, owner, due, locking)
+}
+
+/// The literal `LIMIT` of the Postgres batch claim's sub-select (see [`claim_update`]): `n`
+/// rounded up to a power of two, at least 1.
+pub fn claim_limit_bucket(n: u64) -> u64 {
+    Ord::max(n, 1)
+        .checked_next_power_of_two()
+        .unwrap_or(u64::MAX)
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
@@ -124,26 +164,37 @@ pub(crate) fn claim_update_of(
     due: sea_orm::sea_query::SelectStatement,
     locking: bool,
 ) -> UpdateStatement {
+    let cond = if locking {
+        // `id = ANY(ARRAY(subquery))` runs the subquery once (an InitPlan). With `id IN
+        // (subquery)` Postgres may run the locking subquery more than once and claim more than
+        // `n` rows.
+        Expr::cust_with_expr(
+            r#""id" = ANY(ARRAY($1))"#,
+            Expr::SubQuery(None, Box::new(due.into_sub_query_statement())),
+        )
+    } else {
+        Expr::col(Column::Id).in_subquery(due)
+    };
+    claim_update_with(backend, owner, cond)
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE status = 'WAIT' AND <ids> RETURNING *`, the statuses as literals
+/// (constants of every claim; see [`claim_update`] for why literals).
+fn claim_update_with(backend: DbBackend, owner: &str, ids: Expr) -> UpdateStatement {
     let now = dialect::now(backend);
     let mut update = Query::update();
     update
         .table(Entity)
-        .value(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .value(
+            Column::Status,
+            dialect::status_literal(EventStatus::Sending),
+        )
         .value(Column::ClaimOwner, Expr::val(owner))
         .value(Column::ClaimedAt, now.clone())
         .value(Column::UpdateTime, now)
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()));
-    if locking {
-        // `id = ANY(ARRAY(subquery))` runs the subquery once (an InitPlan). With `id IN
-        // (subquery)` Postgres may run the locking subquery more than once and claim more than
-        // `n` rows.
-        update.and_where(Expr::cust_with_expr(
-            r#""id" = ANY(ARRAY($1))"#,
-            Expr::SubQuery(None, Box::new(due.into_sub_query_statement())),
-        ));
-    } else {
-        update.and_where(Expr::col(Column::Id).in_subquery(due));
-    }
+        .and_where(Expr::col(Column::Status).eq(dialect::status_literal(EventStatus::Wait)))
+        .and_where(ids);
     update.returning_all();
     update
 }

@@ -22,10 +22,29 @@
 //! seconds (SQLite) formatted by this module from a [`Duration`], so no user text reaches SQL.
 use std::time::Duration;
 
-use sea_orm::sea_query::{Expr, InsertStatement, IntoIden};
+use sea_orm::sea_query::{Expr, ExprTrait, InsertStatement, IntoIden};
 use sea_orm::{DbBackend, DbErr, Statement};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::EventStatus;
 
 pub use super::backend::Dialect;
+
+/// `status` as an SQL string literal, `'WAIT'` (the statuses are ASCII words without quotes).
+///
+/// The relay's hot statements (the batch claim, the marks) write their statuses as literals,
+/// not bound values: a prepared statement's generic plan does not know a bound status and
+/// estimates `status = $1` as if every status were equally common, so Postgres would keep
+/// planning those statements anew at every execution; with literals their generic plans are
+/// their custom plans and each connection plans them once (see
+/// [`crate::store::claim_limit_bucket`]).
+pub(crate) fn status_literal(status: EventStatus) -> Expr {
+    Expr::cust(format!("'{}'", status.as_str()))
+}
+
+/// `"t_event_record"."status" = '<status>'` ([`status_literal`]).
+pub(crate) fn status_is(status: EventStatus) -> Expr {
+    Expr::col((Entity, Column::Status)).eq(status_literal(status))
+}
 
 /// `now` on `backend`'s clock.
 pub fn now(backend: DbBackend) -> Expr {
@@ -127,14 +146,16 @@ pub const NOTIFY_SLOT_LOCK_CLASS: i32 = 0x4F42_4F58;
 /// `notify` is the event's [`crate::NewEvent::notify_relays`] and
 /// [`crate::NewEvent::notify_interval`]:
 /// - `None` leaves `insert` unchanged on every backend;
-/// - `Some(Duration::ZERO)`: `WITH ins AS (<insert>), woke AS (SELECT pg_notify(...))
-///   SELECT ins.id FROM ins, woke` (every event notifies);
+/// - `Some(Duration::ZERO)`: `<insert>, pg_notify(...) IS NOT NULL AS notified` (every event
+///   notifies; the notify is one more expression of the insert's `RETURNING` list);
 /// - `Some(interval)`: the notification only when the insert gets the advisory lock of the
 ///   current slot of `interval` (whole milliseconds, bound as the last parameter), so that one
-///   open transaction at a time notifies per slot: `WITH ins AS (<insert>), woke AS (SELECT
-///   pg_notify(...) WHERE pg_try_advisory_xact_lock(1329745752, <slot>)) SELECT ins.id,
-///   (SELECT count(*) FROM woke) FROM ins` (the second column, 1 or 0, says whether it
-///   notified).
+///   open transaction at a time notifies per slot: `<insert>, CASE WHEN
+///   pg_try_advisory_xact_lock(1329745752, <slot>) THEN pg_notify(...) IS NOT NULL ELSE false
+///   END AS notified` (the second column says whether it notified).
+///
+/// The insert's `RETURNING` list carries the notification rather than a `WITH` around the
+/// insert: a data-modifying CTE made every write slower (BENCHMARKS.md, "The notify tax").
 pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: Option<Duration>) -> Statement {
     Dialect::of(backend).with_wakeup(insert, notify)
 }

@@ -19,7 +19,7 @@ use super::{dialect, exec_by_ids, truncate_reason, Transition};
 fn owned(id: i64, owner: &str) -> UpdateMany<Entity> {
     Entity::update_many()
         .filter(Column::Id.eq(id))
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(dialect::status_is(EventStatus::Sending))
         .filter(Column::ClaimOwner.eq(owner))
 }
 
@@ -40,7 +40,10 @@ pub async fn mark_success<C: ConnectionTrait>(
 /// The statement of [`mark_success`].
 pub fn mark_success_statement(backend: DbBackend, id: i64, owner: &str) -> UpdateMany<Entity> {
     owned(id, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(
+            Column::Status,
+            dialect::status_literal(EventStatus::Success),
+        )
         .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
@@ -72,7 +75,7 @@ pub fn release_for_retry_statement(
     reason: &str,
 ) -> UpdateMany<Entity> {
     owned(id, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::Status, dialect::status_literal(EventStatus::Wait))
         .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
         .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
         .col_expr(Column::RetryCount, retry_count_plus_one())
@@ -110,7 +113,7 @@ pub fn release_uncounted_statement(
     reason: &str,
 ) -> UpdateMany<Entity> {
     owned(id, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::Status, dialect::status_literal(EventStatus::Wait))
         .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
         .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
         .col_expr(Column::NextRetryTime, dialect::now_plus(backend, delay))
@@ -147,7 +150,7 @@ pub fn mark_fail_statement(
     reason: &str,
 ) -> UpdateMany<Entity> {
     owned(id, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
+        .col_expr(Column::Status, dialect::status_literal(EventStatus::Fail))
         .col_expr(Column::RetryCount, retry_count_plus_one())
         .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
         .col_expr(Column::UpdateTime, dialect::now(backend))
@@ -158,7 +161,7 @@ pub fn mark_fail_statement(
 fn owned_many(ids: &[i64], owner: &str) -> UpdateMany<Entity> {
     Entity::update_many()
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(dialect::status_is(EventStatus::Sending))
         .filter(Column::ClaimOwner.eq(owner))
 }
 
@@ -197,7 +200,10 @@ pub fn mark_success_many_statement(
     owner: &str,
 ) -> UpdateMany<Entity> {
     owned_many(ids, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Success.as_str()))
+        .col_expr(
+            Column::Status,
+            dialect::status_literal(EventStatus::Success),
+        )
         .col_expr(Column::UpdateTime, dialect::now(backend))
 }
 
@@ -224,7 +230,7 @@ pub fn release_unsent_statement(
     owner: &str,
 ) -> UpdateMany<Entity> {
     owned_many(ids, owner)
-        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .col_expr(Column::Status, dialect::status_literal(EventStatus::Wait))
         .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
         .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
         .col_expr(Column::UpdateTime, dialect::now(backend))
@@ -257,7 +263,7 @@ pub fn owned_ids_query(ids: &[i64], owner: &str) -> Select<Entity> {
         .select_only()
         .column(Column::Id)
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
+        .filter(dialect::status_is(EventStatus::Sending))
         .filter(Column::ClaimOwner.eq(owner))
 }
 
