@@ -643,13 +643,14 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     .await
     .join("\n");
     // MySQL/MariaDB must read PRIMARY alone (any other plan locks rows it does not change, see
-    // `dialect::by_primary_key`); Postgres and SQLite take no such locks and may pick any index
-    // (with few SENDING rows they pick a status index), but never a full scan.
+    // `dialect::by_primary_key`); Postgres reads the primary key too (its status guard is kept
+    // off the status indexes, which would read every event in flight); SQLite takes no such
+    // locks and may pick any index, but never a full scan.
     let (wanted, bad): (&[&str], &[&str]) = match backend {
         DbBackend::MySql => (&["type=range key=PRIMARY"], &["type=ALL", "type=index"]),
         DbBackend::Postgres => (
-            &["t_event_record_pkey", "idx_t_event_record_status_"],
-            &["Seq Scan"],
+            &["t_event_record_pkey"],
+            &["Seq Scan", "idx_t_event_record_status_"],
         ),
         _ => (
             &["INTEGER PRIMARY KEY", "idx_t_event_record_status_"],

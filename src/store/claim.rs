@@ -110,19 +110,19 @@ pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateS
 /// plan far dearer than a custom one, and so plans the claim again at every execution (the
 /// plan cache's rule, `choose_custom_plan` in `plancache.c`). With the literal bucket the two
 /// estimates agree, and after five executions the connection reuses one plan (measured in
-/// BENCHMARKS.md, "Generic plans"). The outer `LIMIT` stops pulling rows after `n`, and rows
+/// BENCHMARKS.md, "Plans of the relay's statements"). The outer `LIMIT` stops pulling rows after `n`, and rows
 /// are locked only as they are pulled, so no more than `n` rows are locked or claimed; the
 /// sub-select's order (oldest due first) passes through unchanged. At most one statement per
-/// bucket (eight for counts up to 128) lives in a connection's statement cache.
+/// bucket lives in a connection's statement cache: eight for counts up to 128, fifteen up to
+/// the largest batch size ([`crate::config::MAX_BATCH_SIZE`]). The ordered claim
+/// ([`crate::store::ordered_heads_statement`]) still binds its values and is planned anew each
+/// time.
 pub(crate) fn claim_update(
     backend: DbBackend,
     owner: &str,
     n: u64,
     locking: bool,
 ) -> UpdateStatement {
-    let now = dialect::now(backend);
-    let mut due = Query::select();
-    due.column(Column::Id).from(Entity);
     if locking {
         let due_sql = format!(
             r#"SELECT "id" FROM (SELECT "id" FROM "t_event_record" WHERE "status" = '{wait}' AND "next_retry_time" <= {now} ORDER BY "next_retry_time" ASC LIMIT {bucket} FOR UPDATE SKIP LOCKED) AS "due""#,
@@ -139,8 +139,11 @@ pub(crate) fn claim_update(
             ),
         );
     }
-    due.and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
-        .and_where(Expr::col(Column::NextRetryTime).lte(now))
+    let mut due = Query::select();
+    due.column(Column::Id)
+        .from(Entity)
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
+        .and_where(Expr::col(Column::NextRetryTime).lte(dialect::now(backend)))
         .order_by(Column::NextRetryTime, Order::Asc)
         .limit(n);
     claim_update_of(backend, owner, due, locking)
@@ -149,15 +152,15 @@ pub(crate) fn claim_update(
 /// The literal `LIMIT` of the Postgres batch claim's sub-select (see [`claim_update`]): `n`
 /// rounded up to a power of two, at least 1.
 pub fn claim_limit_bucket(n: u64) -> u64 {
-    Ord::max(n, 1)
-        .checked_next_power_of_two()
-        .unwrap_or(u64::MAX)
+    // At most 2^62, so that the literal fits Postgres' bigint.
+    n.clamp(1, 1 << 62).next_power_of_two()
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
 /// update_time = now WHERE status = 'WAIT' AND id IN (<due>) RETURNING *`, or with `locking`
 /// `id = ANY(ARRAY(<due>))` (`due` then carries its own lock clause): the claim over the ids
-/// `due` selects (the batch claim's, or the ordered claim's heads).
+/// `due` selects (SQLite's batch claim, or the ordered claim's heads; the Postgres batch claim is
+/// [`claim_update`]'s own form).
 pub(crate) fn claim_update_of(
     backend: DbBackend,
     owner: &str,
@@ -291,7 +294,16 @@ mod tests {
     fn batch_claim_sql() {
         let sql = claim_batch_statement(DbBackend::Postgres, "me", 20)
             .to_string(sea_orm::sea_query::PostgresQueryBuilder);
-        assert!(sql.contains(r#""id" = ANY(ARRAY((SELECT"#), "{sql}");
-        assert!(sql.contains("FOR UPDATE SKIP LOCKED"), "{sql}");
+        assert!(
+            sql.contains(r#""id" = ANY(ARRAY(SELECT "id" FROM (SELECT"#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("LIMIT 32 FOR UPDATE SKIP LOCKED) AS \"due\" LIMIT 20)"),
+            "{sql}"
+        );
+        assert_eq!(claim_limit_bucket(0), 1);
+        assert_eq!(claim_limit_bucket(64), 64);
+        assert_eq!(claim_limit_bucket(65), 128);
     }
 }

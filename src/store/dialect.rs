@@ -101,7 +101,10 @@ where
 /// `stmt`, an `UPDATE` or `DELETE` of one table whose `WHERE` names its rows by primary key
 /// (`id IN (...)`), made to read the table through the primary key alone: on MySQL/MariaDB
 /// `UPDATE t FORCE INDEX (PRIMARY) SET ...` / `DELETE t FROM t FORCE INDEX (PRIMARY) WHERE ...`
-/// (why: see the MySQL backend file, `store/backend/mysql.rs`), elsewhere unchanged.
+/// (why: see the MySQL backend file, `store/backend/mysql.rs`); on Postgres every status guard
+/// written `("t_event_record"."status" = ...) IS TRUE`, which no status-leading index can serve
+/// (why: `store/backend/postgres.rs`, `by_primary_key`); SQLite unchanged. `stmt` must carry its
+/// values as bound parameters (apply this before any inlining).
 ///
 /// # Errors
 /// [`DbErr::Custom`] when `stmt` is not of the form this expects (a programming error), or the

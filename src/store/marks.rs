@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect, Select,
-    UpdateMany,
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect,
+    QueryTrait, Select, UpdateMany,
 };
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
@@ -267,7 +267,8 @@ pub fn owned_ids_query(ids: &[i64], owner: &str) -> Select<Entity> {
         .filter(Column::ClaimOwner.eq(owner))
 }
 
-/// The ids among `ids` still `SENDING` under `owner`'s lease ([`owned_ids_query`]).
+/// The ids among `ids` still `SENDING` under `owner`'s lease ([`owned_ids_query`]; on Postgres
+/// through the primary key alone, see [`dialect::by_primary_key`]).
 ///
 /// # Errors
 /// Any database error.
@@ -276,8 +277,15 @@ pub async fn owned_ids<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<Vec<i64>, DbErr> {
-    owned_ids_query(ids, owner)
-        .into_tuple::<i64>()
-        .all(db)
-        .await
+    let backend = db.get_database_backend();
+    let mut stmt = owned_ids_query(ids, owner).build(backend);
+    if backend == DbBackend::Postgres {
+        // The primary key alone, as for the owner-guarded updates (see `dialect::by_primary_key`).
+        stmt = dialect::by_primary_key(backend, stmt)?;
+    }
+    db.query_all_raw(stmt)
+        .await?
+        .iter()
+        .map(|r| r.try_get_by_index::<i64>(0))
+        .collect()
 }

@@ -42,10 +42,15 @@ const STATUS_GUARD: &str = r#""t_event_record"."status" = "#;
 /// claim_owner = $1` the planner prefers `idx_t_event_record_status_claimed_at` and reads every
 /// event in flight, filtering on the ids: measured 1.3 ms against 0.3 ms through the primary
 /// key for 20 ids among 3,000 `SENDING` rows, and 5–8 ms per mark of 100 in the relay's
-/// benchmark (BENCHMARKS.md, "Generic plans"); the cost grows with the events in flight. A
+/// benchmark (BENCHMARKS.md, "Plans of the relay's statements"); the cost grows with the events in flight. A
 /// boolean test over the comparison is the same condition for a `NOT NULL` column but no index
 /// can serve it (Postgres has no index hints; MySQL's counterpart is `FORCE INDEX (PRIMARY)`).
 /// An `UPDATE` never waits on a row invisible to it, so nothing else changes.
+///
+/// `stmt` must carry its values as bound parameters (as sea-query builds it): the rewrite reads
+/// the SQL text and does not skip quoted strings, so call it before any inlining (PgBouncer's
+/// simple protocol, `crate::store::inline_postgres`). A status guard of another form (a column
+/// or an expression) is left unchanged.
 ///
 /// # Errors
 /// None on Postgres (the signature is the dialect's).
@@ -58,10 +63,16 @@ pub(super) fn by_primary_key(mut stmt: Statement) -> Result<Statement, DbErr> {
     while let Some(at) = rest.find(STATUS_GUARD) {
         out.push_str(&rest[..at]);
         let operand = &rest[at + STATUS_GUARD.len()..];
+        let end = at + STATUS_GUARD.len();
         let len = guard_operand_len(operand);
-        out.push('(');
-        out.push_str(&rest[at..at + STATUS_GUARD.len() + len]);
-        out.push_str(") IS TRUE");
+        if len == 0 {
+            // Another operand (a column, an expression): left as it is.
+            out.push_str(&rest[at..end]);
+        } else {
+            out.push('(');
+            out.push_str(&rest[at..end + len]);
+            out.push_str(") IS TRUE");
+        }
         rest = &operand[len..];
     }
     out.push_str(rest);
@@ -100,6 +111,7 @@ fn guard_operand_len(s: &str) -> usize {
 /// slot holder never queues behind this one's commit. The insert must end in `RETURNING "id"`
 /// (as [`crate::store::insert_statement`]'s does here).
 pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statement {
+    debug_assert!(insert.sql.ends_with(r#"RETURNING "id""#), "{}", insert.sql);
     let Some(interval) = notify else {
         return insert;
     };
@@ -255,7 +267,7 @@ mod tests {
             r#"UPDATE "t_event_record" SET "status" = ('SUCCESS') WHERE "t_event_record"."id" IN ($1, $2) AND "t_event_record"."status" = ('SENDING') AND "t_event_record"."claim_owner" = $3"#,
         );
         assert_eq!(
-            by_primary_key(stmt).unwrap().sql,
+            by_primary_key(stmt).expect("rewrite").sql,
             r#"UPDATE "t_event_record" SET "status" = ('SUCCESS') WHERE "t_event_record"."id" IN ($1, $2) AND ("t_event_record"."status" = ('SENDING')) IS TRUE AND "t_event_record"."claim_owner" = $3"#
         );
         let bound = Statement::from_string(
@@ -263,8 +275,16 @@ mod tests {
             r#"DELETE FROM "t_event_record" WHERE "t_event_record"."id" IN ($1) AND "t_event_record"."status" = $2"#,
         );
         assert_eq!(
-            by_primary_key(bound).unwrap().sql,
+            by_primary_key(bound).expect("rewrite").sql,
             r#"DELETE FROM "t_event_record" WHERE "t_event_record"."id" IN ($1) AND ("t_event_record"."status" = $2) IS TRUE"#
+        );
+        let column = Statement::from_string(
+            DbBackend::Postgres,
+            r#"UPDATE "t_event_record" SET "claimed_at" = NULL WHERE "t_event_record"."id" IN ($1) AND "t_event_record"."status" = "t_event_record"."status""#,
+        );
+        assert_eq!(
+            by_primary_key(column.clone()).expect("rewrite").sql,
+            column.sql
         );
     }
 }

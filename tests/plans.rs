@@ -1,0 +1,168 @@
+//! How Postgres plans the relay's hot statements (issue 14): the batch claim and the marks
+//! reuse one generic plan per connection, the marks read through the primary key even when
+//! the statistics see no event in flight, and a claim of `n` never takes more than `n`.
+mod common;
+use common::{run_on, Backend, TestContext};
+use sea_orm::{ConnectionTrait, DbBackend, QueryTrait, Statement};
+use sea_orm_outbox::store;
+use sea_orm_outbox_entity::EventStatus;
+
+/// `rows` events written through `with_event`, one transaction.
+async fn write(ctx: &TestContext, rows: usize) {
+    common::insert_many(&ctx.db, "P", rows).await;
+}
+
+/// `(generic_plans, custom_plans)` of this session's prepared statements whose text contains
+/// `needle`, summed.
+async fn plans(db: &sea_orm::DatabaseConnection, needle: &str) -> (i64, i64) {
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT COALESCE(SUM(generic_plans), 0)::bigint AS g, COALESCE(SUM(custom_plans), 0)::bigint AS c \
+             FROM pg_prepared_statements WHERE statement LIKE '%' || $1 || '%'",
+            [needle.into()],
+        ))
+        .await
+        .expect("pg_prepared_statements")
+        .expect("one row");
+    (
+        row.try_get::<i64>("", "g").expect("g"),
+        row.try_get::<i64>("", "c").expect("c"),
+    )
+}
+
+/// On one connection, eight rounds of claim 10 + mark: the claim and the mark statements are
+/// planned at most five times each (Postgres' custom-plan trials) and then run their generic
+/// plan; each claim took exactly 10 of the due events.
+async fn claim_and_marks_reuse_their_generic_plans(ctx: &TestContext) {
+    write(ctx, 200).await;
+    let db = ctx.pool(1).await;
+    db.execute_unprepared("ANALYZE t_event_record")
+        .await
+        .expect("analyze");
+    for round in 0..8 {
+        let owner = format!("plans#{round}");
+        let claimed = store::claim_batch(&db, &owner, 10).await.expect("claim");
+        assert_eq!(claimed.len(), 10, "round {round}");
+        let ids: Vec<i64> = claimed.iter().map(|e| e.id).collect();
+        let marked = store::mark_success_many(&db, &ids, &owner)
+            .await
+            .expect("mark");
+        assert_eq!(marked, 10, "round {round}");
+    }
+    let claim = plans(&db, "FOR UPDATE SKIP LOCKED").await;
+    let mark = plans(&db, "SET \"status\" = 'SUCCESS'").await;
+    assert!(
+        claim.0 >= 3 && claim.1 <= 5,
+        "claim plans (generic, custom) = {claim:?}"
+    );
+    assert!(
+        mark.0 >= 3 && mark.1 <= 5,
+        "mark plans (generic, custom) = {mark:?}"
+    );
+    assert_eq!(common::count(&db, EventStatus::Success).await, 80);
+    assert_eq!(common::count(&db, EventStatus::Wait).await, 120);
+}
+
+/// Statistics taken while every event waited, then 3,000 events in flight: the owner-guarded
+/// mark of a few of them reads the primary key, not an index on `status` (which would read
+/// every event in flight).
+async fn marks_read_through_the_primary_key(ctx: &TestContext) {
+    let db = &ctx.db;
+    db.execute_unprepared(
+        "INSERT INTO t_event_record (biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) \
+         SELECT 'K' || g, 'T', '{}', 'WAIT', 0, now(), now(), now() FROM generate_series(1, 20000) g",
+    )
+    .await
+    .expect("fill");
+    db.execute_unprepared("ANALYZE t_event_record")
+        .await
+        .expect("analyze");
+    db.execute_unprepared(
+        "UPDATE t_event_record SET status = 'SENDING', claim_owner = 'o', claimed_at = now() WHERE id <= 3000",
+    )
+    .await
+    .expect("in flight");
+    let ids: Vec<i64> = (1..=20).collect();
+    let backend = DbBackend::Postgres;
+    for stmt in [
+        store::mark_success_many_statement(backend, &ids, "o").build(backend),
+        store::renew_leases_statement(backend, &ids, "o").build(backend),
+        store::release_unsent_statement(backend, &ids, "o").build(backend),
+        store::mark_success_and_claim_statement(backend, &ids, "o", "o2", 10).expect("postgres"),
+    ] {
+        let stmt = store::dialect::by_primary_key(backend, stmt).expect("by id");
+        let explain = Statement {
+            sql: format!("EXPLAIN {}", stmt.sql),
+            ..stmt.clone()
+        };
+        let plan: Vec<String> = db
+            .query_all_raw(explain)
+            .await
+            .expect("explain")
+            .iter()
+            .map(|r| r.try_get::<String>("", "QUERY PLAN").expect("plan"))
+            .collect();
+        let plan = plan.join("\n");
+        let marking = plan.split("CTE outbox_claimed").next().unwrap_or_default();
+        assert!(
+            marking.contains("t_event_record_pkey"),
+            "{}\n{plan}",
+            stmt.sql
+        );
+        assert!(
+            !marking.contains("idx_t_event_record_status_claimed_at"),
+            "{}\n{plan}",
+            stmt.sql
+        );
+    }
+}
+
+/// A claim of `n` takes exactly `min(n, due)` events for every `n` around the sub-select's
+/// power-of-two bucket, oldest due first.
+async fn a_claim_of_n_takes_n(ctx: &TestContext) {
+    write(ctx, 300).await;
+    let mut taken = 0;
+    for (k, n) in [1u64, 2, 3, 63, 64, 65, 100].into_iter().enumerate() {
+        let claimed = store::claim_batch(&ctx.db, &format!("n#{k}"), n)
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len() as u64, n);
+        taken += n;
+        assert_eq!(common::count(&ctx.db, EventStatus::Sending).await, taken);
+        let mut ids: Vec<i64> = claimed.iter().map(|e| e.id).collect();
+        ids.sort_unstable();
+        assert!(
+            ids.windows(2).all(|w| w[1] == w[0] + 1),
+            "oldest first: {ids:?}"
+        );
+    }
+    let rest = store::claim_batch(&ctx.db, "n#last", 128)
+        .await
+        .expect("claim");
+    assert_eq!(rest.len() as u64, 300 - taken);
+}
+
+mod postgres_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claim_and_marks_reuse_their_generic_plans() {
+        super::run_on(
+            super::Backend::Postgres,
+            "claim_and_marks_reuse_their_generic_plans",
+            super::claim_and_marks_reuse_their_generic_plans,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn marks_read_through_the_primary_key() {
+        super::run_on(
+            super::Backend::Postgres,
+            "marks_read_through_the_primary_key",
+            super::marks_read_through_the_primary_key,
+        )
+        .await
+    }
+}
+
+backend_tests!(a_claim_of_n_takes_n);
