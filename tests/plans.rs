@@ -1,6 +1,7 @@
 //! How Postgres plans the relay's hot statements (issue 14): the batch claim and the marks
-//! reuse one generic plan per connection, the marks read through the primary key even when
-//! the statistics see no event in flight, and a claim of `n` never takes more than `n`.
+//! reuse one generic plan per connection, the marks and the claims' updates read through the
+//! primary key whatever the statistics say about the statuses, and a claim of `n` never takes
+//! more than `n`.
 mod common;
 use common::{run_on, Backend, TestContext};
 use sea_orm::{ConnectionTrait, DbBackend, QueryTrait, Statement};
@@ -10,6 +11,34 @@ use sea_orm_outbox_entity::EventStatus;
 /// `rows` events written through `with_event`, one transaction.
 async fn write(ctx: &TestContext, rows: usize) {
     common::insert_many(&ctx.db, "P", rows).await;
+}
+
+/// Postgres' plan of `stmt` (`EXPLAIN`, not run), one line per node.
+async fn explain(db: &impl ConnectionTrait, stmt: &Statement) -> String {
+    let explain = Statement {
+        sql: format!("EXPLAIN {}", stmt.sql),
+        ..stmt.clone()
+    };
+    let lines: Vec<String> = db
+        .query_all_raw(explain)
+        .await
+        .expect("explain")
+        .iter()
+        .map(|r| r.try_get::<String>("", "QUERY PLAN").expect("plan"))
+        .collect();
+    lines.join("\n")
+}
+
+/// How many `WAIT` events are due strictly before `at`.
+async fn waiting_due_before(db: &impl ConnectionTrait, at: sea_orm::prelude::DateTimeUtc) -> u64 {
+    use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+    use sea_orm_outbox_entity::event_record::{Column, Entity};
+    Entity::find()
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .filter(Column::NextRetryTime.lt(at))
+        .count(db)
+        .await
+        .expect("count")
 }
 
 /// `(generic_plans, custom_plans)` of this session's prepared statements whose text contains
@@ -92,18 +121,7 @@ async fn marks_read_through_the_primary_key(ctx: &TestContext) {
         store::mark_success_and_claim_statement(backend, &ids, "o", "o2", 10).expect("postgres"),
     ] {
         let stmt = store::dialect::by_primary_key(backend, stmt).expect("by id");
-        let explain = Statement {
-            sql: format!("EXPLAIN {}", stmt.sql),
-            ..stmt.clone()
-        };
-        let plan: Vec<String> = db
-            .query_all_raw(explain)
-            .await
-            .expect("explain")
-            .iter()
-            .map(|r| r.try_get::<String>("", "QUERY PLAN").expect("plan"))
-            .collect();
-        let plan = plan.join("\n");
+        let plan = explain(db, &stmt).await;
         let marking = plan.split("CTE outbox_claimed").next().unwrap_or_default();
         assert!(
             marking.contains("t_event_record_pkey"),
@@ -112,6 +130,51 @@ async fn marks_read_through_the_primary_key(ctx: &TestContext) {
         );
         assert!(
             !marking.contains("idx_t_event_record_status_claimed_at"),
+            "{}\n{plan}",
+            stmt.sql
+        );
+    }
+}
+
+/// Statistics taken while no event waited (all 20,000 delivered), then every event `WAIT`
+/// again: the batch claim and the ordered claim update the rows their id array names through
+/// the primary key, not by reading every `WAIT` row through an index on `status` and
+/// filtering it on the array (the outer guard is `("status" = 'WAIT') IS TRUE`).
+async fn claims_update_through_the_primary_key(ctx: &TestContext) {
+    let db = &ctx.db;
+    db.execute_unprepared(
+        "INSERT INTO t_event_record (biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time) \
+         SELECT 'K' || g, 'T', '{}', 'SUCCESS', 0, now(), now(), now() FROM generate_series(1, 20000) g",
+    )
+    .await
+    .expect("fill");
+    db.execute_unprepared("ANALYZE t_event_record")
+        .await
+        .expect("analyze");
+    db.execute_unprepared("UPDATE t_event_record SET status = 'WAIT'")
+        .await
+        .expect("due again");
+    let backend = DbBackend::Postgres;
+    for stmt in [
+        backend.build(&store::claim_batch_statement(backend, "o", 100)),
+        backend.build(&store::ordered_heads_statement(
+            backend,
+            "o",
+            sea_orm_outbox::OrderedPolicy::Block,
+            100,
+            true,
+            store::HeadScan::for_heads(100),
+        )),
+    ] {
+        let plan = explain(db, &stmt).await;
+        // The update's own scan is its direct child (`  ->  ` two spaces in); the InitPlan's
+        // nodes, which choose the ids, sit deeper.
+        let feeding = plan
+            .lines()
+            .filter(|l| l.starts_with("  ->  ") && l.contains("on t_event_record"))
+            .collect::<Vec<_>>();
+        assert!(
+            feeding.iter().any(|l| l.contains("t_event_record_pkey")),
             "{}\n{plan}",
             stmt.sql
         );
@@ -130,11 +193,21 @@ async fn a_claim_of_n_takes_n(ctx: &TestContext) {
         assert_eq!(claimed.len() as u64, n);
         taken += n;
         assert_eq!(common::count(&ctx.db, EventStatus::Sending).await, taken);
-        let mut ids: Vec<i64> = claimed.iter().map(|e| e.id).collect();
-        ids.sort_unstable();
+        // Oldest due first: nothing still waiting is due before the last event claimed (the
+        // events of one transaction share their due time, so the ids alone prove nothing).
+        let last = claimed
+            .iter()
+            .map(|e| e.next_retry_time)
+            .max()
+            .expect("one");
         assert!(
-            ids.windows(2).all(|w| w[1] == w[0] + 1),
-            "oldest first: {ids:?}"
+            claimed.iter().all(|e| e.next_retry_time <= last),
+            "claimed out of order"
+        );
+        let earlier = waiting_due_before(&ctx.db, last).await;
+        assert_eq!(
+            earlier, 0,
+            "a waiting event was due before the claimed ones"
         );
     }
     let rest = store::claim_batch(&ctx.db, "n#last", 128)
@@ -150,6 +223,16 @@ mod postgres_only {
             super::Backend::Postgres,
             "claim_and_marks_reuse_their_generic_plans",
             super::claim_and_marks_reuse_their_generic_plans,
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claims_update_through_the_primary_key() {
+        super::run_on(
+            super::Backend::Postgres,
+            "claims_update_through_the_primary_key",
+            super::claims_update_through_the_primary_key,
         )
         .await
     }

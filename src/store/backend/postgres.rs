@@ -80,11 +80,20 @@ pub(super) fn by_primary_key(mut stmt: Statement) -> Result<Statement, DbErr> {
     Ok(stmt)
 }
 
-/// The length of the operand at the start of `s`: a parenthesized literal without parentheses
-/// or quotes inside (`('SENDING')`), or a placeholder (`$12`).
+/// The length of the operand at the start of `s`: a parenthesized status literal
+/// (`('SENDING')`: capital letters and `_` between the quotes), or a placeholder (`$12`); 0
+/// for anything else (which [`by_primary_key`] then leaves unchanged).
 fn guard_operand_len(s: &str) -> usize {
-    if s.starts_with('(') {
-        s.find(')').map_or(s.len(), |i| i + 1)
+    if let Some(inner) = s.strip_prefix("('") {
+        let word = inner
+            .bytes()
+            .take_while(|b| b.is_ascii_uppercase() || *b == b'_')
+            .count();
+        if word > 0 && inner[word..].starts_with("')") {
+            2 + word + 2
+        } else {
+            0
+        }
     } else if let Some(digits) = s.strip_prefix('$') {
         1 + digits.bytes().take_while(u8::is_ascii_digit).count()
     } else {
@@ -147,9 +156,11 @@ fn slot_millis(interval: Duration) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
-/// `UPDATE ... WHERE status = 'WAIT' AND id = ANY(ARRAY(SELECT id ... FOR UPDATE SKIP LOCKED))
-/// RETURNING *`: `id = ANY(ARRAY(subquery))` runs the locking subquery once (an InitPlan); with
-/// `id IN (subquery)` Postgres may run it more than once and claim more than `n` rows.
+/// `UPDATE ... WHERE (status = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT id ... FOR UPDATE SKIP
+/// LOCKED)) RETURNING *`: `id = ANY(ARRAY(subquery))` runs the locking subquery once (an
+/// InitPlan); with `id IN (subquery)` Postgres may run it more than once and claim more than
+/// `n` rows. The boolean test keeps the update on the primary key (see
+/// `crate::store::claim::claim_update_with`).
 pub(super) fn claim_batch_statement(owner: &str, n: u64) -> UpdateStatement {
     crate::store::claim_update(DbBackend::Postgres, owner, n, true)
 }
@@ -286,5 +297,25 @@ mod tests {
             by_primary_key(column.clone()).expect("rewrite").sql,
             column.sql
         );
+        // Only a status literal counts: an expression in parentheses is left as it is.
+        let expr = Statement::from_string(
+            DbBackend::Postgres,
+            r#"UPDATE "t_event_record" SET "claimed_at" = NULL WHERE "t_event_record"."id" IN ($1) AND "t_event_record"."status" = (lower('wait'))"#,
+        );
+        assert_eq!(by_primary_key(expr.clone()).expect("rewrite").sql, expr.sql);
+    }
+
+    #[test]
+    fn guard_operands() {
+        assert_eq!(guard_operand_len("('SENDING') AND x"), "('SENDING')".len());
+        assert_eq!(
+            guard_operand_len("('DEAD_LETTER')"),
+            "('DEAD_LETTER')".len()
+        );
+        assert_eq!(guard_operand_len("$12 AND"), 3);
+        assert_eq!(guard_operand_len("('a') AND"), 0);
+        assert_eq!(guard_operand_len("(('SENDING'))"), 0);
+        assert_eq!(guard_operand_len("('')"), 0);
+        assert_eq!(guard_operand_len("\"t\".\"status\""), 0);
     }
 }
