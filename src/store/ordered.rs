@@ -381,7 +381,8 @@ fn lock_heads(backend: DbBackend, q: &mut SelectStatement) {
 /// Step 1 on Postgres (`locking`: `id = ANY(ARRAY(<heads> FOR UPDATE SKIP LOCKED))`) and
 /// SQLite (`id IN (<heads>)`): `UPDATE t_event_record SET status = 'SENDING', claim_owner =
 /// :owner, claimed_at = now, update_time = now WHERE status = 'WAIT' AND id ... RETURNING *`,
-/// the batch claim's statement over [`ordered_heads_query`].
+/// the batch claim's statement over [`ordered_heads_query`] (on Postgres the outer guard is
+/// written `("status" = 'WAIT') IS TRUE`, see `claim_update_with` in `store/claim.rs`).
 pub fn ordered_heads_statement(
     backend: DbBackend,
     owner: &str,
