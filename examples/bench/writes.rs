@@ -28,6 +28,9 @@ enum Insert {
     /// `with_event` with `notify_interval(Duration::ZERO)`: every event queues its own
     /// `pg_notify`, as every `with_event` did before issue 14 (`write_eps_notify_every`).
     Every,
+    /// `with_event` with `notify_relays(false)`: the library's write path without the notify
+    /// (`write_eps_notify_off`), which splits the notify's tax from the rest of `with_event`.
+    Off,
 }
 
 /// Events per second written by `writers` concurrent one-event transactions, inserting as
@@ -71,6 +74,9 @@ async fn write_eps(
                         txn.with_event(event.notify_interval(Duration::ZERO))
                             .await?;
                     }
+                    Insert::Off => {
+                        txn.with_event(event.notify_relays(false)).await?;
+                    }
                     Insert::Plain => {
                         let backend = txn.get_database_backend();
                         txn.execute(&store::insert_statement(backend, &event))
@@ -100,7 +106,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// against drift; `write_eps_w<N>` (default settings), `write_eps_no_notify_w<N>` (plain insert),
 /// on Postgres `write_eps_notify_every_w<N>` (every event notifies: the write path before
 /// issue 14), each the median of its runs, and `write_eps_notify_over_none_w<N>` /
-/// `write_eps_every_over_none_w<N>`, the medians of the per-round ratios. `write_eps`,
+/// `write_eps_every_over_none_w<N>`, the medians of the per-round ratios; on Postgres also
+/// `with_event` with `notify_relays(false)` in every round, for `write_eps_off_over_none_w<N>`
+/// (the library's path without the notify against the plain insert: the noise floor) and
+/// `write_eps_notify_over_off_w<N>` (the notify's own tax). `write_eps`,
 /// `write_eps_no_notify` are the first count's; `write_eps_notify_over_none` (and
 /// `write_eps_every_over_none`) the lowest over the counts. Skipped with `--skip-write`.
 pub async fn write_figures(
@@ -121,7 +130,7 @@ pub async fn write_figures(
     }
     let postgres = bench.backend == DbBackend::Postgres;
     let kinds: &[Insert] = if postgres {
-        &[Insert::Plain, Insert::Default, Insert::Every]
+        &[Insert::Plain, Insert::Default, Insert::Every, Insert::Off]
     } else {
         &[Insert::Plain, Insert::Default]
     };
@@ -131,12 +140,13 @@ pub async fn write_figures(
     for &writers in &args.writers {
         let (mut plain, mut default, mut every) = (Vec::new(), Vec::new(), Vec::new());
         let (mut over, mut every_over) = (Vec::new(), Vec::new());
+        let (mut off_over, mut default_over_off) = (Vec::new(), Vec::new());
         for round in 0..repeats {
             let mut order = kinds.to_vec();
             if round % 2 == 1 {
                 order.reverse();
             }
-            let mut got = [f64::NAN; 3];
+            let mut got = [f64::NAN; 4];
             for kind in order {
                 let eps = write_eps(bench, setup, args, writers, kind).await?;
                 got[kind as usize] = eps;
@@ -147,6 +157,8 @@ pub async fn write_figures(
             if postgres {
                 every.push(got[Insert::Every as usize]);
                 every_over.push(got[Insert::Every as usize] / got[Insert::Plain as usize]);
+                off_over.push(got[Insert::Off as usize] / got[Insert::Plain as usize]);
+                default_over_off.push(got[Insert::Default as usize] / got[Insert::Off as usize]);
             }
         }
         let how = format!(
@@ -192,6 +204,18 @@ pub async fn write_figures(
                 &format!("write_eps_every_over_none_w{writers}"),
                 f3(every_ratio),
                 "median of the per-round ratios write_eps_notify_every / write_eps_no_notify",
+            );
+            figs.add(
+                &format!("write_eps_off_over_none_w{writers}"),
+                f3(median(off_over)),
+                "median of the per-round ratios: with_event with notify_relays(false) / the \
+                 plain insert (the library's cost without the notify)",
+            );
+            figs.add(
+                &format!("write_eps_notify_over_off_w{writers}"),
+                f3(median(default_over_off)),
+                "median of the per-round ratios: with_event default / with notify_relays(false) \
+                 (the notify's own tax)",
             );
         }
         first.get_or_insert((d, p));
