@@ -28,7 +28,9 @@
 //! - `write_eps`, `write_eps_no_notify`, `write_eps_notify_over_none`: one-event transactions per
 //!   second through `with_event` (default settings) and through the plain insert, per writer
 //!   count of `--writers` (default 8 and 32) as `_w<N>`, interleaved and repeated
-//!   (`--write-repeats`); on Postgres also `write_eps_notify_every_w<N>` (every event notifying).
+//!   (`--write-repeats`); on Postgres also `write_eps_notify_every_w<N>` (every event notifying)
+//!   and a control, `with_event` with the notify off: `write_eps_off_over_none_w<N>` (≈ 1 but for
+//!   noise) and `write_eps_notify_over_off_w<N>` (the notify's own tax).
 //! - `unordered_keys_eps`, `ordered_eps`, `ordered_over_unordered`: the batch relay over N events
 //!   spread over `--ordered-keys` keys (default 1,000), unordered and then in ordered mode
 //!   (`Block`, `--ordered-concurrency` keys in flight per worker), one run; `ordered_hot_key_eps`:

@@ -1,6 +1,8 @@
 //! The writer's side: write throughput with and without the notify (`write_eps`,
-//! `write_eps_no_notify`, `write_eps_notify_over_none`, per writer count `_w<N>`) and the cost
-//! of `with_event` in a business transaction (`with_event_overhead_ms`).
+//! `write_eps_no_notify`, `write_eps_notify_over_none`, per writer count `_w<N>`; on Postgres
+//! also every event notifying and a notify-off control, `write_eps_off_over_none_w<N>` and
+//! `write_eps_notify_over_off_w<N>`) and the cost of `with_event` in a business transaction
+//! (`with_event_overhead_ms`).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +31,8 @@ enum Insert {
     /// `pg_notify`, as every `with_event` did before issue 14 (`write_eps_notify_every`).
     Every,
     /// `with_event` with `notify_relays(false)`: the library's write path without the notify
-    /// (`write_eps_notify_off`), which splits the notify's tax from the rest of `with_event`.
+    /// (`write_eps_off_over_none_w<N>` against the plain insert, the noise floor), which splits
+    /// the notify's tax (`write_eps_notify_over_off_w<N>`) from the rest of `with_event`.
     Off,
 }
 
@@ -102,7 +105,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Per writer count of `--writers` (default 8 and 32): `--write-repeats` rounds, each running
-/// the insert kinds back to back in an order that alternates between rounds (ABC, CBA, ...)
+/// the insert kinds back to back in an order that alternates between rounds (ABCD, DCBA, ...)
 /// against drift; `write_eps_w<N>` (default settings), `write_eps_no_notify_w<N>` (plain insert),
 /// on Postgres `write_eps_notify_every_w<N>` (every event notifies: the write path before
 /// issue 14), each the median of its runs, and `write_eps_notify_over_none_w<N>` /

@@ -81,10 +81,11 @@ pub async fn claim<C: ConnectionTrait>(
 /// update_time = now WHERE status = 'WAIT' AND id IN (SELECT id FROM t_event_record WHERE
 /// status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :n) RETURNING *`:
 /// the batch claim of SQLite (one writer at a time, so no lock clause) and, where the backend
-/// can skip locked rows ([`Dialect::skip_locked`]), written `("status" = 'WAIT') IS TRUE AND id =
-/// ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))` as Postgres runs it (see [`claim_update`]). MySQL/MariaDB run the two statements of
-/// [`locking_candidates_query`] and [`claim_locked_statement`] instead (the form below, which
-/// they reject, is rendered for them only for comparison).
+/// can skip locked rows ([`Dialect::skip_locked`]), written `("status" = 'WAIT') IS TRUE AND
+/// id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))` as Postgres runs it (see
+/// [`claim_update`]). MySQL/MariaDB run the two statements of [`locking_candidates_query`] and
+/// [`claim_locked_statement`] instead (the form below, which they reject, is rendered for them
+/// only for comparison).
 pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateStatement {
     let d = Dialect::of(backend);
     claim_update(backend, owner, n, d.skip_locked() && d.returning())
@@ -159,7 +160,8 @@ pub fn claim_limit_bucket(n: u64) -> u64 {
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
 /// update_time = now WHERE status = 'WAIT' AND id IN (<due>) RETURNING *`, or with `locking`
-/// `id = ANY(ARRAY(<due>))` (`due` then carries its own lock clause): the claim over the ids
+/// `("status" = 'WAIT') IS TRUE AND id = ANY(ARRAY(<due>))` (`due` then carries its own lock
+/// clause; the guard: [`claim_update_with`]): the claim over the ids
 /// `due` selects (SQLite's batch claim, or the ordered claim's heads; the Postgres batch claim is
 /// [`claim_update`]'s own form).
 pub(crate) fn claim_update_of(
@@ -192,8 +194,9 @@ pub(crate) fn claim_update_of(
 /// Written plainly, with statistics that saw few `WAIT` rows (taken while most events were
 /// delivered, as in production), Postgres may read every `WAIT` row through an index leading
 /// with `status` and filter them on the id array: measured by two reviews, 15 ms against 1.3 ms
-/// for a claim of 200 among 20,000 `WAIT` rows, and 10.4 ms against 2.5 ms for 100
-/// (`tests/plans.rs`, `claims_update_through_the_primary_key`; the same reason as
+/// for a claim of 200 among 20,000 `WAIT` rows, and 10.4 ms against 2.5 ms for 100 on a
+/// scratch copy of `tests/plans.rs`'s `claims_update_through_the_primary_key` (BENCHMARKS.md,
+/// "Plans of the relay's statements"; the same reason as
 /// [`crate::store::dialect::by_primary_key`]'s).
 fn claim_update_with(backend: DbBackend, owner: &str, locking: bool, ids: Expr) -> UpdateStatement {
     let wait = if locking {
@@ -224,8 +227,9 @@ fn claim_update_with(backend: DbBackend, owner: &str, locking: bool, ids: Expr) 
 /// Claims up to `n` due events for `owner` without waiting on rows other instances are
 /// claiming, and returns them (status `SENDING`), oldest due first.
 ///
-/// - Postgres: one `UPDATE ... WHERE id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))
-///   RETURNING *` (the array form runs the locking subquery exactly once).
+/// - Postgres: one `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT ...
+///   FOR UPDATE SKIP LOCKED)) RETURNING *` (the array form runs the locking subquery exactly
+///   once; the boolean guard keeps the update on the primary key, see [`claim_batch_statement`]).
 /// - SQLite: a lock-free read of whether anything is due, then (only when something is) the same
 ///   statement without the lock clause (SQLite has one writer at a time; the read keeps idle
 ///   relays off the write lock).
