@@ -113,7 +113,11 @@ http_get() { # port path -> body on stdout
 
 namesrv_up() { port_open "$NAMESRV_PORT"; }
 broker_ready() { ready_on "$HEALTH_PORT"; }
-ready_on() { http_get "$1" /readyz | grep -q '"status":"ready"'; } # health port
+ready_on() { # health port; no pipe into `grep -q` (under pipefail its early exit can fail the test)
+    local body
+    body=$(http_get "$1" /readyz)
+    [[ $body == *'"status":"ready"'* ]]
+}
 
 pid_alive() { # pidfile -> 0 when the pid in it is a live rocketmq process
     local f=$1 pid
@@ -121,7 +125,13 @@ pid_alive() { # pidfile -> 0 when the pid in it is a live rocketmq process
     pid=$(cat "$f" 2>/dev/null) || return 1
     [[ $pid =~ ^[0-9]+$ ]] || return 1
     kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q rocketmq
+    local cmd
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    # Empty for a moment while the process goes from one exec to the next (setsid, nohup, the
+    # server): alive. Read into a variable, not piped into `grep -q`: under pipefail the pipe's
+    # early close could report a live server dead (CI once failed with "the broker exited
+    # before it was ready" while the broker ran on).
+    [[ -z $cmd || $cmd == *rocketmq* ]]
 }
 
 # A listener whose port lies in the kernel's ephemeral range (net.ipv4.ip_local_port_range,
