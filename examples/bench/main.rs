@@ -27,8 +27,8 @@
 //!   time to an idle relay polling every `--idle-poll-ms`.
 //! - `write_eps`, `write_eps_no_notify`, `write_eps_notify_over_none`: one-event transactions per
 //!   second through `with_event` (default settings) and through the plain insert, per writer
-//!   count of `--writers` (default 8 and 32) as `_w<N>`, interleaved and repeated
-//!   (`--write-repeats`); on Postgres also `write_eps_notify_every_w<N>` (every event notifying)
+//!   count of `--writers` (default 8 and 32) as `_w<N>`, in short blocks interleaved in rotating
+//!   order on one table (`--write-repeats` rounds of `--write-events` per kind); on Postgres also `write_eps_notify_every_w<N>` (every event notifying)
 //!   and a control, `with_event` with the notify off: `write_eps_off_over_none_w<N>` (≈ 1 but for
 //!   noise) and `write_eps_notify_over_off_w<N>` (the notify's own tax).
 //! - `unordered_keys_eps`, `ordered_eps`, `ordered_over_unordered`: the batch relay over N events
@@ -126,11 +126,12 @@ struct Args {
     /// `sea_orm_outbox::DEFAULT_NOTIFY_INTERVAL`; for experiments).
     #[arg(long)]
     notify_interval_ms: Option<u64>,
-    /// Rounds of the write-throughput phase per writer count (the figures are medians).
-    #[arg(long, default_value_t = 5)]
+    /// Rounds of the write-throughput phase per writer count: each runs one block of every
+    /// insert kind, in an order rotated by one each round.
+    #[arg(long, default_value_t = 16)]
     write_repeats: usize,
-    /// Events written (one transaction each) in the write-throughput phase.
-    #[arg(long, default_value_t = 4_000)]
+    /// Events (one-event transactions) of each block of the write-throughput phase.
+    #[arg(long, default_value_t = 1_000)]
     write_events: u64,
     /// Skip the write-throughput phase.
     #[arg(long)]

@@ -36,27 +36,27 @@ enum Insert {
     Off,
 }
 
-/// Events per second written by `writers` concurrent one-event transactions, inserting as
-/// `insert` says.
-async fn write_eps(
-    bench: &ScratchDb,
-    setup: &DatabaseConnection,
+/// One block of the write phase: `writers` tasks on `db` (a pool of `writers` connections)
+/// write `events` one-event transactions, inserting as `insert` says. Returns the block's
+/// wall time in seconds. The events of every block go into the same table (the table grows by
+/// `events` rows a block; neighbouring blocks see about the same table).
+async fn write_block(
+    db: &DatabaseConnection,
     args: &Args,
     writers: usize,
     insert: Insert,
+    events: u64,
 ) -> Result<f64, BoxError> {
-    reset(setup).await?;
-    let db = bench.pool(writers as u32).await?;
     let next = Arc::new(AtomicU64::new(0));
     let interval = args.notify_interval_ms;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..writers {
-        let (db, next, total) = (db.clone(), next.clone(), args.write_events);
+        let (db, next) = (db.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
-                if i >= total {
+                if i >= events {
                     return Ok::<(), BoxError>(());
                 }
                 let event = NewEvent::raw(
@@ -93,9 +93,7 @@ async fn write_eps(
     for t in tasks {
         t.await??;
     }
-    let eps = args.write_events as f64 / start.elapsed().as_secs_f64();
-    db.close().await?;
-    Ok(eps)
+    Ok(start.elapsed().as_secs_f64())
 }
 
 /// The median of `v` (NaN when empty).
@@ -104,16 +102,69 @@ fn median(mut v: Vec<f64>) -> f64 {
     percentile(&v, 50.0)
 }
 
-/// Per writer count of `--writers` (default 8 and 32): `--write-repeats` rounds, each running
-/// the insert kinds back to back in an order that alternates between rounds (ABCD, DCBA, ...)
-/// against drift; `write_eps_w<N>` (default settings), `write_eps_no_notify_w<N>` (plain insert),
-/// on Postgres `write_eps_notify_every_w<N>` (every event notifies: the write path before
-/// issue 14), each the median of its runs, and `write_eps_notify_over_none_w<N>` /
-/// `write_eps_every_over_none_w<N>`, the medians of the per-round ratios; on Postgres also
-/// `with_event` with `notify_relays(false)` in every round, for `write_eps_off_over_none_w<N>`
-/// (the library's path without the notify against the plain insert: the noise floor) and
-/// `write_eps_notify_over_off_w<N>` (the notify's own tax). `write_eps`,
-/// `write_eps_no_notify` are the first count's; `write_eps_notify_over_none` (and
+/// The lowest and the highest of `v`.
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
+
+/// What one writer count's blocks gave, per insert kind (indexed by `Insert as usize`).
+#[derive(Default)]
+struct Blocks {
+    /// Events written and seconds taken over all measured blocks.
+    events: [u64; 4],
+    secs: [f64; 4],
+    /// Events/s of each measured block, in round order.
+    eps: [Vec<f64>; 4],
+}
+
+impl Blocks {
+    /// Events/s of `kind` over all its measured blocks (their events over their time).
+    fn eps(&self, kind: Insert) -> f64 {
+        self.events[kind as usize] as f64 / self.secs[kind as usize]
+    }
+
+    /// `a`'s pooled events/s over `b`'s: the figure.
+    fn ratio(&self, a: Insert, b: Insert) -> f64 {
+        self.eps(a) / self.eps(b)
+    }
+
+    /// The per-round ratios of `a`'s block to `b`'s: their median and range, for the detail.
+    fn per_round(&self, a: Insert, b: Insert) -> String {
+        let r: Vec<f64> = self.eps[a as usize]
+            .iter()
+            .zip(&self.eps[b as usize])
+            .map(|(x, y)| x / y)
+            .collect();
+        let (lo, hi) = range(&r);
+        format!(
+            "per-round ratios: median {:.3}, {:.3}-{:.3}",
+            median(r),
+            lo,
+            hi
+        )
+    }
+}
+
+/// Per writer count of `--writers` (default 8 and 32), on one table and one pool of that many
+/// connections: a warm-up block of every insert kind (not counted), then `--write-repeats`
+/// rounds of one block (`--write-events` one-event transactions) per kind, the kinds' order
+/// rotated by one each round (ABCD, BCDA, CDAB, ...: every kind runs as often in every
+/// position). Short blocks in a rotating order put every kind next to the others many times, so
+/// slow drift of the machine (this VM's commit rate wanders by about ±10 % over seconds) falls
+/// on all kinds alike.
+///
+/// Figures, each kind's events over its blocks' total time: `write_eps_w<N>` (default
+/// settings), `write_eps_no_notify_w<N>` (plain insert), on Postgres
+/// `write_eps_notify_every_w<N>` (every event notifies: the write path before issue 14); the
+/// ratios of those, `write_eps_notify_over_none_w<N>` and `write_eps_every_over_none_w<N>`; on
+/// Postgres also `with_event` with `notify_relays(false)` as a fourth kind, for
+/// `write_eps_off_over_none_w<N>` (the library's path without the notify against the plain
+/// insert: the noise floor, ≈ 1 by construction) and `write_eps_notify_over_off_w<N>` (the
+/// notify's own tax). Each ratio's detail gives the median and range of its per-round ratios.
+/// `write_eps`, `write_eps_no_notify` are the first count's; `write_eps_notify_over_none` (and
 /// `write_eps_every_over_none`) the lowest over the counts. Skipped with `--skip-write`.
 pub async fn write_figures(
     figs: &mut Figures,
@@ -138,39 +189,34 @@ pub async fn write_figures(
         &[Insert::Plain, Insert::Default]
     };
     let repeats = args.write_repeats.max(1);
+    let events = args.write_events.max(1);
     let mut lowest: Option<(f64, f64)> = None;
     let mut first: Option<(f64, f64)> = None;
     for &writers in &args.writers {
-        let (mut plain, mut default, mut every) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut over, mut every_over) = (Vec::new(), Vec::new());
-        let (mut off_over, mut default_over_off) = (Vec::new(), Vec::new());
+        reset(setup).await?;
+        let db = bench.pool(writers as u32).await?;
+        // Warm-up: connections opened, caches and plans filled; not counted.
+        for &kind in kinds {
+            write_block(&db, args, writers, kind, events).await?;
+        }
+        let mut blocks = Blocks::default();
         for round in 0..repeats {
             let mut order = kinds.to_vec();
-            if round % 2 == 1 {
-                order.reverse();
-            }
-            let mut got = [f64::NAN; 4];
+            order.rotate_left(round % kinds.len());
             for kind in order {
-                let eps = write_eps(bench, setup, args, writers, kind).await?;
-                got[kind as usize] = eps;
-            }
-            plain.push(got[Insert::Plain as usize]);
-            default.push(got[Insert::Default as usize]);
-            over.push(got[Insert::Default as usize] / got[Insert::Plain as usize]);
-            if postgres {
-                every.push(got[Insert::Every as usize]);
-                every_over.push(got[Insert::Every as usize] / got[Insert::Plain as usize]);
-                off_over.push(got[Insert::Off as usize] / got[Insert::Plain as usize]);
-                default_over_off.push(got[Insert::Default as usize] / got[Insert::Off as usize]);
+                let secs = write_block(&db, args, writers, kind, events).await?;
+                blocks.events[kind as usize] += events;
+                blocks.secs[kind as usize] += secs;
+                blocks.eps[kind as usize].push(events as f64 / secs);
             }
         }
+        db.close().await?;
         let how = format!(
-            "{} events, {writers} concurrent one-event transactions, median of {repeats} \
-             interleaved runs",
-            args.write_events
+            "{writers} concurrent one-event transactions, {repeats} blocks of {events} events \
+             interleaved in rotating order on one table; events over the blocks' total time"
         );
-        let (p, d) = (median(plain), median(default));
-        let ratio = median(over);
+        let (d, p) = (blocks.eps(Insert::Default), blocks.eps(Insert::Plain));
+        let ratio = blocks.ratio(Insert::Default, Insert::Plain);
         figs.add(
             &format!("write_eps_w{writers}"),
             f1(d),
@@ -191,14 +237,17 @@ pub async fn write_figures(
         figs.add(
             &format!("write_eps_notify_over_none_w{writers}"),
             f3(ratio),
-            "median of the per-round ratios write_eps / write_eps_no_notify",
+            format!(
+                "write_eps / write_eps_no_notify; {}",
+                blocks.per_round(Insert::Default, Insert::Plain)
+            ),
         );
         let mut every_ratio = f64::NAN;
         if postgres {
-            every_ratio = median(every_over);
+            every_ratio = blocks.ratio(Insert::Every, Insert::Plain);
             figs.add(
                 &format!("write_eps_notify_every_w{writers}"),
-                f1(median(every)),
+                f1(blocks.eps(Insert::Every)),
                 format!(
                     "{how}, with_event notify_interval(0): every event notifies (before issue 14)"
                 ),
@@ -206,19 +255,27 @@ pub async fn write_figures(
             figs.add(
                 &format!("write_eps_every_over_none_w{writers}"),
                 f3(every_ratio),
-                "median of the per-round ratios write_eps_notify_every / write_eps_no_notify",
+                format!(
+                    "write_eps_notify_every / write_eps_no_notify; {}",
+                    blocks.per_round(Insert::Every, Insert::Plain)
+                ),
             );
             figs.add(
                 &format!("write_eps_off_over_none_w{writers}"),
-                f3(median(off_over)),
-                "median of the per-round ratios: with_event with notify_relays(false) / the \
-                 plain insert (the library's cost without the notify)",
+                f3(blocks.ratio(Insert::Off, Insert::Plain)),
+                format!(
+                    "with_event with notify_relays(false) / the plain insert (the library's \
+                     cost without the notify; the noise floor); {}",
+                    blocks.per_round(Insert::Off, Insert::Plain)
+                ),
             );
             figs.add(
                 &format!("write_eps_notify_over_off_w{writers}"),
-                f3(median(default_over_off)),
-                "median of the per-round ratios: with_event default / with notify_relays(false) \
-                 (the notify's own tax)",
+                f3(blocks.ratio(Insert::Default, Insert::Off)),
+                format!(
+                    "with_event default / with notify_relays(false) (the notify's own tax); {}",
+                    blocks.per_round(Insert::Default, Insert::Off)
+                ),
             );
         }
         first.get_or_insert((d, p));
