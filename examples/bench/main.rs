@@ -27,10 +27,11 @@
 //!   time to an idle relay polling every `--idle-poll-ms`.
 //! - `write_eps`, `write_eps_no_notify`, `write_eps_notify_over_none`: one-event transactions per
 //!   second through `with_event` (default settings) and through the plain insert, per writer
-//!   count of `--writers` (default 8 and 32) as `_w<N>`, in short blocks interleaved in rotating
-//!   order on one table (`--write-repeats` rounds of `--write-events` per kind); on Postgres also `write_eps_notify_every_w<N>` (every event notifying)
-//!   and a control, `with_event` with the notify off: `write_eps_off_over_none_w<N>` (≈ 1 but for
-//!   noise) and `write_eps_notify_over_off_w<N>` (the notify's own tax).
+//!   count of `--writers` (default 8 and 32) as `_w<N>`, in short blocks interleaved in a
+//!   balanced order (a Williams square) on one table (`--write-repeats` rounds of
+//!   `--write-events` per kind); on Postgres also `write_eps_notify_every_w<N>` (every event
+//!   notifying) and a control, `with_event` with the notify off: `write_eps_off_over_none_w<N>`
+//!   (≈ 1 but for noise) and `write_eps_notify_over_off_w<N>` (the notify's own tax).
 //! - `unordered_keys_eps`, `ordered_eps`, `ordered_over_unordered`: the batch relay over N events
 //!   spread over `--ordered-keys` keys (default 1,000), unordered and then in ordered mode
 //!   (`Block`, `--ordered-concurrency` keys in flight per worker), one run; `ordered_hot_key_eps`:
@@ -126,8 +127,9 @@ struct Args {
     /// `sea_orm_outbox::DEFAULT_NOTIFY_INTERVAL`; for experiments).
     #[arg(long)]
     notify_interval_ms: Option<u64>,
-    /// Rounds of the write-throughput phase per writer count: each runs one block of every
-    /// insert kind, in an order rotated by one each round.
+    /// Rounds of the write-throughput phase per writer count, rounded up to a multiple of the
+    /// insert kinds (4 on Postgres, 2 elsewhere): each runs one block of every kind, in the
+    /// order of one row of a Williams square.
     #[arg(long, default_value_t = 16)]
     write_repeats: usize,
     /// Events (one-event transactions) of each block of the write-throughput phase.
@@ -263,7 +265,8 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     let mut figs = Figures::default();
     println!(
         "bench: backend={:?} database={} events={} workers={} pool={} batch={} \
-         concurrency={} per_row_batch={} per_row_concurrency={} poll_delay_ms={} drain=on small={}",
+         concurrency={} per_row_batch={} per_row_concurrency={} poll_delay_ms={} drain=on small={} \
+         writers={:?} write_repeats={} write_events={}",
         bench.backend,
         bench.name,
         args.events,
@@ -274,7 +277,10 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
         args.per_row_batch,
         args.per_row_concurrency,
         args.poll_delay_ms,
-        args.small
+        args.small,
+        args.writers,
+        args.write_repeats,
+        args.write_events
     );
 
     // 1. The ceiling.

@@ -23,17 +23,39 @@ use crate::Args;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Insert {
     /// The library's plain insert statement: no `pg_notify` (`write_eps_no_notify`).
-    Plain,
+    Plain = 0,
     /// `with_event` with the default settings (on Postgres the notify shared by the slot,
     /// `NewEvent::notify_interval` 10 ms): `write_eps`.
-    Default,
+    Default = 1,
     /// `with_event` with `notify_interval(Duration::ZERO)`: every event queues its own
     /// `pg_notify`, as every `with_event` did before issue 14 (`write_eps_notify_every`).
-    Every,
+    Every = 2,
     /// `with_event` with `notify_relays(false)`: the library's write path without the notify
     /// (`write_eps_off_over_none_w<N>` against the plain insert, the noise floor), which splits
     /// the notify's tax (`write_eps_notify_over_off_w<N>`) from the rest of `with_event`.
-    Off,
+    Off = 3,
+}
+
+/// Row `round` of a Williams square over `n` kinds (a balanced Latin square; `n` even, as the
+/// write phase's 2 and 4 kinds are): the positions `0..n` in the order that round runs them.
+/// Over `n` consecutive rounds every kind runs once in every position AND directly after every
+/// other kind once, so neither a position in the round nor a neighbour favours one kind
+/// (Williams, "Experimental designs balanced for the estimation of residual effects of
+/// treatments", Australian Journal of Scientific Research, 1949). Row 0 is `0, n-1, 1, n-2,
+/// 2, ...`; row `r` adds `r` (mod `n`). For 4: `0312`, `1023`, `2130`, `3201`.
+fn williams_row(n: usize, round: usize) -> Vec<usize> {
+    let mut first = Vec::with_capacity(n);
+    let (mut lo, mut hi) = (0, n);
+    for i in 0..n {
+        if i % 2 == 0 {
+            first.push(lo);
+            lo += 1;
+        } else {
+            hi -= 1;
+            first.push(hi);
+        }
+    }
+    first.into_iter().map(|k| (k + round) % n).collect()
 }
 
 /// One block of the write phase: `writers` tasks on `db` (a pool of `writers` connections)
@@ -131,7 +153,8 @@ impl Blocks {
         self.eps(a) / self.eps(b)
     }
 
-    /// The per-round ratios of `a`'s block to `b`'s: their median and range, for the detail.
+    /// The per-round ratios of `a`'s block to `b`'s, for the detail: their median, range, and
+    /// mean with twice its standard error (the spread a repeat of the run may show).
     fn per_round(&self, a: Insert, b: Insert) -> String {
         let r: Vec<f64> = self.eps[a as usize]
             .iter()
@@ -139,22 +162,28 @@ impl Blocks {
             .map(|(x, y)| x / y)
             .collect();
         let (lo, hi) = range(&r);
+        let n = r.len() as f64;
+        let mean = r.iter().sum::<f64>() / n;
+        let var = r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
         format!(
-            "per-round ratios: median {:.3}, {:.3}-{:.3}",
+            "per-round ratios: median {:.3}, {:.3}-{:.3}, mean {:.3} +- {:.3} (2 s.e.)",
             median(r),
             lo,
-            hi
+            hi,
+            mean,
+            2.0 * (var / n).sqrt()
         )
     }
 }
 
 /// Per writer count of `--writers` (default 8 and 32), on one table and one pool of that many
 /// connections: a warm-up block of every insert kind (not counted), then `--write-repeats`
-/// rounds of one block (`--write-events` one-event transactions) per kind, the kinds' order
-/// rotated by one each round (ABCD, BCDA, CDAB, ...: every kind runs as often in every
-/// position). Short blocks in a rotating order put every kind next to the others many times, so
-/// slow drift of the machine (this VM's commit rate wanders by about ±10 % over seconds) falls
-/// on all kinds alike.
+/// rounds (rounded up to a multiple of the kinds: 4 on Postgres, 2 elsewhere) of one block
+/// (`--write-events` one-event transactions) per kind, each round's order a row of a Williams
+/// square ([`williams_row`]: every kind as often in every position and directly after every
+/// other kind). Short blocks in a balanced order put every kind next to the others many
+/// times, so slow drift of the machine (this VM's commit rate wanders by about ±10 % over
+/// seconds) falls on all kinds alike.
 ///
 /// Figures, each kind's events over its blocks' total time: `write_eps_w<N>` (default
 /// settings), `write_eps_no_notify_w<N>` (plain insert), on Postgres
@@ -188,7 +217,8 @@ pub async fn write_figures(
     } else {
         &[Insert::Plain, Insert::Default]
     };
-    let repeats = args.write_repeats.max(1);
+    // Whole Williams squares only: a partial square favours some kinds' positions.
+    let repeats = args.write_repeats.max(1).div_ceil(kinds.len()) * kinds.len();
     let events = args.write_events.max(1);
     let mut lowest: Option<(f64, f64)> = None;
     let mut first: Option<(f64, f64)> = None;
@@ -201,9 +231,10 @@ pub async fn write_figures(
         }
         let mut blocks = Blocks::default();
         for round in 0..repeats {
-            let mut order = kinds.to_vec();
-            order.rotate_left(round % kinds.len());
-            for kind in order {
+            for kind in williams_row(kinds.len(), round)
+                .into_iter()
+                .map(|k| kinds[k])
+            {
                 let secs = write_block(&db, args, writers, kind, events).await?;
                 blocks.events[kind as usize] += events;
                 blocks.secs[kind as usize] += secs;
@@ -213,7 +244,7 @@ pub async fn write_figures(
         db.close().await?;
         let how = format!(
             "{writers} concurrent one-event transactions, {repeats} blocks of {events} events \
-             interleaved in rotating order on one table; events over the blocks' total time"
+             interleaved in balanced order on one table; events over the blocks' total time"
         );
         let (d, p) = (blocks.eps(Insert::Default), blocks.eps(Insert::Plain));
         let ratio = blocks.ratio(Insert::Default, Insert::Plain);
