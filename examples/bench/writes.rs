@@ -38,8 +38,10 @@ enum Insert {
 
 /// Row `round` of a Williams square over `n` kinds (a balanced Latin square; `n` even, as the
 /// write phase's 2 and 4 kinds are): the positions `0..n` in the order that round runs them.
-/// Over `n` consecutive rounds every kind runs once in every position AND directly after every
-/// other kind once, so neither a position in the round nor a neighbour favours one kind
+/// Over `n` consecutive rounds every kind runs once in every position AND, within the rounds,
+/// directly after every other kind once, so neither a position in the round nor a neighbour
+/// favours one kind (the write phase runs an untimed spacer block before each round, so that
+/// the first block of a round does not follow the last of the one before)
 /// (Williams, "Experimental designs balanced for the estimation of residual effects of
 /// treatments", Australian Journal of Scientific Research, 1949). Row 0 is `0, n-1, 1, n-2,
 /// 2, ...`; row `r` adds `r` (mod `n`). For 4: `0312`, `1023`, `2130`, `3201`.
@@ -154,7 +156,8 @@ impl Blocks {
     }
 
     /// The per-round ratios of `a`'s block to `b`'s, for the detail: their median, range, and
-    /// mean with twice its standard error (the spread a repeat of the run may show).
+    /// mean with twice its standard error (rounds taken as independent, which neighbouring
+    /// rounds are not quite; two runs' means differ by up to about √2 times that).
     fn per_round(&self, a: Insert, b: Insert) -> String {
         let r: Vec<f64> = self.eps[a as usize]
             .iter()
@@ -181,7 +184,7 @@ impl Blocks {
 /// rounds (rounded up to a multiple of the kinds: 4 on Postgres, 2 elsewhere) of one block
 /// (`--write-events` one-event transactions) per kind, each round's order a row of a Williams
 /// square ([`williams_row`]: every kind as often in every position and directly after every
-/// other kind). Short blocks in a balanced order put every kind next to the others many
+/// other kind), each round after an untimed spacer block of the plain insert. Short blocks in a balanced order put every kind next to the others many
 /// times, so slow drift of the machine (this VM's commit rate wanders by about ±10 % over
 /// seconds) falls on all kinds alike.
 ///
@@ -231,6 +234,9 @@ pub async fn write_figures(
         }
         let mut blocks = Blocks::default();
         for round in 0..repeats {
+            // The spacer: a quarter block of the plain insert, not counted, so that every
+            // round's first block follows the same kind (see `williams_row`).
+            write_block(&db, args, writers, Insert::Plain, (events / 4).max(1)).await?;
             for kind in williams_row(kinds.len(), round)
                 .into_iter()
                 .map(|k| kinds[k])
