@@ -185,6 +185,30 @@ impl<'w> Slots<'w> {
         let mut retry_by: Option<Instant> = None;
         let mut retry_timer = Timer::new();
         loop {
+            // Sends that finished since the last look are recorded before anything else: their
+            // slots are free again, and where marks ride on claims
+            // ([`Recorder::marks_with_claim`]) the next claim's statement marks their
+            // deliveries. Before, a worker whose sends finish faster than a claim (a fast
+            // broker, batch sends) claimed into every free slot first and then marked each
+            // claim in a statement of its own: the bench's no-op relay made about twice the
+            // commits (BENCHMARKS.md, "Marks that ride on the next claim").
+            if let Some(joined) = self.tasks.try_join_next() {
+                self.collect(Some(joined), &mut s).await;
+                // As in the `join_next` arm below: a finished run makes its key's next events
+                // heads.
+                if self.ordered && c.drain {
+                    due = true;
+                }
+            }
+            // The mark linger ([`Recorder::flush_at`]) holds on this path too: a pump that
+            // keeps claiming never reaches the `select!` below.
+            if self
+                .recorder
+                .flush_at()
+                .is_some_and(|t| t <= Instant::now())
+            {
+                self.recorder.flush(&mut s).await;
+            }
             let stopping = cancel.is_cancelled();
             if stopping && self.tasks.is_empty() {
                 break;
