@@ -28,8 +28,8 @@
 //! - `write_eps`, `write_eps_no_notify`, `write_eps_notify_over_none`: one-event transactions per
 //!   second through `with_event` (default settings) and through the plain insert, per writer
 //!   count of `--writers` (default 8 and 32) as `_w<N>`, in short blocks interleaved in a
-//!   balanced order (a Williams square) on one table (`--write-repeats` rounds of
-//!   `--write-events` per kind); on Postgres also `write_eps_notify_every_w<N>` (every event
+//!   balanced order (a Williams square, each round after an untimed spacer block of the plain
+//!   insert) on one table (`--write-repeats` rounds of `--write-events` per kind); on Postgres also `write_eps_notify_every_w<N>` (every event
 //!   notifying) and a control, `with_event` with the notify off: `write_eps_off_over_none_w<N>`
 //!   (≈ 1 but for noise) and `write_eps_notify_over_off_w<N>` (the notify's own tax).
 //! - `unordered_keys_eps`, `ordered_eps`, `ordered_over_unordered`: the batch relay over N events

@@ -37,7 +37,8 @@ enum Insert {
 }
 
 /// Row `round` of a Williams square over `n` kinds (a balanced Latin square; `n` even, as the
-/// write phase's 2 and 4 kinds are): the positions `0..n` in the order that round runs them.
+/// write phase's 2 and 4 kinds are): the kinds' indices `0..n` in the order that round runs
+/// them.
 /// Over `n` consecutive rounds every kind runs once in every position AND, within the rounds,
 /// directly after every other kind once, so neither a position in the round nor a neighbour
 /// favours one kind (the write phase runs an untimed spacer block before each round, so that
@@ -46,6 +47,10 @@ enum Insert {
 /// treatments", Australian Journal of Scientific Research, 1949). Row 0 is `0, n-1, 1, n-2,
 /// 2, ...`; row `r` adds `r` (mod `n`). For 4: `0312`, `1023`, `2130`, `3201`.
 fn williams_row(n: usize, round: usize) -> Vec<usize> {
+    debug_assert!(
+        n % 2 == 0,
+        "a Williams square of one row per kind needs an even count"
+    );
     let mut first = Vec::with_capacity(n);
     let (mut lo, mut hi) = (0, n);
     for i in 0..n {
@@ -195,7 +200,8 @@ impl Blocks {
 /// Postgres also `with_event` with `notify_relays(false)` as a fourth kind, for
 /// `write_eps_off_over_none_w<N>` (the library's path without the notify against the plain
 /// insert: the noise floor, ≈ 1 by construction) and `write_eps_notify_over_off_w<N>` (the
-/// notify's own tax). Each ratio's detail gives the median and range of its per-round ratios.
+/// notify's own tax). Each ratio's detail gives the median, range, and mean with twice its
+/// standard error of its per-round ratios.
 /// `write_eps`, `write_eps_no_notify` are the first count's; `write_eps_notify_over_none` (and
 /// `write_eps_every_over_none`) the lowest over the counts. Skipped with `--skip-write`.
 pub async fn write_figures(
@@ -250,7 +256,8 @@ pub async fn write_figures(
         db.close().await?;
         let how = format!(
             "{writers} concurrent one-event transactions, {repeats} blocks of {events} events \
-             interleaved in balanced order on one table; events over the blocks' total time"
+             interleaved in balanced order (Williams square, an untimed spacer block before each round) \
+             on one table; events over the blocks' total time"
         );
         let (d, p) = (blocks.eps(Insert::Default), blocks.eps(Insert::Plain));
         let ratio = blocks.ratio(Insert::Default, Insert::Plain);

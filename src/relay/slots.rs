@@ -249,6 +249,11 @@ impl<'w> Slots<'w> {
                 w.observer.commit(&mut s);
                 continue;
             }
+            // What the top of the loop recorded reaches the totals before the worker waits
+            // (else they lag by up to a poll delay while the worker is idle).
+            if s != WorkerSummary::default() {
+                w.observer.commit(&mut s);
+            }
             let flush_at = self.recorder.flush_at();
             flush_timer.set(flush_at);
             refill_timer.set(refill_by);
