@@ -1,7 +1,8 @@
 //! The writer's side: write throughput with and without the notify (`write_eps`,
 //! `write_eps_no_notify`, `write_eps_notify_over_none`, per writer count `_w<N>`; on Postgres
 //! also every event notifying and a notify-off control, `write_eps_off_over_none_w<N>` and
-//! `write_eps_notify_over_off_w<N>`) and the cost of `with_event` in a business transaction
+//! `write_eps_notify_over_off_w<N>`), the database server's CPU per event of each kind
+//! (`write_server_us_per_event_w<N>`), and the cost of `with_event` in a business transaction
 //! (`with_event_overhead_ms`).
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use sea_orm::{
 };
 use sea_orm_outbox::{store, NewEvent, OutboxExt};
 
+use crate::cpu::CpuMark;
 use crate::figures::{f1, f3, percentile, Figures};
 use crate::order;
 use crate::scratch::{BoxError, ScratchDb};
@@ -48,7 +50,7 @@ enum Insert {
 /// 2, ...`; row `r` adds `r` (mod `n`). For 4: `0312`, `1023`, `2130`, `3201`.
 fn williams_row(n: usize, round: usize) -> Vec<usize> {
     debug_assert!(
-        n % 2 == 0,
+        n.is_multiple_of(2),
         "a Williams square of one row per kind needs an even count"
     );
     let mut first = Vec::with_capacity(n);
@@ -67,7 +69,8 @@ fn williams_row(n: usize, round: usize) -> Vec<usize> {
 
 /// One block of the write phase: `writers` tasks on `db` (a pool of `writers` connections)
 /// write `events` one-event transactions, inserting as `insert` says. Returns the block's
-/// wall time in seconds. The events of every block go into the same table (the table grows by
+/// wall time in seconds and the database server's CPU microseconds per event during the block
+/// (all its processes, from /proc, read outside the timed part; see `crate::cpu`). The events of every block go into the same table (the table grows by
 /// `events` rows a block; neighbouring blocks see about the same table).
 async fn write_block(
     db: &DatabaseConnection,
@@ -75,9 +78,11 @@ async fn write_block(
     writers: usize,
     insert: Insert,
     events: u64,
-) -> Result<f64, BoxError> {
+) -> Result<(f64, f64), BoxError> {
     let next = Arc::new(AtomicU64::new(0));
     let interval = args.notify_interval_ms;
+    let backend = db.get_database_backend();
+    let cpu = CpuMark::now(backend);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..writers {
@@ -122,7 +127,9 @@ async fn write_block(
     for t in tasks {
         t.await??;
     }
-    Ok(start.elapsed().as_secs_f64())
+    let secs = start.elapsed().as_secs_f64();
+    let (_, server_us) = cpu.since(backend).us_per_event(secs, events);
+    Ok((secs, server_us))
 }
 
 /// The median of `v` (NaN when empty).
@@ -147,12 +154,20 @@ struct Blocks {
     secs: [f64; 4],
     /// Events/s of each measured block, in round order.
     eps: [Vec<f64>; 4],
+    /// The database server's CPU microseconds (all its processes) over all measured blocks.
+    server_us: [f64; 4],
 }
 
 impl Blocks {
     /// Events/s of `kind` over all its measured blocks (their events over their time).
     fn eps(&self, kind: Insert) -> f64 {
         self.events[kind as usize] as f64 / self.secs[kind as usize]
+    }
+
+    /// The database server's CPU microseconds per event of `kind` over its measured blocks:
+    /// unlike the commit rate, not moved by the virtual disk's `fdatasync` times.
+    fn server_us(&self, kind: Insert) -> f64 {
+        self.server_us[kind as usize] / self.events[kind as usize].max(1) as f64
     }
 
     /// `a`'s pooled events/s over `b`'s: the figure.
@@ -201,7 +216,9 @@ impl Blocks {
 /// `write_eps_off_over_none_w<N>` (the library's path without the notify against the plain
 /// insert: the noise floor, ≈ 1 by construction) and `write_eps_notify_over_off_w<N>` (the
 /// notify's own tax). Each ratio's detail gives the median, range, and mean with twice its
-/// standard error of its per-round ratios.
+/// standard error of its per-round ratios. `write_server_us_per_event_w<N>`: the database
+/// server's CPU microseconds per event of the default kind, the other kinds' in its detail
+/// (a measure of the statements' server-side cost that the commits' disk waits do not move).
 /// `write_eps`, `write_eps_no_notify` are the first count's; `write_eps_notify_over_none` (and
 /// `write_eps_every_over_none`) the lowest over the counts. Skipped with `--skip-write`.
 pub async fn write_figures(
@@ -247,7 +264,8 @@ pub async fn write_figures(
                 .into_iter()
                 .map(|k| kinds[k])
             {
-                let secs = write_block(&db, args, writers, kind, events).await?;
+                let (secs, server_us) = write_block(&db, args, writers, kind, events).await?;
+                blocks.server_us[kind as usize] += server_us * events as f64;
                 blocks.events[kind as usize] += events;
                 blocks.secs[kind as usize] += secs;
                 blocks.eps[kind as usize].push(events as f64 / secs);
@@ -322,6 +340,25 @@ pub async fn write_figures(
                 ),
             );
         }
+        let us = |k| f1(blocks.server_us(k));
+        figs.add(
+            &format!("write_server_us_per_event_w{writers}"),
+            us(Insert::Default),
+            format!(
+                "the database server's CPU microseconds per event (all its processes, /proc) of \
+                 with_event default; plain insert {}{}",
+                us(Insert::Plain),
+                if postgres {
+                    format!(
+                        ", every event notifying {}, notify off {}",
+                        us(Insert::Every),
+                        us(Insert::Off)
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        );
         first.get_or_insert((d, p));
         lowest = Some(match lowest {
             None => (ratio, every_ratio),
