@@ -7,7 +7,9 @@ use sea_orm::DbBackend;
 /// Clock ticks per second of /proc's CPU times.
 const CLK_TCK: f64 = 100.0;
 
-/// (comm, utime + stime ticks) of /proc/<pid>/stat.
+/// (comm, utime + stime + cutime + cstime ticks) of /proc/<pid>/stat: the children's part
+/// keeps the CPU of server processes that exited during a phase (reaped by their parent, the
+/// postmaster or mariadbd), which would otherwise drop out of the sum.
 fn proc_ticks(pid: &str) -> Option<(String, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let open = stat.find('(')?;
@@ -16,7 +18,9 @@ fn proc_ticks(pid: &str) -> Option<(String, u64)> {
     let rest: Vec<&str> = stat[close + 2..].split_whitespace().collect();
     let utime: u64 = rest.get(11)?.parse().ok()?;
     let stime: u64 = rest.get(12)?.parse().ok()?;
-    Some((comm, utime + stime))
+    let cutime: u64 = rest.get(13)?.parse().ok()?;
+    let cstime: u64 = rest.get(14)?.parse().ok()?;
+    Some((comm, utime + stime + cutime + cstime))
 }
 
 /// CPU ticks of the database server's processes (none for SQLite: it runs in this process).
@@ -72,6 +76,8 @@ pub struct CpuUse {
     server_cores: f64,
     /// Cores busy machine-wide (includes other users' work).
     machine_cores: f64,
+    /// CPU seconds of the database server's processes between the two marks.
+    server_secs: f64,
 }
 
 impl CpuMark {
@@ -98,6 +104,7 @@ impl CpuMark {
         CpuUse {
             client_cores: cores(self.me, end.me),
             server_cores: cores(self.server, end.server),
+            server_secs: end.server.saturating_sub(self.server) as f64 / CLK_TCK,
             machine_cores: if total > 0.0 {
                 busy / total * ncpu
             } else {
@@ -113,6 +120,12 @@ impl CpuUse {
     pub fn us_per_event(&self, secs: f64, events: u64) -> (f64, f64) {
         let per = |cores: f64| cores * secs * 1e6 / events.max(1) as f64;
         (per(self.client_cores), per(self.server_cores))
+    }
+
+    /// The database server's CPU microseconds per event for `events` done between the two
+    /// marks (from the CPU ticks alone, no wall time involved).
+    pub fn server_us_per_event(&self, events: u64) -> f64 {
+        self.server_secs * 1e6 / events.max(1) as f64
     }
 }
 

@@ -29,11 +29,11 @@
 //!   second through `with_event` (default settings) and through the plain insert, per writer
 //!   count of `--writers` (default 8 and 32) as `_w<N>`, in short blocks interleaved in a
 //!   balanced order (a Williams square, each round after an untimed spacer block of the plain
-//!   insert) on one table (`--write-repeats` rounds of `--write-events` per kind); on Postgres also `write_eps_notify_every_w<N>` (every event
-//!   notifying) and a control, `with_event` with the notify off: `write_eps_off_over_none_w<N>`
+//!   insert) on one table (`--write-repeats` rounds of `--write-events` per kind); on Postgres
+//!   also `write_eps_notify_every_w<N>` (every event notifying) and a control, `with_event` with the notify off: `write_eps_off_over_none_w<N>`
 //!   (≈ 1 but for noise) and `write_eps_notify_over_off_w<N>` (the notify's own tax); per
-//!   writer count `write_server_us_per_event_w<N>`, the database server's CPU per event of each
-//!   kind (in the detail).
+//!   writer count (not on SQLite) `write_server_us_per_event_w<N>`, the database server's CPU
+//!   per event of each kind (in the detail).
 //! - `unordered_keys_eps`, `ordered_eps`, `ordered_over_unordered`: the batch relay over N events
 //!   spread over `--ordered-keys` keys (default 1,000), unordered and then in ordered mode
 //!   (`Block`, `--ordered-concurrency` keys in flight per worker), one run; `ordered_hot_key_eps`:

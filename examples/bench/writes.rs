@@ -70,8 +70,9 @@ fn williams_row(n: usize, round: usize) -> Vec<usize> {
 /// One block of the write phase: `writers` tasks on `db` (a pool of `writers` connections)
 /// write `events` one-event transactions, inserting as `insert` says. Returns the block's
 /// wall time in seconds and the database server's CPU microseconds per event during the block
-/// (all its processes, from /proc, read outside the timed part; see `crate::cpu`). The events of every block go into the same table (the table grows by
-/// `events` rows a block; neighbouring blocks see about the same table).
+/// (all its processes, from /proc, read outside the timed part; see `crate::cpu`). The events
+/// of every block go into the same table (the table grows by `events` rows a block;
+/// neighbouring blocks see about the same table).
 async fn write_block(
     db: &DatabaseConnection,
     args: &Args,
@@ -128,7 +129,7 @@ async fn write_block(
         t.await??;
     }
     let secs = start.elapsed().as_secs_f64();
-    let (_, server_us) = cpu.since(backend).us_per_event(secs, events);
+    let server_us = cpu.since(backend).server_us_per_event(events);
     Ok((secs, server_us))
 }
 
@@ -165,7 +166,9 @@ impl Blocks {
     }
 
     /// The database server's CPU microseconds per event of `kind` over its measured blocks:
-    /// unlike the commit rate, not moved by the virtual disk's `fdatasync` times.
+    /// much less moved than the commit rate by the virtual disk's `fdatasync` times (though
+    /// the kernel's flush work, the size of commit groups and background processes still
+    /// count, and /proc's 10 ms ticks limit the resolution).
     fn server_us(&self, kind: Insert) -> f64 {
         self.server_us[kind as usize] / self.events[kind as usize].max(1) as f64
     }
@@ -218,7 +221,8 @@ impl Blocks {
 /// notify's own tax). Each ratio's detail gives the median, range, and mean with twice its
 /// standard error of its per-round ratios. `write_server_us_per_event_w<N>`: the database
 /// server's CPU microseconds per event of the default kind, the other kinds' in its detail
-/// (a measure of the statements' server-side cost that the commits' disk waits do not move).
+/// (the statements' server-side cost, much less moved by the commits' disk waits than the
+/// commit rate; not on SQLite, which runs in this process).
 /// `write_eps`, `write_eps_no_notify` are the first count's; `write_eps_notify_over_none` (and
 /// `write_eps_every_over_none`) the lowest over the counts. Skipped with `--skip-write`.
 pub async fn write_figures(
@@ -341,10 +345,11 @@ pub async fn write_figures(
             );
         }
         let us = |k| f1(blocks.server_us(k));
-        figs.add(
-            &format!("write_server_us_per_event_w{writers}"),
-            us(Insert::Default),
-            format!(
+        if bench.backend != DbBackend::Sqlite {
+            figs.add(
+                &format!("write_server_us_per_event_w{writers}"),
+                us(Insert::Default),
+                format!(
                 "the database server's CPU microseconds per event (all its processes, /proc) of \
                  with_event default; plain insert {}{}",
                 us(Insert::Plain),
@@ -358,7 +363,8 @@ pub async fn write_figures(
                     String::new()
                 }
             ),
-        );
+            );
+        }
         first.get_or_insert((d, p));
         lowest = Some(match lowest {
             None => (ratio, every_ratio),
