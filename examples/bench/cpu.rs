@@ -24,6 +24,9 @@ fn proc_ticks(pid: &str) -> Option<(String, u64)> {
 }
 
 /// CPU ticks of the database server's processes (none for SQLite: it runs in this process).
+/// A server process reaped while /proc is scanned can be counted twice or missed (its own stat
+/// and its parent's cutime are read at different moments); in the bench only autovacuum
+/// workers can exit inside a phase (the pools outlive the phases), so this stays small.
 fn server_ticks(backend: DbBackend) -> u64 {
     let names: &[&str] = match backend {
         DbBackend::Postgres => &["postgres"],

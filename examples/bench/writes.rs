@@ -346,23 +346,23 @@ pub async fn write_figures(
         }
         let us = |k| f1(blocks.server_us(k));
         if bench.backend != DbBackend::Sqlite {
+            let others = if postgres {
+                format!(
+                    ", every event notifying {}, notify off {}",
+                    us(Insert::Every),
+                    us(Insert::Off)
+                )
+            } else {
+                String::new()
+            };
             figs.add(
                 &format!("write_server_us_per_event_w{writers}"),
                 us(Insert::Default),
                 format!(
-                "the database server's CPU microseconds per event (all its processes, /proc) of \
-                 with_event default; plain insert {}{}",
-                us(Insert::Plain),
-                if postgres {
-                    format!(
-                        ", every event notifying {}, notify off {}",
-                        us(Insert::Every),
-                        us(Insert::Off)
-                    )
-                } else {
-                    String::new()
-                }
-            ),
+                    "the database server's CPU microseconds per event (all its processes, \
+                     /proc) of with_event default; plain insert {}{others}",
+                    us(Insert::Plain)
+                ),
             );
         }
         first.get_or_insert((d, p));
