@@ -191,6 +191,20 @@ pub async fn start_workers(
     cancel: &CancellationToken,
     label: &str,
 ) -> Result<Running, BoxError> {
+    let workers = build_workers(bench, args, config, publisher, label).await?;
+    let handles = spawn_workers(&workers, cancel);
+    Ok((workers, handles))
+}
+
+/// Creates `args.workers` workers with `config` (each with a pool of `--pool` connections and
+/// the instance id `bench-<label>-<n>`) publishing to `publisher`, without starting them.
+pub async fn build_workers(
+    bench: &ScratchDb,
+    args: &Args,
+    config: &WorkerConfig,
+    publisher: Arc<dyn Publisher>,
+    label: &str,
+) -> Result<Vec<Arc<Worker>>, BoxError> {
     let mut workers = Vec::new();
     for w in 0..args.workers {
         // The LISTEN connection of wake-on-commit comes on top of the pool's working ones.
@@ -214,14 +228,31 @@ pub async fn start_workers(
         )?);
         workers.push(worker);
     }
-    let handles = workers
+    Ok(workers)
+}
+
+/// Opens `args.pool` connections of each worker's pool (the relay opens its own lazily), so
+/// that a timed phase does not count their start-up: the in-database drain's connections are
+/// opened before its clock starts too.
+pub async fn open_pools(workers: &[Arc<Worker>], args: &Args) -> Result<(), BoxError> {
+    for w in workers {
+        futures::future::try_join_all((0..args.pool).map(|_| w.db().ping())).await?;
+    }
+    Ok(())
+}
+
+/// Runs `workers` in tasks of their own until `cancel`.
+pub fn spawn_workers(
+    workers: &[Arc<Worker>],
+    cancel: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<WorkerSummary>> {
+    workers
         .iter()
         .map(|w| {
             let (w, cancel) = (w.clone(), cancel.clone());
             tokio::spawn(async move { w.run(cancel).await })
         })
-        .collect();
-    Ok((workers, handles))
+        .collect()
 }
 
 /// Drains `events` WAIT rows (a key each, or spread over `keys` keys, then checking per-key
@@ -253,10 +284,14 @@ pub async fn relay(
         CountingPublisher::new(batching)
     });
     let cancel = CancellationToken::new();
+    // The workers and their pools' connections exist before the clock starts, as the
+    // in-database drain's connections do; their start-up (schema check, reclaim pass, first
+    // gauges, first claims) is timed.
+    let workers = build_workers(bench, args, &config, publisher.clone(), label).await?;
+    open_pools(&workers, args).await?;
     let cpu = CpuMark::now(bench.backend);
     let start = Instant::now();
-    let (workers, handles) =
-        start_workers(bench, args, &config, publisher.clone(), &cancel, label).await?;
+    let handles = spawn_workers(&workers, &cancel);
     let deadline = start + Duration::from_secs(args.timeout_s);
     let published = || workers.iter().map(|w| w.summary().published).sum::<u64>();
     while published() < events && Instant::now() < deadline {
