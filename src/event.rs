@@ -114,18 +114,6 @@ pub const RESERVED_HEADER_NAMES: &[&str] = &[
 /// follow-up round ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`], 20 ms) is twice as long.
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
 
-/// Default per-process skip window of an event's notify ([`NewEvent::notify_process_window`]):
-/// 1 millisecond.
-///
-/// Why 1 ms: within a burst, the inserts of one process that start less than this after the
-/// start of its last returned try of the slot's lock skip their own try (which would almost
-/// always fail), so about one try per millisecond and process reaches the database's lock
-/// manager; and a writer that writes one event at a time and waits for each to be published
-/// rarely starts its next insert that soon (in the bench's idle phase, commit → publish took
-/// 0.8 ms at the median, and the next insert followed a random 0–100 ms gap). One that does
-/// skips, and its event is claimed by the relays' follow-up round.
-pub const DEFAULT_NOTIFY_PROCESS_WINDOW: Duration = Duration::from_millis(1);
-
 /// Limits checked before an event is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -166,7 +154,6 @@ pub struct NewEvent {
     headers: BTreeMap<String, String>,
     notify: bool,
     notify_interval: Duration,
-    notify_window: Duration,
 }
 
 impl NewEvent {
@@ -198,7 +185,6 @@ impl NewEvent {
             headers: BTreeMap::new(),
             notify: true,
             notify_interval: DEFAULT_NOTIFY_INTERVAL,
-            notify_window: DEFAULT_NOTIFY_PROCESS_WINDOW,
         }
     }
 
@@ -306,8 +292,7 @@ impl NewEvent {
     /// nothing is lost) only when no notification reaches a relay after it committed: the slot
     /// holder rolled back, or stays open (a long transaction; the next slot's first insert,
     /// at most `interval` later, notifies if there is one), and no other event notified
-    /// since; or, behind the per-process window ([`NewEvent::notify_process_window`]), the try
-    /// it relied on rolled back. When the holder committed first, the woken round or a follow-up claims the event
+    /// since. When the holder committed first, the woken round or a follow-up claims the event
     /// within about twice its lateness. Under a steady stream of writes the next slot's
     /// notification comes within about `interval` anyway.
     ///
@@ -325,61 +310,10 @@ impl NewEvent {
         self.notify_interval
     }
 
-    /// Sets the per-process window in which this event's insert skips the slot's lock attempt
-    /// (Postgres, with a non-zero [`NewEvent::notify_interval`]; default
-    /// [`DEFAULT_NOTIFY_PROCESS_WINDOW`], 1 ms; at most the notify interval counts).
-    /// [`Duration::ZERO`] makes the insert always try the slot's lock, as before this window
-    /// existed.
-    ///
-    /// **The rule.** An insert that starts less than `window` after the start of a try of the
-    /// same process that returned from the same database sends no try of its own and queues no
-    /// `NOTIFY`: that try's transaction, or the slot holder it found, wakes the relays. Measured
-    /// by the process's monotonic clock, because it only decides whether a try is sent (what the
-    /// database stores and compares keeps the database's clock). Inserts learn which database
-    /// they reached from one more column of the insert's `RETURNING` list (a hash of the
-    /// database's name and the server's start time; `hashtextextended` needs Postgres 11 or
-    /// later); a try still in flight, failed or cancelled counts for nothing. A skipping insert
-    /// carries the window's database as a parameter: when it reached another one, it tries the
-    /// slot in the same statement after all, and the window turns off for the whole process
-    /// (logged at INFO), so that several databases written by one process never silence each
-    /// other. A server restart or failover also gives another number, so after one the window is
-    /// off until the process restarts.
-    ///
-    /// **Why.** Every try is a round of Postgres's lock manager on a key that all writers of
-    /// the database share; within a burst nearly every try fails because the slot's holder is
-    /// still open. BENCHMARKS.md ("A per-process window in front of the slot's lock") measured
-    /// what the tries cost the writers.
-    ///
-    /// **What it adds to the wait for the poll delay.** A skipping insert relies on a try that
-    /// started at most `window` before it, whose transaction may have ended already: if it
-    /// committed, its notification woke the relays and their follow-up rounds
-    /// ([`crate::WorkerConfig::wake_follow_up`], keep it longer than the window) claim the
-    /// skipped event; if it rolled back and no other event notifies after it, the skipped event
-    /// waits for the poll delay (never longer; nothing is lost), as an event that skipped
-    /// because of a slot holder that rolled back does.
-    #[must_use]
-    pub fn notify_process_window(mut self, window: Duration) -> Self {
-        self.notify_window = window;
-        self
-    }
-
-    /// The per-process window of this event's slot lock attempt (see
-    /// [`NewEvent::notify_process_window`]; [`Duration::ZERO`]: always try).
-    pub fn notification_process_window(&self) -> Duration {
-        self.notify_window
-    }
-
     /// What the insert does about the wake-up: `None` no notification, `Some(ZERO)` a
     /// notification of its own, `Some(interval)` shared by slots of `interval`.
     pub(crate) fn wakeup(&self) -> Option<Duration> {
         self.notify.then_some(self.notify_interval)
-    }
-
-    /// The slot length and the per-process window when the insert goes through the
-    /// per-process gate (notify on, a non-zero interval and window); `None` otherwise.
-    pub(crate) fn gated_wakeup(&self) -> Option<(Duration, Duration)> {
-        (self.notify && !self.notify_interval.is_zero() && !self.notify_window.is_zero())
-            .then_some((self.notify_interval, self.notify_window))
     }
 
     /// An event whose payload arrives as bytes, for example from a queue or a file.

@@ -57,8 +57,8 @@ pub use consumer::{consume_once, Consumed};
 pub use db_error::{db_error_kind, DbErrorKind};
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{
-    EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_NOTIFY_INTERVAL,
-    DEFAULT_NOTIFY_PROCESS_WINDOW, HEADER_NAME_MAX_LEN, MAX_HEADERS_BYTES, RESERVED_HEADER_NAMES,
+    EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_NOTIFY_INTERVAL, HEADER_NAME_MAX_LEN,
+    MAX_HEADERS_BYTES, RESERVED_HEADER_NAMES,
 };
 pub use ext::{begin_write, transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;

@@ -91,10 +91,7 @@ async fn default_event_notifies_at_commit(ctx: &TestContext) {
     txn.commit().await.expect("commit");
     assert_next(&mut l, "", "the commit delivers the insert's notification").await;
 
-    // An event written outside a transaction (its own autocommit) notifies as well, once the
-    // process's window after the first insert's try has passed (within it the insert would
-    // skip its try: tests/notify_gate.rs).
-    tokio::time::sleep(2 * sea_orm_outbox::DEFAULT_NOTIFY_PROCESS_WINDOW).await;
+    // An event written outside a transaction (its own autocommit) notifies as well.
     ctx.db
         .with_event(NewEvent::raw("ORD-2", "ORDER_CREATED", "{}"))
         .await
@@ -203,12 +200,9 @@ async fn relay_polls_for_events_with_notify_off(ctx: &TestContext) {
 /// One slot for the whole test (boundaries at multiples of 100 years since 1970).
 const ONE_SLOT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// An event of the test's single slot. The per-process window is off: this test shows the
-/// database's rule (the window has tests/notify_gate.rs).
+/// An event of the test's single slot.
 fn slotted(biz_no: &str) -> NewEvent {
-    NewEvent::raw(biz_no, "ORDER_CREATED", "{}")
-        .notify_interval(ONE_SLOT)
-        .notify_process_window(Duration::ZERO)
+    NewEvent::raw(biz_no, "ORDER_CREATED", "{}").notify_interval(ONE_SLOT)
 }
 
 async fn an_open_slot_holder_takes_the_notify_of_its_slot(ctx: &TestContext) {

@@ -12,24 +12,20 @@ use sea_orm_outbox::{EventStatus, NewEvent};
 const BACKENDS: [DbBackend; 3] = [DbBackend::Postgres, DbBackend::MySql, DbBackend::Sqlite];
 
 /// `stmt` for each backend: its SQL, then its values.
-/// A statement's bound values as the snapshots show them.
-fn values_of(s: &Statement) -> String {
-    s.values
-        .as_ref()
-        .map(|v| {
-            v.0.iter()
-                .map(|v| format!("{v:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
-}
-
 fn render(stmt: impl Fn(DbBackend) -> Statement) -> String {
     let mut out = String::new();
     for backend in BACKENDS {
         let s = stmt(backend);
-        let values = values_of(&s);
+        let values = s
+            .values
+            .as_ref()
+            .map(|v| {
+                v.0.iter()
+                    .map(|v| format!("{v:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
         out.push_str(&format!(
             "-- {backend:?}\n{}\n-- values: [{values}]\n\n",
             s.sql
@@ -88,37 +84,6 @@ fn insert_event() {
     );
     let values = stmt.values.expect("values").0;
     assert_eq!(values.last(), Some(&sea_orm::Value::BigInt(Some(2))));
-}
-
-/// Postgres: the default insert behind the per-process window (`notify_process_window`): the
-/// slot's attempt with the database's identity, and the skip, which tries the slot only when
-/// it reached another database than the window's (bound last). The other backends never notify
-/// and have neither.
-#[test]
-fn insert_event_behind_the_process_window() {
-    let event = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#);
-    let interval = event.notification_interval();
-    for b in [DbBackend::MySql, DbBackend::Sqlite] {
-        let insert = b.build(&store::insert_statement(b, &event));
-        assert!(dialect::with_gated_wakeup(b, insert, interval, None).is_none());
-    }
-    let pg = DbBackend::Postgres;
-    let render_pg = |stmt: sea_orm::Statement| {
-        format!(
-            "-- Postgres\n{}\n-- values: [{}]\n",
-            stmt.sql,
-            values_of(&stmt)
-        )
-    };
-    let insert = || pg.build(&store::insert_statement(pg, &event));
-    insta::assert_snapshot!(
-        "insert_event_window_attempt",
-        render_pg(dialect::with_gated_wakeup(pg, insert(), interval, None).expect("Postgres"))
-    );
-    insta::assert_snapshot!(
-        "insert_event_window_skip",
-        render_pg(dialect::with_gated_wakeup(pg, insert(), interval, Some(-42)).expect("Postgres"))
-    );
 }
 
 #[test]
@@ -213,7 +178,16 @@ fn mark_success_and_claim_batch() {
     let pg = DbBackend::Postgres;
     let stmt = store::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
         .expect("Postgres has the statement");
-    let values = values_of(&stmt);
+    let values = stmt
+        .values
+        .as_ref()
+        .map(|v| {
+            v.0.iter()
+                .map(|v| format!("{v:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
     insta::assert_snapshot!(format!(
         "-- Postgres\n{}\n-- values: [{values}]\n",
         stmt.sql

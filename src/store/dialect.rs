@@ -163,22 +163,6 @@ pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: Option<Duratio
     Dialect::of(backend).with_wakeup(insert, notify)
 }
 
-/// On Postgres, the debounced event insert behind the per-process window
-/// ([`crate::NewEvent::notify_process_window`]), with one more `RETURNING` column, `outbox_db`,
-/// naming the database the insert reached (`hashtextextended(current_database()::text,
-/// (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint)`). With `skip_for`
-/// `None` the slot's lock attempt of [`with_wakeup`] for slots of `interval` (not zero); with
-/// `Some(db)` (the window's database) the insert skips the attempt unless it reached another
-/// database than `db`. `None` on the backends whose inserts never notify.
-pub fn with_gated_wakeup(
-    backend: DbBackend,
-    insert: Statement,
-    interval: Duration,
-    skip_for: Option<i64>,
-) -> Option<Statement> {
-    Dialect::of(backend).with_gated_wakeup(insert, interval, skip_for)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,6 @@ pub mod consumed;
 pub mod dialect;
 mod insert;
 mod marks;
-pub(crate) mod notify_gate;
 mod ordered;
 mod reclaim;
 mod relay_db;

@@ -141,23 +141,6 @@ impl Dialect {
         }
     }
 
-    /// The debounced event insert behind the per-process notify gate
-    /// ([`crate::store::notify_gate`]): the slot's lock attempt (`skip_for` `None`), or the
-    /// attempt only when the insert reached another database than `skip_for`'s, and the
-    /// database's identity in the `RETURNING` list. `None` where inserts never notify (MySQL,
-    /// SQLite and unknown backends poll).
-    pub fn with_gated_wakeup(
-        self,
-        insert: Statement,
-        interval: std::time::Duration,
-        skip_for: Option<i64>,
-    ) -> Option<Statement> {
-        match self {
-            Dialect::Postgres => Some(postgres::with_gated_wakeup(insert, interval, skip_for)),
-            _ => None,
-        }
-    }
-
     /// Claims up to `n` due events for `owner` in one round trip (Postgres; SQLite after a
     /// lock-free read of whether anything is due) or one short transaction (MySQL/MariaDB);
     /// see [`crate::store::claim_batch`].

@@ -137,63 +137,12 @@ pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statem
     values.push(Value::BigInt(Some(slot_millis(interval))));
     let slot = values.len();
     Statement {
-        sql: format!("{}, {} AS notified", insert.sql, slot_notify(slot)),
-        values: Some(Values(values)),
-        ..insert
-    }
-}
-
-/// `CASE WHEN pg_try_advisory_xact_lock(1329745752, <slot of parameter $n>) THEN
-/// pg_notify('sea_orm_outbox', '') IS NOT NULL ELSE false END`: the slot's rule, the slot
-/// length in whole milliseconds bound as parameter `n`.
-fn slot_notify(n: usize) -> String {
-    format!(
-        "CASE WHEN pg_try_advisory_xact_lock({NOTIFY_SLOT_LOCK_CLASS}, \
-         (floor(extract(epoch FROM clock_timestamp()) * 1000 / ${n}::bigint)::bigint \
-         % 2147483647)::int) THEN pg_notify('{WAKE_CHANNEL}', '') IS NOT NULL ELSE false END"
-    )
-}
-
-/// The debounced insert behind the per-process gate ([`crate::store::notify_gate`]), with the
-/// database's identity as the last column. `skip_for` `None`: the slot's lock attempt of
-/// [`with_wakeup`] for slots of `interval` (not zero). `Some(db)`: the attempt only when the
-/// insert reached another database than `db` (the gate's; `CASE` evaluates the attempt only
-/// then), both bound as the last two parameters:
-///
-/// ```text
-/// INSERT ... RETURNING "id", CASE WHEN <identity> <> $m THEN CASE WHEN
-///   pg_try_advisory_xact_lock(...) THEN pg_notify(...) IS NOT NULL ELSE false END ELSE false
-///   END AS notified, <identity> AS outbox_db
-/// ```
-///
-/// with `<identity>` = `hashtextextended(current_database()::text, (extract(epoch FROM
-/// pg_postmaster_start_time()) * 1000000)::bigint)`.
-pub(super) fn with_gated_wakeup(
-    insert: Statement,
-    interval: Duration,
-    skip_for: Option<i64>,
-) -> Statement {
-    debug_assert!(!interval.is_zero());
-    let identity = crate::store::notify_gate::IDENTITY_SQL;
-    let column = crate::store::notify_gate::IDENTITY_COLUMN;
-    let Some(db) = skip_for else {
-        let insert = with_wakeup(insert, Some(interval));
-        return Statement {
-            sql: format!("{}, {identity} AS {column}", insert.sql),
-            ..insert
-        };
-    };
-    let mut values = insert.values.map(|v| v.0).unwrap_or_default();
-    values.push(Value::BigInt(Some(slot_millis(interval))));
-    let slot = values.len();
-    values.push(Value::BigInt(Some(db)));
-    let gate_db = values.len();
-    Statement {
         sql: format!(
-            "{}, CASE WHEN {identity} <> ${gate_db}::bigint THEN {} ELSE false END AS notified, \
-             {identity} AS {column}",
-            insert.sql,
-            slot_notify(slot)
+            "{}, CASE WHEN pg_try_advisory_xact_lock({NOTIFY_SLOT_LOCK_CLASS}, \
+             (floor(extract(epoch FROM clock_timestamp()) * 1000 / ${slot}::bigint)::bigint \
+             % 2147483647)::int) THEN pg_notify('{WAKE_CHANNEL}', '') IS NOT NULL ELSE false \
+             END AS notified",
+            insert.sql
         ),
         values: Some(Values(values)),
         ..insert
