@@ -231,12 +231,19 @@ pub async fn build_workers(
     Ok(workers)
 }
 
-/// Opens `args.pool` connections of each worker's pool (the relay opens its own lazily), so
-/// that a timed phase does not count their start-up: the in-database drain's connections are
-/// opened before its clock starts too.
+/// Opens the working connections of each worker's own pool (`--pool`, at least
+/// [`MIN_RELAY_POOL_CONNECTIONS`], as `build_workers` sizes it; the relay opens them lazily),
+/// so that a timed phase does not count their start-up: the in-database drain's connections
+/// are opened before its clock starts too. Concurrent pings: each holds its connection until
+/// it ends, so the pool opens one per ping.
 pub async fn open_pools(workers: &[Arc<Worker>], args: &Args) -> Result<(), BoxError> {
+    let n = if args.shared_pool {
+        args.pool
+    } else {
+        args.pool.max(MIN_RELAY_POOL_CONNECTIONS)
+    };
     for w in workers {
-        futures::future::try_join_all((0..args.pool).map(|_| w.db().ping())).await?;
+        futures::future::try_join_all((0..n).map(|_| w.db().ping())).await?;
     }
     Ok(())
 }
