@@ -29,7 +29,7 @@ use sea_orm_outbox::{
 
 use crate::cpu::{CpuMark, CpuUse};
 use crate::figures::{f1, f3, percentile, Figures};
-use crate::relay::{start_workers, worker_config};
+use crate::relay::{build_workers, open_pools, spawn_workers, start_workers, worker_config};
 use crate::scratch::{BoxError, ScratchDb};
 use crate::setup::{fill, reset, status_counts};
 use crate::Args;
@@ -240,17 +240,20 @@ async fn relay(
     let cancel = CancellationToken::new();
     let deadline = Duration::from_secs(args.timeout_s);
     let timed = Timed::new(p);
-    let cpu = CpuMark::now(bench.backend);
-    let start = Instant::now();
-    let (ws, handles) = start_workers(
+    // The workers and their pools' connections exist before the clock starts, as in the
+    // no-op relay phases and the in-database drain; their start-up is timed.
+    let ws = build_workers(
         bench,
         &args,
         &config,
         timed.clone() as Arc<dyn Publisher>,
-        &cancel,
         &format!("rmq{workers}"),
     )
     .await?;
+    open_pools(&ws, &args).await?;
+    let cpu = CpuMark::now(bench.backend);
+    let start = Instant::now();
+    let handles = spawn_workers(&ws, &cancel);
     let drain = async {
         let published = || ws.iter().map(|w| w.summary().published).sum::<u64>();
         while published() < n && start.elapsed() < deadline {
