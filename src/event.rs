@@ -270,11 +270,12 @@ impl NewEvent {
     /// [`DEFAULT_NOTIFY_INTERVAL`], 10 ms; counted in whole milliseconds, a fraction rounds
     /// up). [`Duration::ZERO`] makes every event queue its own `NOTIFY`, as before debouncing.
     ///
-    /// **The rule.** Time is cut into slots of `interval` (by the database's clock,
-    /// `clock_timestamp()`). The insert queues the `NOTIFY` only when it gets the slot's
-    /// transaction-level advisory lock (`pg_try_advisory_xact_lock(1329745752, slot)`, never
-    /// waiting; the first key is `"OBOX"` in ASCII): that is, unless another open transaction of
-    /// the same database queued the slot's notification and has not ended yet. Its commit then
+    /// **The rule.** Time is cut into slots of `interval` (by the writing process's clock: the
+    /// slot only picks a lock key, see below). The insert queues the `NOTIFY` only when it gets
+    /// the slot's transaction-level advisory lock (`pg_try_advisory_xact_lock(1329745752,
+    /// slot)`, the slot number bound as a parameter, never waiting; the first key is `"OBOX"`
+    /// in ASCII): that is, unless another open transaction of the same database queued the
+    /// slot's notification and has not ended yet. Its commit then
     /// wakes the relays for both. The first event after a quiet moment always notifies (no
     /// one holds the slot), so the idle commit → publish latency is unchanged; within a burst
     /// about one notifying transaction is open at a time, which matters because Postgres
@@ -283,7 +284,11 @@ impl NewEvent {
     /// 0.94 of the plain commit rate with 8 or 32 writers that all notified, 0.89 to 1.75 (noise
     /// of a loaded machine) with the default. Advisory locks are per database and across processes, so every writer of a
     /// database shares the slot, and several databases in one process never silence each
-    /// other.
+    /// other. Writers whose clocks disagree (several hosts) fall into different slots and each
+    /// notify: a skip only ever relies on an open transaction holding the same key, so a clock
+    /// difference costs a notification, never a delay. The statement reads no clock of the
+    /// database's: `clock_timestamp()` and its arithmetic in every insert cost the writers about
+    /// 2 % of their commit rate (BENCHMARKS.md, "The slot's key from the writer's clock").
     ///
     /// **What can still wait for the poll delay.** An event that skipped the notify relies on
     /// the slot holder's commit, on the relays' follow-up rounds after a wake-up

@@ -152,9 +152,10 @@ pub const NOTIFY_SLOT_LOCK_CLASS: i32 = 0x4F42_4F58;
 /// - `Some(Duration::ZERO)`: `<insert>, pg_notify(...) IS NOT NULL AS notified` (every event
 ///   notifies; the notify is one more expression of the insert's `RETURNING` list);
 /// - `Some(interval)`: the notification only when the insert gets the advisory lock of the
-///   current slot of `interval` (whole milliseconds, bound as the last parameter), so that one
+///   current slot of `interval` (the slot's number by this process's clock, in whole
+///   milliseconds since the Unix epoch divided by `interval`, bound as the last parameter), so that one
 ///   open transaction at a time notifies per slot: `<insert>, CASE WHEN
-///   pg_try_advisory_xact_lock(1329745752, <slot>) THEN pg_notify(...) IS NOT NULL ELSE false
+///   pg_try_advisory_xact_lock(1329745752, $n::int) THEN pg_notify(...) IS NOT NULL ELSE false
 ///   END AS notified` (the second column says whether it notified).
 ///
 /// The insert's `RETURNING` list carries the notification rather than a `WITH` around the

@@ -1,5 +1,5 @@
 //! PostgreSQL: `CURRENT_TIMESTAMP`, `RETURNING`, `FOR UPDATE SKIP LOCKED`, `LISTEN`/`NOTIFY`.
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sea_orm::sea_query::UpdateStatement;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement, Value, Values};
@@ -108,13 +108,12 @@ fn guard_operand_len(s: &str) -> usize {
 /// the advisory lock of the current slot of `interval`:
 ///
 /// ```text
-/// INSERT ... RETURNING "id", CASE WHEN pg_try_advisory_xact_lock(1329745752,
-///   (floor(extract(epoch FROM clock_timestamp()) * 1000 / $n::bigint)::bigint % 2147483647)::int)
+/// INSERT ... RETURNING "id", CASE WHEN pg_try_advisory_xact_lock(1329745752, $n::int)
 ///   THEN pg_notify('sea_orm_outbox', '') IS NOT NULL ELSE false END AS notified
 /// ```
 ///
-/// ([`NOTIFY_SLOT_LOCK_CLASS`], the slot number by `clock_timestamp()`, in whole milliseconds
-/// bound as the last parameter; `CASE` evaluates the notify only after the lock was got).
+/// ([`NOTIFY_SLOT_LOCK_CLASS`]; the slot's key bound as the last parameter, see [`slot_key`];
+/// `CASE` evaluates the notify only after the lock was got).
 /// `pg_try_advisory_xact_lock` never waits; the lock is released when the transaction ends,
 /// after the notify lock (`ProcReleaseLocks` releases the regular locks first), so the next
 /// slot holder never queues behind this one's commit. The insert must end in `RETURNING "id"`
@@ -134,14 +133,12 @@ pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statem
         };
     }
     let mut values = insert.values.map(|v| v.0).unwrap_or_default();
-    values.push(Value::BigInt(Some(slot_millis(interval))));
+    values.push(Value::Int(Some(slot_key(interval, SystemTime::now()))));
     let slot = values.len();
     Statement {
         sql: format!(
-            "{}, CASE WHEN pg_try_advisory_xact_lock({NOTIFY_SLOT_LOCK_CLASS}, \
-             (floor(extract(epoch FROM clock_timestamp()) * 1000 / ${slot}::bigint)::bigint \
-             % 2147483647)::int) THEN pg_notify('{WAKE_CHANNEL}', '') IS NOT NULL ELSE false \
-             END AS notified",
+            "{}, CASE WHEN pg_try_advisory_xact_lock({NOTIFY_SLOT_LOCK_CLASS}, ${slot}::int) \
+             THEN pg_notify('{WAKE_CHANNEL}', '') IS NOT NULL ELSE false END AS notified",
             insert.sql
         ),
         values: Some(Values(values)),
@@ -149,8 +146,31 @@ pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statem
     }
 }
 
-/// `interval` in whole milliseconds, rounded up, at least 1 (the slot length bound into the
-/// debounced insert).
+/// The advisory lock key (second half) of the slot of `interval` that `now` falls in: the
+/// number of whole `interval`s (in milliseconds, rounded up, at least 1) since the Unix epoch,
+/// modulo 2^31 − 1.
+///
+/// **Why the writer's clock, not the database's.** The slot number only picks which lock the
+/// concurrent inserts compete for, so that the key changes every `interval` (a long
+/// transaction that took a slot's lock early can then silence the others for at most that
+/// long). Nothing compares it with a stored time, and an insert skips its own notification
+/// only while another open transaction holds the *same* key, whose commit then notifies: two
+/// writers whose clocks disagree compete for different keys and both notify, which costs a
+/// notification, never a delay. Computing it here keeps the database's clock out of every
+/// insert: `clock_timestamp()` and the arithmetic on it in the statement cost the writers
+/// about 2 % of their commit rate in the bench (BENCHMARKS.md, "The slot's key from the
+/// writer's clock"). A clock before 1970 counts as 1970.
+pub(crate) fn slot_key(interval: Duration, now: SystemTime) -> i32 {
+    let ms = u128::from(slot_millis(interval).unsigned_abs());
+    let since = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    // < 2^31 - 1, so the conversion cannot fail.
+    i32::try_from((since / ms) % 2_147_483_647).unwrap_or_default()
+}
+
+/// `interval` in whole milliseconds, rounded up, at least 1 (the slot length).
 fn slot_millis(interval: Duration) -> i64 {
     let ms = interval.as_nanos().div_ceil(1_000_000).max(1);
     i64::try_from(ms).unwrap_or(i64::MAX)
@@ -270,6 +290,44 @@ pub(super) async fn mark_success_and_claim<C: ConnectionTrait>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_keys_count_whole_intervals_since_the_epoch() {
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        let ten = Duration::from_millis(10);
+        assert_eq!(slot_key(ten, at(0)), 0);
+        assert_eq!(slot_key(ten, at(9)), 0);
+        assert_eq!(slot_key(ten, at(10)), 1);
+        assert_eq!(slot_key(ten, at(1_764_000_000_123)), 306_340_958);
+        // A fraction of a millisecond rounds up; zero counts as 1 ms.
+        assert_eq!(slot_key(Duration::from_micros(1_500), at(4)), 2);
+        assert_eq!(slot_key(Duration::ZERO, at(7)), 7);
+        // Slots of 100 years: one key for this century.
+        let century = Duration::from_secs(100 * 365 * 24 * 3600);
+        assert_eq!(slot_key(century, SystemTime::now()), 0);
+        // Before 1970: the first slot.
+        assert_eq!(slot_key(ten, UNIX_EPOCH - Duration::from_secs(5)), 0);
+        // Keys stay positive over the whole range of `SystemTime`.
+        let far = UNIX_EPOCH + Duration::from_secs(u64::from(u32::MAX) * 1_000);
+        assert!(slot_key(Duration::from_millis(1), far) >= 0);
+    }
+
+    #[test]
+    fn the_slot_rule_binds_its_key() {
+        let insert = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            r#"INSERT INTO "t" ("a") VALUES ($1) RETURNING "id""#,
+            [1.into()],
+        );
+        let stmt = with_wakeup(insert, Some(Duration::from_millis(10)));
+        assert_eq!(
+            stmt.sql,
+            r#"INSERT INTO "t" ("a") VALUES ($1) RETURNING "id", CASE WHEN pg_try_advisory_xact_lock(1329745752, $2::int) THEN pg_notify('sea_orm_outbox', '') IS NOT NULL ELSE false END AS notified"#
+        );
+        let values = stmt.values.expect("values").0;
+        assert_eq!(values.len(), 2);
+        assert!(matches!(values[1], Value::Int(Some(k)) if k >= 0));
+    }
 
     #[test]
     fn status_guards_are_kept_off_the_indexes() {
