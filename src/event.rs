@@ -284,11 +284,14 @@ impl NewEvent {
     /// 0.94 of the plain commit rate with 8 or 32 writers that all notified, 0.89 to 1.75 (noise
     /// of a loaded machine) with the default. Advisory locks are per database and across processes, so every writer of a
     /// database shares the slot, and several databases in one process never silence each
-    /// other. Writers whose clocks disagree (several hosts) fall into different slots and each
-    /// notify: a skip only ever relies on an open transaction holding the same key, so a clock
-    /// difference costs a notification, never a delay. The statement reads no clock of the
-    /// database's: `clock_timestamp()` and its arithmetic in every insert cost the writers about
-    /// 2 % of their commit rate (BENCHMARKS.md, "The slot's key from the writer's clock").
+    /// other. The slot's number is compared with nothing: a skip only ever relies on an open
+    /// transaction holding the same key. Writers whose clocks disagree (several hosts) share
+    /// keys less (more notifications; with skew well under `interval` they mostly share), and a
+    /// long transaction silences the others for at most `interval` by each writer's own clock;
+    /// the cases below stay the only ones where an event waits for the poll delay. The
+    /// statement reads no `clock_timestamp()`: it and its arithmetic in every insert cost the
+    /// writers about 2 % of their commit rate (BENCHMARKS.md, "The slot's key from the writer's
+    /// clock"). A writer whose clock reads before 1970 notifies on its own.
     ///
     /// **What can still wait for the poll delay.** An event that skipped the notify relies on
     /// the slot holder's commit, on the relays' follow-up rounds after a wake-up

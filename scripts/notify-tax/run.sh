@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The wake-up notify's cost to writers, from a C client (BENCHMARKS.md, "Where the writers' tax
 # goes"): pgbench runs one-event transactions with the plain insert (plain.sql), the insert with
-# the 10 ms slot's advisory lock but no notify (lock.sql) and the library's default insert
-# (slot.sql), ROUNDS rounds alternating the order, SECONDS each, for 8 and 32 clients, in a
+# the 10 ms slot's advisory lock but no notify (lock.sql) and the library's default insert as it
+# was before 900365b (slot.sql: the slot numbered by clock_timestamp() in the statement; since
+# then the writer binds the slot's key as a parameter), ROUNDS rounds alternating the order, SECONDS each, for 8 and 32 clients, in a
 # scratch database of its own (dropped at the end). Prints "<script> c<clients> r<round> <tps>".
 # Usage: bash scripts/notify-tax/run.sh [ROUNDS=6] [SECONDS=10]   (Postgres on 127.0.0.1:5432)
 set -euo pipefail

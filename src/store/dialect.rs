@@ -2,7 +2,9 @@
 //! returns a new row's id, and how it skips an insert whose unique key is taken.
 //!
 //! Every time the outbox compares comes from the database clock, never the application's, so
-//! that instances with skewed clocks cannot steal or keep leases wrongly (the design's rule):
+//! that instances with skewed clocks cannot steal or keep leases wrongly (the design's rule;
+//! the one use of the application's clock, the Postgres notify slot's lock key in
+//! [`with_wakeup`], is compared with nothing):
 //!
 //! | backend | now | now ± d |
 //! | --- | --- | --- |
@@ -152,8 +154,9 @@ pub const NOTIFY_SLOT_LOCK_CLASS: i32 = 0x4F42_4F58;
 /// - `Some(Duration::ZERO)`: `<insert>, pg_notify(...) IS NOT NULL AS notified` (every event
 ///   notifies; the notify is one more expression of the insert's `RETURNING` list);
 /// - `Some(interval)`: the notification only when the insert gets the advisory lock of the
-///   current slot of `interval` (the slot's number by this process's clock, in whole
-///   milliseconds since the Unix epoch divided by `interval`, bound as the last parameter), so that one
+///   current slot of `interval` (the slot's number by this process's clock: whole
+///   milliseconds since the Unix epoch divided by `interval` in whole milliseconds rounded
+///   up, modulo 2^31 − 1, bound as the last parameter), so that one
 ///   open transaction at a time notifies per slot: `<insert>, CASE WHEN
 ///   pg_try_advisory_xact_lock(1329745752, $n::int) THEN pg_notify(...) IS NOT NULL ELSE false
 ///   END AS notified` (the second column says whether it notified).

@@ -132,8 +132,12 @@ pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statem
             ..insert
         };
     }
+    let Some(key) = slot_key(interval, SystemTime::now()) else {
+        // A clock before 1970 would give every slot one key: notify on its own instead.
+        return with_wakeup(insert, Some(Duration::ZERO));
+    };
     let mut values = insert.values.map(|v| v.0).unwrap_or_default();
-    values.push(Value::Int(Some(slot_key(interval, SystemTime::now()))));
+    values.push(Value::Int(Some(key)));
     let slot = values.len();
     Statement {
         sql: format!(
@@ -148,32 +152,32 @@ pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statem
 
 /// The advisory lock key (second half) of the slot of `interval` that `now` falls in: the
 /// number of whole `interval`s (in milliseconds, rounded up, at least 1) since the Unix epoch,
-/// modulo 2^31 − 1.
+/// modulo 2^31 − 1; `None` for a clock before 1970 (the insert then notifies on its own).
 ///
 /// **Why the writer's clock, not the database's.** The slot number only picks which lock the
 /// concurrent inserts compete for, so that the key changes every `interval` (a long
 /// transaction that took a slot's lock early can then silence the others for at most that
-/// long). Nothing compares it with a stored time, and an insert skips its own notification
-/// only while another open transaction holds the *same* key, whose commit then notifies: two
-/// writers whose clocks disagree compete for different keys and both notify, which costs a
-/// notification, never a delay. Computing it here keeps the database's clock out of every
-/// insert: `clock_timestamp()` and the arithmetic on it in the statement cost the writers
-/// about 2 % of their commit rate in the bench (BENCHMARKS.md, "The slot's key from the
-/// writer's clock"). A clock before 1970 counts as 1970.
-pub(crate) fn slot_key(interval: Duration, now: SystemTime) -> i32 {
-    let ms = u128::from(slot_millis(interval).unsigned_abs());
-    let since = now
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
-    // < 2^31 - 1, so the conversion cannot fail.
-    i32::try_from((since / ms) % 2_147_483_647).unwrap_or_default()
+/// long, by the clock of the writers it silences). Nothing compares it with a stored time: an
+/// insert skips its own notification only while another open transaction holds the *same*
+/// key, whose commit then notifies. A clock difference between writers (several hosts, or one
+/// host's clock stepping) changes which inserts share a key: it costs extra notifications
+/// where keys part, and shifts in time the window in which an insert may rely on a long-open
+/// holder where they meet; either way an event waits for the poll delay at worst, only when its
+/// holder rolls back or stays open and nothing notifies later, as with the database's clock.
+/// With skew well under `interval` the hosts mostly share slots. The key is taken when the
+/// statement is built, just before the pool hands out a connection. Computing it here keeps
+/// `clock_timestamp()` out of every insert: it and the arithmetic on it cost the writers about
+/// 2 % of their commit rate in the bench (BENCHMARKS.md, "The slot's key from the writer's
+/// clock").
+pub(crate) fn slot_key(interval: Duration, now: SystemTime) -> Option<i32> {
+    let since = now.duration_since(UNIX_EPOCH).ok()?.as_millis();
+    // The remainder is below 2^31 - 1: the conversion cannot fail.
+    i32::try_from((since / slot_millis(interval)) % 2_147_483_647).ok()
 }
 
 /// `interval` in whole milliseconds, rounded up, at least 1 (the slot length).
-fn slot_millis(interval: Duration) -> i64 {
-    let ms = interval.as_nanos().div_ceil(1_000_000).max(1);
-    i64::try_from(ms).unwrap_or(i64::MAX)
+fn slot_millis(interval: Duration) -> u128 {
+    interval.as_nanos().div_ceil(1_000_000).max(1)
 }
 
 /// `UPDATE ... WHERE (status = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT id ... FOR UPDATE SKIP
@@ -295,21 +299,23 @@ mod tests {
     fn slot_keys_count_whole_intervals_since_the_epoch() {
         let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
         let ten = Duration::from_millis(10);
-        assert_eq!(slot_key(ten, at(0)), 0);
-        assert_eq!(slot_key(ten, at(9)), 0);
-        assert_eq!(slot_key(ten, at(10)), 1);
-        assert_eq!(slot_key(ten, at(1_764_000_000_123)), 306_340_958);
+        assert_eq!(slot_key(ten, at(0)), Some(0));
+        assert_eq!(slot_key(ten, at(9)), Some(0));
+        assert_eq!(slot_key(ten, at(10)), Some(1));
+        // 176,400,000,012 slots, modulo 2^31 - 1.
+        assert_eq!(slot_key(ten, at(1_764_000_000_123)), Some(306_340_958));
         // A fraction of a millisecond rounds up; zero counts as 1 ms.
-        assert_eq!(slot_key(Duration::from_micros(1_500), at(4)), 2);
-        assert_eq!(slot_key(Duration::ZERO, at(7)), 7);
-        // Slots of 100 years: one key for this century.
-        let century = Duration::from_secs(100 * 365 * 24 * 3600);
-        assert_eq!(slot_key(century, SystemTime::now()), 0);
-        // Before 1970: the first slot.
-        assert_eq!(slot_key(ten, UNIX_EPOCH - Duration::from_secs(5)), 0);
-        // Keys stay positive over the whole range of `SystemTime`.
-        let far = UNIX_EPOCH + Duration::from_secs(u64::from(u32::MAX) * 1_000);
-        assert!(slot_key(Duration::from_millis(1), far) >= 0);
+        assert_eq!(slot_key(Duration::from_micros(1_500), at(4)), Some(2));
+        assert_eq!(slot_key(Duration::ZERO, at(7)), Some(7));
+        // The longest interval: one key for as long as `SystemTime` lasts.
+        assert_eq!(slot_key(Duration::MAX, SystemTime::now()), Some(0));
+        // 1 ms slots a thousand years from now wrap around and stay in range.
+        let later = UNIX_EPOCH + Duration::from_secs(1_000 * 365 * 24 * 3600);
+        let ms = 1_000_u128 * 365 * 24 * 3600 * 1000;
+        let expected = i32::try_from(ms % 2_147_483_647).expect("in range");
+        assert_eq!(slot_key(Duration::from_millis(1), later), Some(expected));
+        // Before 1970: no key.
+        assert_eq!(slot_key(ten, UNIX_EPOCH - Duration::from_secs(5)), None);
     }
 
     #[test]
@@ -327,6 +333,10 @@ mod tests {
         let values = stmt.values.expect("values").0;
         assert_eq!(values.len(), 2);
         assert!(matches!(values[1], Value::Int(Some(k)) if k >= 0));
+        // Slots as long as they come: one key, 0.
+        let insert = Statement::from_sql_and_values(DbBackend::Postgres, "RETURNING \"id\"", []);
+        let stmt = with_wakeup(insert, Some(Duration::MAX));
+        assert_eq!(stmt.values.expect("values").0, vec![Value::Int(Some(0))]);
     }
 
     #[test]
