@@ -287,7 +287,9 @@ impl NewEvent {
     /// other. The slot's number is compared with nothing: a skip only ever relies on an open
     /// transaction holding the same key. Writers whose clocks disagree (several hosts) share
     /// keys less (more notifications; with skew well under `interval` they mostly share), and a
-    /// long transaction silences the others for at most `interval` by each writer's own clock;
+    /// long transaction silences the others for at most `interval` by each writer's own clock
+    /// (an insert that took `interval` or longer, waiting for a pooled connection say, and
+    /// skipped, notifies on its own afterwards with `SELECT pg_notify(...)`);
     /// the cases below stay the only ones where an event waits for the poll delay. The
     /// statement reads no `clock_timestamp()`: it and its arithmetic in every insert cost the
     /// writers about 2 % of their commit rate (BENCHMARKS.md, "The slot's key from the writer's

@@ -42,6 +42,8 @@ backend_test!(
         Postgres, "notify_off_relay" => relay_polls_for_events_with_notify_off;
     postgres_an_open_slot_holder_takes_the_notify_of_its_slot:
         Postgres, "notify_slot" => an_open_slot_holder_takes_the_notify_of_its_slot;
+    postgres_an_insert_that_waited_for_a_connection_notifies_on_its_own:
+        Postgres, "notify_stale_key" => an_insert_that_waited_for_a_connection_notifies_on_its_own;
 );
 
 /// A raw listener on [`CHANNEL`] (its own connection, not the test's pool).
@@ -248,4 +250,65 @@ async fn an_open_slot_holder_takes_the_notify_of_its_slot(ctx: &TestContext) {
     assert_next(&mut l, "", "and so does the first after a rollback").await;
     assert_next(&mut l, "end", "and nothing else").await;
     assert_eq!(count(&ctx.db, EventStatus::Wait).await, 7, "all written");
+}
+
+/// The slot's key is taken when the statement is built, before the pool hands out a
+/// connection. An insert that waits longer than the interval for one runs under a later slot
+/// with its earlier key; when a transaction of that earlier slot still holds the key, the
+/// insert skips its notification, and if that holder then rolls back nothing would wake the
+/// relays (found by a review trying it as an adopter: pool of 2, a holder, a connection busy
+/// for a second). Such an insert notifies on its own afterwards.
+async fn an_insert_that_waited_for_a_connection_notifies_on_its_own(ctx: &TestContext) {
+    use sea_orm::{ConnectOptions, Database};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    const SLOT: Duration = Duration::from_secs(1);
+    let slotted = |b: &str| NewEvent::raw(b, "ORDER_CREATED", "{}").notify_interval(SLOT);
+    let mut options = ConnectOptions::new(ctx.url.clone());
+    options
+        .max_connections(2)
+        .min_connections(2)
+        .sqlx_logging(false);
+    let pool = Database::connect(options).await.expect("pool of 2");
+    let mut l = listener(ctx).await;
+    // Start early in a slot, so that the holder's insert and the waiting insert's key fall in
+    // the same one.
+    let into_slot = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis()
+        % SLOT.as_millis();
+    if into_slot > 100 {
+        tokio::time::sleep(Duration::from_millis(
+            u64::try_from(SLOT.as_millis() - into_slot).expect("ms") + 10,
+        ))
+        .await;
+    }
+    // The holder takes the slot's key and stays open.
+    let holder = pool.begin().await.expect("begin");
+    holder.with_event(slotted("ORD-H")).await.expect("insert");
+    // The pool's other connection is busy for longer than a slot.
+    let busy = pool.begin().await.expect("begin");
+    let release = tokio::spawn(async move {
+        busy.execute_unprepared("SELECT pg_sleep(1.3)")
+            .await
+            .expect("sleep");
+        busy.commit().await.expect("commit");
+    });
+    // This insert waits for a connection, then runs with the holder's key: it skips the
+    // shared notification and sends one of its own (autocommitted: delivered at once).
+    pool.with_event(slotted("ORD-W")).await.expect("insert");
+    release.await.expect("busy connection");
+    sentinel(ctx, "after-the-waiting-insert").await;
+    assert_next(
+        &mut l,
+        "",
+        "the insert that waited for a connection notified on its own",
+    )
+    .await;
+    assert_next(&mut l, "after-the-waiting-insert", "and nothing else").await;
+    // The holder rolls back: its notification is dropped, the waiting insert's event stays.
+    holder.rollback().await.expect("rollback");
+    assert_eq!(count(&ctx.db, EventStatus::Wait).await, 1);
+    pool.close().await.expect("close");
 }

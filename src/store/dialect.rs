@@ -167,6 +167,13 @@ pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: Option<Duratio
     Dialect::of(backend).with_wakeup(insert, notify)
 }
 
+/// On Postgres, `SELECT pg_notify('sea_orm_outbox', '')`: the wake-up as a statement of its own
+/// (queued for the commit inside a transaction, delivered at once outside one); `None` on the
+/// backends that poll.
+pub(crate) fn wakeup_alone(backend: DbBackend) -> Option<Statement> {
+    Dialect::of(backend).wakeup_alone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,6 @@
 //! The event insert.
+use std::time::Instant;
+
 use sea_orm::sea_query::{Expr, InsertStatement, Query};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr};
 use sea_orm_outbox_entity::event_record::{Column, Entity};
@@ -45,7 +47,9 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
 /// may also queue a `NOTIFY` on [`dialect::WAKE_CHANNEL`], delivered when the transaction
 /// commits (never on rollback), which wakes listening relays at once: unless the event says
 /// [`NewEvent::notify_relays`]`(false)`, and by default only when no other open transaction
-/// holds the current slot of [`NewEvent::notify_interval`] (see there). Does not validate:
+/// holds the current slot of [`NewEvent::notify_interval`] (see there). The slot's key is taken
+/// before the statement runs; when the insert took the interval or longer and did not notify,
+/// a second statement, `SELECT pg_notify('sea_orm_outbox', '')`, notifies on its own. Does not validate:
 /// callers go through [`crate::OutboxExt::with_event`].
 ///
 /// # Errors
@@ -54,15 +58,26 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
     let backend = db.get_database_backend();
     let stmt = insert_statement(backend, event);
     if dialect::insert_returns_id(backend) {
+        let wakeup = event.wakeup();
+        let started = Instant::now();
         let row = db
-            .query_one_raw(dialect::with_wakeup(
-                backend,
-                backend.build(&stmt),
-                event.wakeup(),
-            ))
+            .query_one_raw(dialect::with_wakeup(backend, backend.build(&stmt), wakeup))
             .await?
             .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
-        row.try_get_by_index::<i64>(0)
+        let id = row.try_get_by_index::<i64>(0)?;
+        // Shared notifications (Postgres): the slot's key was taken before the statement ran.
+        // An insert that took a whole interval or longer (waiting for a pooled connection, say)
+        // may have run under a later slot than its key's, and skipped its notification because
+        // a transaction of that earlier slot held the key: it notifies on its own now (inside
+        // the caller's transaction the notification is queued for its commit; autocommitted,
+        // the insert has committed already).
+        if let (Some(interval), Some(alone)) = (wakeup, dialect::wakeup_alone(backend)) {
+            let skipped = !interval.is_zero() && !row.try_get_by_index::<bool>(1).unwrap_or(true);
+            if skipped && started.elapsed() >= interval {
+                db.execute_raw(alone).await?;
+            }
+        }
+        Ok(id)
     } else {
         let res = db.execute(&stmt).await?;
         i64::try_from(res.last_insert_id())

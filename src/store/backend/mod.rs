@@ -141,6 +141,16 @@ impl Dialect {
         }
     }
 
+    /// The wake-up notification as a statement of its own (Postgres: `SELECT
+    /// pg_notify('sea_orm_outbox', '')`; `None` on backends without one): sent after an insert
+    /// whose slot key may have gone stale (see [`crate::store::insert_event`]).
+    pub fn wakeup_alone(self) -> Option<Statement> {
+        match self {
+            Dialect::Postgres => Some(postgres::wakeup_alone()),
+            Dialect::MySql | Dialect::Sqlite | Dialect::Unsupported => None,
+        }
+    }
+
     /// Claims up to `n` due events for `owner` in one round trip (Postgres; SQLite after a
     /// lock-free read of whether anything is due) or one short transaction (MySQL/MariaDB);
     /// see [`crate::store::claim_batch`].

@@ -150,6 +150,15 @@ pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statem
     }
 }
 
+/// `SELECT pg_notify('sea_orm_outbox', '')`: the wake-up on its own (see
+/// [`super::Dialect::wakeup_alone`]).
+pub(super) fn wakeup_alone() -> Statement {
+    Statement::from_string(
+        DbBackend::Postgres,
+        format!("SELECT pg_notify('{WAKE_CHANNEL}', '')"),
+    )
+}
+
 /// The advisory lock key (second half) of the slot of `interval` that `now` falls in: the
 /// number of whole `interval`s (in milliseconds, rounded up, at least 1) since the Unix epoch,
 /// modulo 2^31 − 1; `None` for a clock before 1970 (the insert then notifies on its own).
@@ -165,7 +174,11 @@ pub(super) fn with_wakeup(insert: Statement, notify: Option<Duration>) -> Statem
 /// holder where they meet; either way an event waits for the poll delay at worst, only when its
 /// holder rolls back or stays open and nothing notifies later, as with the database's clock.
 /// With skew well under `interval` the hosts mostly share slots. The key is taken when the
-/// statement is built, just before the pool hands out a connection. Computing it here keeps
+/// statement is built, before the pool hands out a connection: an insert that then took
+/// `interval` or longer (a wait for a connection, say) and did not notify sends the
+/// notification on its own afterwards ([`crate::store::insert_event`]), so a stale key never
+/// makes it rely on a holder that took the lock more than about two intervals earlier.
+/// Computing it here keeps
 /// `clock_timestamp()` out of every insert: it and the arithmetic on it cost the writers about
 /// 2 % of their commit rate in the bench (BENCHMARKS.md, "The slot's key from the writer's
 /// clock").
