@@ -818,7 +818,8 @@ async fn simple_protocol_rows_decode(ctx: &TestContext) {
         commit_one(&ctx.db, &format!("DECODE-{i}")).await;
     }
     let simple = RelayDb::new(ctx.pool(2).await, StatementProtocol::Simple).expect("postgres");
-    // Claimed through the simple protocol: the rows of `UPDATE ... RETURNING *`, text format.
+    // Claimed through the simple protocol: the rows of the claim's `UPDATE ... RETURNING`, text
+    // format.
     let claimed = store::claim_batch(&simple, "decode#01", 3)
         .await
         .expect("claim");

@@ -32,6 +32,7 @@ backend_tests!(
     crash_after_claim_is_reclaimed,
     late_ack_changes_nothing,
     mark_with_claim_is_owner_guarded,
+    claims_return_the_rows_as_stored,
     always_failing_backs_off_then_dead_letters,
     configuration_fault_is_not_an_attempt,
     one_failure_does_not_stop_the_round,
@@ -435,6 +436,96 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
         .expect("mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
     assert_eq!(event(db, rest[0]).await.status, EventStatus::Success);
+}
+
+/// Every claim returns each event exactly as the table now holds it, also the columns a claim
+/// does not set (`last_error` and `headers` here not `NULL`, a retry count above 0) and those the
+/// Postgres batch claim does not return but fills in (`status`, `claim_owner`, `update_time`):
+/// `claim_batch` on every backend; on Postgres also the mark-and-claim statement, and both
+/// through the simple protocol (values inlined, results in text format).
+async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
+    let db = &ctx.db;
+    let backend = db.get_database_backend();
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            db.with_event(
+                NewEvent::raw(
+                    format!("ORD-RS-{i}"),
+                    "ORDER_PAID",
+                    format!(r#"{{"n":{i}}}"#),
+                )
+                .header("tenant", "acme")
+                .header("trace", format!("t-{i}")),
+            )
+            .await
+            .expect("insert"),
+        );
+    }
+    // An earlier failed attempt: a reason kept and a retry count, as a back-off leaves them.
+    db.execute_unprepared(&format!(
+        "UPDATE t_event_record SET last_error = 'broker said no', retry_count = 2 WHERE id IN ({}, {})",
+        ids[0], ids[3]
+    ))
+    .await
+    .expect("earlier attempt");
+    // Every timestamp column a value of its own, so that no two can be read in each other's place.
+    // (Due in id order: the claims take the oldest due first.)
+    for (i, id) in (0u64..).zip(&ids) {
+        age(db, *id, Column::CreateTime, Duration::from_secs(7200 - i)).await;
+        age(db, *id, Column::NextRetryTime, Duration::from_secs(60 - i)).await;
+    }
+    let same = |claimed: &[sea_orm_outbox::event_record::Model], owner: &str| {
+        let claimed = claimed.to_vec();
+        let owner = owner.to_owned();
+        async move {
+            assert!(!claimed.is_empty());
+            for e in &claimed {
+                assert_eq!(
+                    (e.status, e.claim_owner.as_deref()),
+                    (EventStatus::Sending, Some(owner.as_str()))
+                );
+                assert_eq!(*e, event(db, e.id).await, "claimed as stored");
+                assert!(e.headers.as_deref().is_some_and(|h| h.contains("acme")));
+            }
+        }
+    };
+    let first = store::claim_batch(db, "rs#1", 2).await.expect("claim");
+    assert_eq!(first.iter().map(|e| e.id).collect::<Vec<_>>(), ids[..2]);
+    assert_eq!(first[0].last_error.as_deref(), Some("broker said no"));
+    assert_eq!(first[0].retry_count, 2);
+    same(&first, "rs#1").await;
+    if backend != DbBackend::Postgres {
+        return;
+    }
+    let done: Vec<i64> = first.iter().map(|e| e.id).collect();
+    let r = store::mark_success_and_claim_batch(db, &done, "rs#1", "rs#2", 2)
+        .await
+        .expect("mark and claim");
+    assert_eq!(r.marked, 2);
+    assert_eq!(
+        r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
+        ids[2..4]
+    );
+    assert_eq!(r.claimed[1].last_error.as_deref(), Some("broker said no"));
+    same(&r.claimed, "rs#2").await;
+    // The same two statements as simple-protocol queries.
+    let simple = store::RelayDb::new(db.clone(), StatementProtocol::Simple).expect("simple");
+    let claimed = store::claim_batch(&simple, "rs#3", 1)
+        .await
+        .expect("simple claim");
+    assert_eq!(claimed.iter().map(|e| e.id).collect::<Vec<_>>(), ids[4..5]);
+    same(&claimed, "rs#3").await;
+    let r = store::mark_success_and_claim_batch(&simple, &[ids[4]], "rs#3", "rs#4", 5)
+        .await
+        .expect("simple mark and claim");
+    assert_eq!((r.marked, r.claimed.len()), (1, 1));
+    same(&r.claimed, "rs#4").await;
+    // Nothing left: the one row of the LEFT JOIN's empty side is not an event.
+    let r = store::mark_success_and_claim_batch(&simple, &[ids[5]], "rs#4", "rs#5", 5)
+        .await
+        .expect("simple mark only");
+    assert_eq!((r.marked, r.claimed.len()), (1, 0));
 }
 
 async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {

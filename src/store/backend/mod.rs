@@ -241,7 +241,8 @@ impl Dialect {
     }
 }
 
-/// Runs an `UPDATE ... RETURNING *` claim (Postgres, SQLite) and reads the claimed rows;
+/// Runs an `UPDATE ... RETURNING *` claim (SQLite's batch claim, the ordered claim's heads on
+/// Postgres and SQLite) and reads the claimed rows;
 /// transient conflicts are retried.
 async fn claim_returning<C: ConnectionTrait>(
     db: &C,

@@ -2,7 +2,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sea_orm::sea_query::UpdateStatement;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, FromQueryResult, Statement, Value, Values};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value, Values};
 use sea_orm_outbox_entity::event_record::Model;
 use sea_orm_outbox_entity::EventStatus;
 
@@ -194,8 +194,8 @@ fn slot_millis(interval: Duration) -> u128 {
 }
 
 /// `UPDATE ... WHERE (status = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT id ... FOR UPDATE SKIP
-/// LOCKED)) RETURNING *`: `id = ANY(ARRAY(subquery))` runs the locking subquery once (an
-/// InitPlan); with `id IN (subquery)` Postgres may run it more than once and claim more than
+/// LOCKED)) RETURNING <the CLAIM_RETURNING columns>`: `id = ANY(ARRAY(subquery))` runs the
+/// locking subquery once (an InitPlan); with `id IN (subquery)` Postgres may run it more than once and claim more than
 /// `n` rows. The boolean test keeps the update on the primary key (see
 /// `crate::store::claim::claim_update_with`).
 pub(super) fn claim_batch_statement(owner: &str, n: u64) -> UpdateStatement {
@@ -208,7 +208,13 @@ pub(super) async fn claim_batch<C: ConnectionTrait>(
     owner: &str,
     n: u64,
 ) -> Result<Vec<Model>, DbErr> {
-    super::claim_returning(db, &claim_batch_statement(owner, n)).await
+    let stmt = claim_batch_statement(owner, n);
+    let rows = crate::store::retry_transient(|| db.query_all(&stmt)).await?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for r in &rows {
+        claimed.extend(crate::store::claim::claimed_model(r, 0, owner)?);
+    }
+    Ok(claimed)
 }
 
 /// The ordered claim's heads: [`crate::store::ordered_heads_statement`] with `FOR UPDATE
@@ -296,10 +302,8 @@ pub(super) async fn mark_success_and_claim<C: ConnectionTrait>(
     let mut marked = 0;
     let mut claimed = Vec::with_capacity(rows.len());
     for r in &rows {
-        marked = r.try_get::<i64>("", "outbox_marked")?;
-        if r.try_get::<Option<i64>>("", "id")?.is_some() {
-            claimed.push(Model::from_query_result(r, "")?);
-        }
+        marked = r.try_get_by_index::<i64>(0)?;
+        claimed.extend(crate::store::claim::claimed_model(r, 1, owner)?);
     }
     Ok((u64::try_from(marked).unwrap_or(0), claimed))
 }
