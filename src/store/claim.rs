@@ -83,9 +83,10 @@ pub async fn claim<C: ConnectionTrait>(
 /// the batch claim of SQLite (one writer at a time, so no lock clause) and, where the backend
 /// can skip locked rows ([`Dialect::skip_locked`]), written `("status" = 'WAIT') IS TRUE AND
 /// id = ANY(ARRAY(SELECT ... FOR UPDATE SKIP LOCKED))` as Postgres runs it, returning the
-/// columns the claim does not set instead of `*` (see `claim_update`). MySQL/MariaDB run the
-/// two statements of [`locking_candidates_query`] and [`claim_locked_statement`] instead (the
-/// form below, which they reject, is rendered for them only for comparison).
+/// columns whose values the relay does not know instead of `*` (see `claim_update`).
+/// MySQL/MariaDB run the two statements of [`locking_candidates_query`] and
+/// [`claim_locked_statement`] instead (the form below, which they reject, is rendered for them
+/// only for comparison).
 pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateStatement {
     let d = Dialect::of(backend);
     claim_update(backend, owner, n, d.skip_locked() && d.returning())
@@ -158,8 +159,9 @@ pub(crate) fn claim_update(
 }
 
 /// The columns the Postgres batch claim returns (the locking form of [`claim_update`], and the
-/// claim half of [`mark_success_and_claim_statement`]), in this order: those the claim does not
-/// set. The other three are known without reading them: `status` is `SENDING`, `claim_owner` the
+/// claim half of [`mark_success_and_claim_statement`]), in this order: those whose values the
+/// relay does not know (`claimed_at` is set by the claim, but to the server's clock). The other
+/// three are known without reading them: `status` is `SENDING`, `claim_owner` the
 /// claimer, and `update_time` equals `claimed_at` (both are set to the statement's
 /// `CURRENT_TIMESTAMP`, one value for the whole transaction; see [`claim_update_with`]).
 /// [`claimed_model`] completes the [`Model`]. This assumes no `BEFORE UPDATE` trigger on
@@ -169,9 +171,9 @@ pub(crate) fn claim_update(
 /// Why not `RETURNING *`: every column of every claimed row is encoded by the server and
 /// decoded by the relay, 100 rows per round by default. Ten columns decoded by position instead
 /// of thirteen by name: the relay's own CPU per event fell by 9 % (6.02 to 5.50 µs, ten
-/// alternating runs); its events/s rose by 8 % in six alternating runs of the benchmark's
-/// acceptance command and did not change measurably in ten longer ones (BENCHMARKS.md, "The
-/// claim returns what it does not set").
+/// alternating pairs of runs); its events/s rose by 8 % in six alternating pairs of the
+/// benchmark's acceptance command and did not change measurably in ten longer pairs
+/// (BENCHMARKS.md, "The claim returns only what the relay does not know").
 pub(crate) const CLAIM_RETURNING: [Column; 10] = [
     Column::Id,
     Column::BizNo,
@@ -301,9 +303,9 @@ fn claim_update_with(backend: DbBackend, owner: &str, locking: bool, ids: Expr) 
 /// claiming, and returns them (status `SENDING`), oldest due first.
 ///
 /// - Postgres: one `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT ...
-///   FOR UPDATE SKIP LOCKED)) RETURNING <the columns the claim does not set>` (the array form
-///   runs the locking subquery exactly once; the boolean guard keeps the update on the primary
-///   key, see [`claim_batch_statement`]).
+///   FOR UPDATE SKIP LOCKED)) RETURNING <the columns whose values it does not know>` (the
+///   array form runs the locking subquery exactly once; the boolean guard keeps the update on
+///   the primary key, see [`claim_batch_statement`]).
 /// - SQLite: a lock-free read of whether anything is due, then (only when something is) the same
 ///   statement without the lock clause (SQLite has one writer at a time; the read keeps idle
 ///   relays off the write lock).

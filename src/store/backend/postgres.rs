@@ -195,8 +195,8 @@ fn slot_millis(interval: Duration) -> u128 {
 
 /// `UPDATE ... WHERE (status = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT id ... FOR UPDATE SKIP
 /// LOCKED)) RETURNING <the CLAIM_RETURNING columns>`: `id = ANY(ARRAY(subquery))` runs the
-/// locking subquery once (an InitPlan); with `id IN (subquery)` Postgres may run it more than once and claim more than
-/// `n` rows. The boolean test keeps the update on the primary key (see
+/// locking subquery once (an InitPlan); with `id IN (subquery)` Postgres may run it more than
+/// once and claim more than `n` rows. The boolean test keeps the update on the primary key (see
 /// `crate::store::claim::claim_update_with`).
 pub(super) fn claim_batch_statement(owner: &str, n: u64) -> UpdateStatement {
     crate::store::claim_update(DbBackend::Postgres, owner, n, true)
