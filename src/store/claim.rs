@@ -223,6 +223,22 @@ pub(crate) fn claimed_model(
     }))
 }
 
+/// [`claimed_model`] of every row of `rows` that holds a claimed event, in order.
+///
+/// # Errors
+/// As [`claimed_model`].
+pub(crate) fn claimed_models(
+    rows: &[sea_orm::QueryResult],
+    first: usize,
+    owner: &str,
+) -> Result<Vec<Model>, DbErr> {
+    let mut claimed = Vec::with_capacity(rows.len());
+    for r in rows {
+        claimed.extend(claimed_model(r, first, owner)?);
+    }
+    Ok(claimed)
+}
+
 /// The literal `LIMIT` of the Postgres batch claim's sub-select (see [`claim_update`]): `n`
 /// rounded up to a power of two, at least 1.
 pub fn claim_limit_bucket(n: u64) -> u64 {

@@ -71,10 +71,12 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
         // a transaction of that earlier slot held the key: it notifies on its own now (inside
         // the caller's transaction the notification is queued for its commit; autocommitted,
         // the insert has committed already).
-        if let (Some(interval), Some(alone)) = (wakeup, dialect::wakeup_alone(backend)) {
+        if let Some(interval) = wakeup {
             let skipped = !interval.is_zero() && !row.try_get_by_index::<bool>(1).unwrap_or(true);
             if skipped && started.elapsed() >= interval {
-                db.execute_raw(alone).await?;
+                if let Some(alone) = dialect::wakeup_alone(backend) {
+                    db.execute_raw(alone).await?;
+                }
             }
         }
         Ok(id)

@@ -210,11 +210,7 @@ pub(super) async fn claim_batch<C: ConnectionTrait>(
 ) -> Result<Vec<Model>, DbErr> {
     let stmt = claim_batch_statement(owner, n);
     let rows = crate::store::retry_transient(|| db.query_all(&stmt)).await?;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for r in &rows {
-        claimed.extend(crate::store::claim::claimed_model(r, 0, owner)?);
-    }
-    Ok(claimed)
+    crate::store::claim::claimed_models(&rows, 0, owner)
 }
 
 /// The ordered claim's heads: [`crate::store::ordered_heads_statement`] with `FOR UPDATE
@@ -299,12 +295,12 @@ pub(super) async fn mark_success_and_claim<C: ConnectionTrait>(
 ) -> Result<(u64, Vec<Model>), DbErr> {
     let stmt = mark_success_and_claim_statement(done_ids, done_owner, owner, n);
     let rows = crate::store::retry_transient(|| db.query_all_raw(stmt.clone())).await?;
-    let mut marked = 0;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for r in &rows {
-        marked = r.try_get_by_index::<i64>(0)?;
-        claimed.extend(crate::store::claim::claimed_model(r, 1, owner)?);
-    }
+    // Every row carries the same count (the `LEFT JOIN` gives one row when nothing is claimed).
+    let marked = match rows.first() {
+        Some(r) => r.try_get_by_index::<i64>(0)?,
+        None => 0,
+    };
+    let claimed = crate::store::claim::claimed_models(&rows, 1, owner)?;
     Ok((u64::try_from(marked).unwrap_or(0), claimed))
 }
 
