@@ -239,8 +239,9 @@ pub(crate) fn claimed_models(
     Ok(claimed)
 }
 
-/// The literal `LIMIT` of the Postgres batch claim's sub-select (see [`claim_update`]): `n`
-/// rounded up to a power of two, at least 1.
+/// The literal `LIMIT` of the Postgres batch claim's sub-select (see
+/// [`claim_batch_statement`]): `n` rounded up to a power of two, at least 1, so that the claim's
+/// prepared statement has one generic plan per bucket.
 pub fn claim_limit_bucket(n: u64) -> u64 {
     // At most 2^62, so that the literal fits Postgres' bigint.
     n.clamp(1, 1 << 62).next_power_of_two()

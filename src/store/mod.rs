@@ -103,7 +103,7 @@ where
         .rows_affected())
 }
 
-/// Outcome of [`claim`].
+/// Outcome of [`claim()`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Claim {

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, EntityTrait, Schema,
 };
@@ -315,8 +316,22 @@ where
     } else {
         TestContext::new_empty(backend, name).await
     };
-    f(&ctx).await;
-    ctx.cleanup().await;
+    // A failing assertion panics inside `f`: drop the database then too (set
+    // `OUTBOX_TEST_KEEP_FAILED=1` to keep it for a look), and fail the test with the panic.
+    let outcome = std::panic::AssertUnwindSafe(f(&ctx))
+        .catch_unwind()
+        .await;
+    match outcome {
+        Ok(()) => ctx.cleanup().await,
+        Err(panic) => {
+            if std::env::var_os("OUTBOX_TEST_KEEP_FAILED").is_some() {
+                eprintln!("kept the failed test's database {}", ctx.name);
+            } else {
+                ctx.cleanup().await;
+            }
+            std::panic::resume_unwind(panic);
+        }
+    }
 }
 
 /// The suites' worker settings: 20 ms polls, reclaim every 200 ms, lease 10 s, send timeout
