@@ -19,11 +19,13 @@ pub async fn reset(db: &DatabaseConnection) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Postgres: `CHECKPOINT`, so that every phase starts with the same distance to the next one.
-/// Without it the WAL of the phases before (about 90 MB per 50,000-event drain) set off a
-/// checkpoint (`max_wal_size`) inside whichever phase came next, mostly the relay's, last in
-/// the run, which then wrote a full-page image at the first change of every page. Needs the
-/// `pg_checkpoint` role or a superuser; without them the phases run as before (said on stderr).
+/// Postgres: `CHECKPOINT` before a phase's fill, so that every phase starts at the same small
+/// distance from the last checkpoint. Without it the WAL of the phases before (about 90 MB per
+/// 50,000-event drain) set off a checkpoint (`max_wal_size`) inside whichever phase came next,
+/// mostly the relay's, last in its run: from then on the first change of every page wrote a
+/// full-page image. Taken before the fill (not after), the table's pages are all newer than
+/// the checkpoint and no phase writes full-page images. Needs the `pg_checkpoint` role or a
+/// superuser; without them the phases run as before (said on stderr).
 async fn checkpoint(db: &DatabaseConnection) {
     if let Err(e) = db.execute_unprepared("CHECKPOINT").await {
         eprintln!("note: CHECKPOINT before the phase failed ({e}); phases may meet a checkpoint");
@@ -32,7 +34,7 @@ async fn checkpoint(db: &DatabaseConnection) {
 
 /// Inserts `n` events with `status` by bulk SQL, due an hour ago (Postgres and MariaDB: one
 /// microsecond apart, in id order), each with a key of its own (`BENCH-<g>`), then refreshes
-/// the planner statistics (Postgres: and checkpoints, see [`checkpoint`]).
+/// the planner statistics (Postgres: after a [`checkpoint`]).
 pub async fn fill(db: &DatabaseConnection, n: u64, status: &str) -> Result<(), BoxError> {
     fill_keyed(db, n, status, None).await
 }
@@ -53,6 +55,7 @@ pub async fn fill_keyed(
     let cols = "biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time";
     match backend {
         DbBackend::Postgres => {
+            checkpoint(db).await;
             db.execute_unprepared(&format!(
                 "INSERT INTO t_event_record ({cols}) SELECT 'BENCH-' || {pg_key}, 'ORDER_CREATED', \
                  '{{\"orderId\":' || g || ',\"amountCents\":1234}}', '{status}', 0, \
@@ -62,7 +65,6 @@ pub async fn fill_keyed(
             .await?;
             db.execute_unprepared("VACUUM ANALYZE t_event_record")
                 .await?;
-            checkpoint(db).await;
             return Ok(());
         }
         DbBackend::MySql => {

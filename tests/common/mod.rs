@@ -318,9 +318,7 @@ where
     };
     // A failing assertion panics inside `f`: drop the database then too (set
     // `OUTBOX_TEST_KEEP_FAILED=1` to keep it for a look), and fail the test with the panic.
-    let outcome = std::panic::AssertUnwindSafe(f(&ctx))
-        .catch_unwind()
-        .await;
+    let outcome = std::panic::AssertUnwindSafe(f(&ctx)).catch_unwind().await;
     match outcome {
         Ok(()) => ctx.cleanup().await,
         Err(panic) => {
