@@ -1,4 +1,6 @@
 //! The tool's command line: sub-commands, their flags and environment variables (clap).
+// clap prints these doc comments as the `--help` text, where `<pid>` is a placeholder, not HTML.
+#![allow(rustdoc::invalid_html_tags)]
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
