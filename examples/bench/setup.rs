@@ -8,7 +8,8 @@ use sea_orm_outbox::store;
 
 use crate::scratch::BoxError;
 
-/// Empties the outbox table.
+/// Empties the outbox table; on Postgres then takes a [`checkpoint`]. Every phase starts with
+/// it, outside its timed part.
 pub async fn reset(db: &DatabaseConnection) -> Result<(), BoxError> {
     let sql = match db.get_database_backend() {
         DbBackend::Postgres => "TRUNCATE t_event_record RESTART IDENTITY",
@@ -16,16 +17,20 @@ pub async fn reset(db: &DatabaseConnection) -> Result<(), BoxError> {
         _ => "DELETE FROM t_event_record",
     };
     db.execute_unprepared(sql).await?;
+    if db.get_database_backend() == DbBackend::Postgres {
+        checkpoint(db).await;
+    }
     Ok(())
 }
 
-/// Postgres: `CHECKPOINT` before a phase's fill, so that every phase starts at the same small
-/// distance from the last checkpoint. Without it the WAL of the phases before (about 90 MB per
-/// 50,000-event drain) set off a checkpoint (`max_wal_size`) inside whichever phase came next,
-/// mostly the relay's, last in its run: from then on the first change of every page wrote a
-/// full-page image. Taken before the fill (not after), the table's pages are all newer than
-/// the checkpoint and no phase writes full-page images. Needs the `pg_checkpoint` role or a
-/// superuser; without them the phases run as before (said on stderr).
+/// Postgres: `CHECKPOINT` after emptying the table and before the phase's fill (see
+/// [`reset`]), so that every phase starts close to the last checkpoint. Without it the WAL of
+/// the phases before (about 90 MB per 50,000-event phase, fill included) set off a checkpoint (`max_wal_size`)
+/// inside whichever phase came next, in the acceptance runs the relay's, last in its run: from
+/// then on the first change of each page wrote a full-page image. Taken before the fill, the
+/// table's new pages are younger than the checkpoint and need no full-page images when the
+/// phase changes them. Needs a superuser or (Postgres 15 and later) the `pg_checkpoint` role;
+/// without them the phases run as before (said on stderr).
 async fn checkpoint(db: &DatabaseConnection) {
     if let Err(e) = db.execute_unprepared("CHECKPOINT").await {
         eprintln!("note: CHECKPOINT before the phase failed ({e}); phases may meet a checkpoint");
@@ -34,7 +39,7 @@ async fn checkpoint(db: &DatabaseConnection) {
 
 /// Inserts `n` events with `status` by bulk SQL, due an hour ago (Postgres and MariaDB: one
 /// microsecond apart, in id order), each with a key of its own (`BENCH-<g>`), then refreshes
-/// the planner statistics (Postgres: after a [`checkpoint`]).
+/// the planner statistics.
 pub async fn fill(db: &DatabaseConnection, n: u64, status: &str) -> Result<(), BoxError> {
     fill_keyed(db, n, status, None).await
 }
@@ -55,7 +60,6 @@ pub async fn fill_keyed(
     let cols = "biz_no, event_type, payload, status, retry_count, next_retry_time, create_time, update_time";
     match backend {
         DbBackend::Postgres => {
-            checkpoint(db).await;
             db.execute_unprepared(&format!(
                 "INSERT INTO t_event_record ({cols}) SELECT 'BENCH-' || {pg_key}, 'ORDER_CREATED', \
                  '{{\"orderId\":' || g || ',\"amountCents\":1234}}', '{status}', 0, \

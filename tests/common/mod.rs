@@ -317,15 +317,25 @@ where
         TestContext::new_empty(backend, name).await
     };
     // A failing assertion panics inside `f`: drop the database then too (set
-    // `OUTBOX_TEST_KEEP_FAILED=1` to keep it for a look), and fail the test with the panic.
+    // `OUTBOX_TEST_KEEP_FAILED=1` to keep it for a look), and fail the test with that panic.
     let outcome = std::panic::AssertUnwindSafe(f(&ctx)).catch_unwind().await;
     match outcome {
         Ok(()) => ctx.cleanup().await,
         Err(panic) => {
-            if std::env::var_os("OUTBOX_TEST_KEEP_FAILED").is_some() {
-                eprintln!("kept the failed test's database {}", ctx.name);
+            let name = ctx.name.clone();
+            if std::env::var("OUTBOX_TEST_KEEP_FAILED").as_deref() == Ok("1") {
+                eprintln!("kept the failed test's database {name}");
             } else {
-                ctx.cleanup().await;
+                // Bounded and panic-proof: a task of the test may still hold a connection (the
+                // pool's close waits for it) or the server may be gone; the test's own panic is
+                // what must be reported.
+                let cleanup = std::panic::AssertUnwindSafe(ctx.cleanup()).catch_unwind();
+                if !matches!(
+                    tokio::time::timeout(Duration::from_secs(15), cleanup).await,
+                    Ok(Ok(()))
+                ) {
+                    eprintln!("could not drop the failed test's database {name}");
+                }
             }
             std::panic::resume_unwind(panic);
         }
