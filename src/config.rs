@@ -19,6 +19,10 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 pub const MAX_BATCH_SIZE: u64 = 10_000;
 /// Longest duration accepted for any setting: 7 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default send slots per worker (16): enough that a few hung sends leave the worker
+/// publishing, and several times one slot's throughput through a broker (BENCHMARKS.md, send
+/// slots).
+pub const DEFAULT_SEND_CONCURRENCY: usize = 16;
 /// Default follow-up after a wake-up by notification ([`WorkerConfig::wake_follow_up`]):
 /// 20 milliseconds, twice the writers' default [`crate::DEFAULT_NOTIFY_INTERVAL`].
 pub const DEFAULT_WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
@@ -143,8 +147,10 @@ pub struct WorkerConfig {
     /// How rounds claim (default [`ClaimStrategy::Batch`]; [`ClaimStrategy::PerRow`] is the
     /// seed's).
     pub claim_strategy: ClaimStrategy,
-    /// Send slots: publish calls in flight at once, each in a task of its own (default 1: one
-    /// after the other, as the seed). Without batch sends a call carries one event and the
+    /// Send slots: publish calls in flight at once, each in a task of its own (default
+    /// [`DEFAULT_SEND_CONCURRENCY`], 16). A send that hangs holds its own slot and nothing
+    /// else, so one slot means that one hung send stops the worker for its whole send
+    /// timeout. Without batch sends a call carries one event and the
     /// worker claims only as many events as it has free slots; with batch sends
     /// ([`WorkerConfig::batch_sends`]) a call carries up to `batch_size` events, so up to
     /// `send_concurrency × batch_size` events are in flight.
@@ -224,7 +230,7 @@ impl Default for WorkerConfig {
             instance_id: None,
             service_name: "outbox".to_owned(),
             claim_strategy: ClaimStrategy::Batch,
-            send_concurrency: 1,
+            send_concurrency: DEFAULT_SEND_CONCURRENCY,
             batch_sends: true,
             drain: true,
             lease_renewal: true,
@@ -523,7 +529,7 @@ mod tests {
         assert_eq!(c.lease, Duration::from_secs(600));
         assert_eq!(c.reclaim_interval, Duration::from_secs(60));
         assert_eq!(c.send_timeout, Duration::from_secs(3));
-        assert_eq!(c.retry.max_retries, 3);
+        assert_eq!(c.retry.max_retries, 12);
         assert!(c.validate().is_ok());
     }
 

@@ -14,16 +14,24 @@ pub enum RetryDecision {
 }
 
 /// Quadratic back-off with a retry limit: after the n-th failed attempt the event waits
-/// n² × `backoff_base` (seed: 5 s, 20 s, 45 s), capped at `max_backoff`; the failure that makes
-/// n greater than `max_retries` (the 4th with the default 3) turns it into a dead letter.
+/// n² × `backoff_base` (the seed's growth: 5 s, 20 s, 45 s, ...), capped at `max_backoff`; the
+/// failure that makes n greater than `max_retries` (the 13th with the default 12) turns it into
+/// a dead letter.
+///
+/// The default rides out a broker outage of [`RetryPolicy::budget`] = 52 min 5 s: the waits
+/// are 5 s, 20 s, 45 s, ..., 500 s, then 10 min twice, so an event whose sends fail for less
+/// than that from its first attempt is still delivered once the broker is back. A failure the
+/// publisher calls permanent (a message the broker refuses as malformed or oversized) is a
+/// dead letter at once, whatever the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {
-    /// Retries allowed after the first attempt (default 3).
+    /// Retries allowed after the first attempt (default 12).
     pub max_retries: u32,
-    /// Back-off unit (default 5 s). Tests use milliseconds.
+    /// Back-off unit (default 5 s).
     pub backoff_base: Duration,
-    /// Upper bound of one back-off (default 1 hour).
+    /// Upper bound of one back-off (default 10 min): after a long outage an event is tried
+    /// again at most this long after the broker came back.
     pub max_backoff: Duration,
 }
 
@@ -44,9 +52,9 @@ pub fn jitter(delay: Duration) -> Duration {
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
-            max_retries: 3,
+            max_retries: 12,
             backoff_base: Duration::from_secs(5),
-            max_backoff: Duration::from_secs(3600),
+            max_backoff: Duration::from_secs(600),
         }
     }
 }
@@ -57,7 +65,7 @@ impl RetryPolicy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// let p = sea_orm_outbox::RetryPolicy::new(3, Duration::from_secs(5), Duration::from_secs(3600));
+    /// let p = sea_orm_outbox::RetryPolicy::new(12, Duration::from_secs(5), Duration::from_secs(600));
     /// assert_eq!(p, sea_orm_outbox::RetryPolicy::default());
     /// ```
     pub const fn new(max_retries: u32, backoff_base: Duration, max_backoff: Duration) -> Self {
@@ -74,6 +82,18 @@ impl RetryPolicy {
             .checked_mul(n.saturating_mul(n))
             .unwrap_or(self.max_backoff)
             .min(self.max_backoff)
+    }
+
+    /// The longest outage the policy rides out: the sum of the back-offs of all `max_retries`
+    /// retries, from the first failed attempt to the last retry (52 min 5 s for the default).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let p = sea_orm_outbox::RetryPolicy::default();
+    /// assert_eq!(p.budget(), Duration::from_secs(52 * 60 + 5));
+    /// ```
+    pub fn budget(&self) -> Duration {
+        (1..=self.max_retries).fold(Duration::ZERO, |sum, n| sum.saturating_add(self.backoff(n)))
     }
 
     /// The decision after the `n`-th failed attempt (n = `retry_count` + 1).
@@ -117,7 +137,12 @@ mod tests {
         assert_eq!(p.decide(1), RetryDecision::Retry(Duration::from_secs(5)));
         assert_eq!(p.decide(2), RetryDecision::Retry(Duration::from_secs(20)));
         assert_eq!(p.decide(3), RetryDecision::Retry(Duration::from_secs(45)));
-        assert_eq!(p.decide(4), RetryDecision::DeadLetter);
-        assert_eq!(p.backoff(1000), Duration::from_secs(3600));
+        assert_eq!(p.decide(10), RetryDecision::Retry(Duration::from_secs(500)));
+        assert_eq!(p.decide(11), RetryDecision::Retry(Duration::from_secs(600)));
+        assert_eq!(p.decide(12), RetryDecision::Retry(Duration::from_secs(600)));
+        assert_eq!(p.decide(13), RetryDecision::DeadLetter);
+        assert_eq!(p.backoff(1000), Duration::from_secs(600));
+        // A broker outage of 30 minutes leaves no dead letter.
+        assert!(p.budget() >= Duration::from_secs(30 * 60));
     }
 }
