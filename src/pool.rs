@@ -18,9 +18,9 @@
 //!   found inside a transaction is closed (the server rolls the transaction back) with a WARN
 //!   and counted in `outbox_leaked_transactions_total`, so no one is handed such a connection.
 //!   The check runs in the task in which sqlx returns a connection to its pool (next to its own
-//!   ping on release), off the path of the statement that waits for a connection; it was a
-//!   round trip before every acquire until issue 14 measured it as half of the relay's round
-//!   trips per batch. A connection idle for [`IDLE_RECHECK`] or longer is checked again before
+//!   ping on release), off the path of the statement that waits for a connection, and is
+//!   bounded: a connection that does not answer it (out of step after a command cancelled
+//!   mid-answer) is closed rather than left holding its place in the pool. A connection idle for [`IDLE_RECHECK`] or longer is checked again before
 //!   it is handed out (in place of sqlx's ping before acquire), so that one that died while
 //!   idle (a database restart) is replaced instead of failing a statement.
 //!
@@ -132,14 +132,13 @@ impl RelayPool {
 /// `after_release`, in the task that returns it to the pool, before sqlx's own ping on
 /// release): one found inside an open transaction is closed with a WARN, its transaction
 /// rolled back by the server, and counted in `outbox_leaked_transactions_total`; one that does
-/// not answer is closed too. A connection idle for [`IDLE_RECHECK`] (1 s) or longer gets the
+/// not answer within 2 s (its stream out of step after a command cancelled mid-answer) is
+/// closed too. A connection idle for [`IDLE_RECHECK`] (1 s) or longer gets the
 /// same check before it is handed out (`before_acquire`, in place of sqlx's ping), and another
 /// is taken if it fails; one idle for less is handed out at once (it passed the check a moment
 /// ago), which saves the relay a round trip per statement. The price: a connection that dies
 /// (a database restart) less than 1 s after it was given back fails the one statement it is
 /// handed out for, and the relay retries that statement's work as after any database error.
-/// (Before issue 14 the check ran before every acquire; an `after_release` hook of `db`'s own
-/// pool was carried over then and is replaced now.)
 ///
 /// The check runs, on the connection given back (or about to be handed out):
 /// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the
@@ -229,6 +228,30 @@ fn relay_options<DB: sea_orm::sqlx::Database>(
         .test_before_acquire(false)
 }
 
+/// How long a connection of a [`guarded_pool`] may take to answer its check (2 s). A
+/// connection whose command was cancelled halfway through reading its answer (a dropped
+/// `begin()`) is out of step with the server and never answers; without this bound its check
+/// would hold its place in the pool for ever, and a small pool would run out of connections.
+/// One that does not answer in time is closed without a goodbye and replaced.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs a connection's `check` within [`CHECK_TIMEOUT`]: `Ok(keep)` with its verdict, or an
+/// error (sqlx then closes the connection without a goodbye) when it does not answer in time.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn bounded(
+    check: impl std::future::Future<Output = bool>,
+) -> Result<bool, sea_orm::sqlx::Error> {
+    tokio::time::timeout(CHECK_TIMEOUT, check)
+        .await
+        .map_err(|_| {
+            sea_orm::sqlx::Error::Protocol(format!(
+                "a pooled connection did not answer the outbox's check within {CHECK_TIMEOUT:?} \
+                 (a command cancelled mid-answer leaves it out of step); closing it"
+            ))
+        })
+}
+
 /// The check's verdict on a connection found `open` (inside a transaction) or not: a leaked
 /// one is logged, counted and closed; returns whether to keep it.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -265,11 +288,14 @@ mod postgres {
             connect = connect.application_name(name);
         }
         let options: PgPoolOptions = super::relay_options(app.options(), max)
-            .after_release(|conn, _| Box::pin(async move { Ok(check(conn).await) }))
+            .after_release(|conn, _| Box::pin(super::bounded(check(conn))))
             .before_acquire(|conn, meta| {
-                Box::pin(
-                    async move { Ok(meta.idle_for < super::IDLE_RECHECK || check(conn).await) },
-                )
+                Box::pin(async move {
+                    if meta.idle_for < super::IDLE_RECHECK {
+                        return Ok(true);
+                    }
+                    super::bounded(check(conn)).await
+                })
             });
         SqlxPostgresConnector::from_sqlx_postgres_pool(options.connect_lazy_with(connect))
     }
@@ -309,11 +335,14 @@ mod mysql {
         let app = db.get_mysql_connection_pool();
         let connect = (*app.connect_options()).clone();
         let options: MySqlPoolOptions = super::relay_options(app.options(), max)
-            .after_release(|conn, _| Box::pin(async move { Ok(check(conn).await) }))
+            .after_release(|conn, _| Box::pin(super::bounded(check(conn))))
             .before_acquire(|conn, meta| {
-                Box::pin(
-                    async move { Ok(meta.idle_for < super::IDLE_RECHECK || check(conn).await) },
-                )
+                Box::pin(async move {
+                    if meta.idle_for < super::IDLE_RECHECK {
+                        return Ok(true);
+                    }
+                    super::bounded(check(conn)).await
+                })
             });
         SqlxMySqlConnector::from_sqlx_mysql_pool(options.connect_lazy_with(connect))
     }

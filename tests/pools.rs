@@ -182,11 +182,12 @@ async fn cancelled_begins_do_not_reach_the_relay(ctx: &TestContext) {
 
 /// The README's advice for an application that wants one pool: build it with
 /// `guarded_pool`, and hand it to the worker as `RelayPool::Shared`. The same 2,000 cancelled
-/// begins: the guard closes every connection left in a transaction before anyone (the
-/// application or the relay) uses it again, so the relay publishes each event once, as on a
-/// pool of its own.
+/// begins on a pool of 3: the guard closes every connection left in a transaction before anyone
+/// (the application or the relay) uses it again, and every connection whose cancelled command
+/// left it out of step (it never answers the check), so the relay publishes each event once, as
+/// on a pool of its own, and the pool never runs dry.
 async fn cancelled_begins_on_a_guarded_shared_pool(ctx: &TestContext) {
-    let app = guarded_pool(&ctx.pool(4).await, 4).expect("guarded pool");
+    let app = guarded_pool(&ctx.pool(3).await, 3).expect("guarded pool");
     let config =
         common::test_config("guarded-shared").relay_pool(sea_orm_outbox::RelayPool::Shared);
     cancelled_begins(ctx, app, config).await
