@@ -92,6 +92,19 @@ pub enum OutboxError {
     /// id, or a zero batch size.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// [`crate::transactional_publish`] could not get a connection from the pool while it held
+    /// one of that pool for its transaction: code running inside it (an `ActiveModelBehavior`
+    /// hook, most often) queried the pool instead of the connection it was handed, and waited
+    /// for the pool's acquire timeout. The transaction was rolled back; nothing was written.
+    #[error(
+        "no connection could be had from the pool while transactional_publish held one of it for \
+         its transaction: a hook (ActiveModelBehavior before_save/after_save) or other code \
+         running inside it queried the pool instead of the connection it was handed; run its \
+         queries on that connection (the `db` argument of the hook), or give the pool more \
+         connections (SQLite with SeaORM's default options has exactly one); nothing was \
+         written: {0}"
+    )]
+    PoolUsedInsideTransaction(#[source] DbErr),
     /// Any other database error.
     #[error("database error: {0}")]
     Db(#[source] DbErr),
@@ -108,9 +121,10 @@ impl OutboxError {
     /// the server, tell a person to migrate).
     pub fn db_kind(&self) -> Option<crate::DbErrorKind> {
         match self {
-            OutboxError::TableMissing(e) | OutboxError::SchemaOutdated(e) | OutboxError::Db(e) => {
-                Some(crate::db_error_kind(e))
-            }
+            OutboxError::TableMissing(e)
+            | OutboxError::SchemaOutdated(e)
+            | OutboxError::PoolUsedInsideTransaction(e)
+            | OutboxError::Db(e) => Some(crate::db_error_kind(e)),
             _ => None,
         }
     }

@@ -141,8 +141,9 @@ pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, 
 ///
 /// # Errors
 /// The error of `make_event` or of the event's validation ([`OutboxError::InvalidEvent`], with
-/// [`EventLimits::default`]), or a database error; in every case the transaction is rolled back
-/// and nothing is written.
+/// [`EventLimits::default`]); [`OutboxError::PoolUsedInsideTransaction`] when a hook queried
+/// the pool instead of the connection it was handed and no other connection could be had; or
+/// a database error. In every case the transaction is rolled back and nothing is written.
 pub async fn transactional_publish<C, A, F>(
     db: &C,
     model: A,
@@ -181,9 +182,34 @@ where
 {
     let txn = begin_write(db).await?;
     // On any early return `txn` is dropped, which rolls the transaction back.
-    let saved = model.save(&txn).await?.try_into_model()?;
+    let saved = model
+        .save(&txn)
+        .await
+        .map_err(inside_transaction)?
+        .try_into_model()?;
     let event = make_event(&saved)?;
-    let event_id = txn.with_event_limited(event, limits).await?;
-    txn.commit().await?;
+    let event_id = txn
+        .with_event_limited(event, limits)
+        .await
+        .map_err(|e| match e {
+            OutboxError::Db(e) => inside_transaction(e),
+            e => e,
+        })?;
+    txn.commit().await.map_err(inside_transaction)?;
     Ok((saved, event_id))
+}
+
+/// The error of a step of [`transactional_publish`] that runs while its transaction holds a
+/// connection: a timeout waiting for another connection of the pool means that code inside
+/// the transaction (a hook) queried the pool rather than the transaction, which with a small
+/// pool waits for itself ([`OutboxError::PoolUsedInsideTransaction`]).
+fn inside_transaction(e: DbErr) -> OutboxError {
+    if matches!(
+        e,
+        DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)
+    ) {
+        OutboxError::PoolUsedInsideTransaction(e)
+    } else {
+        e.into()
+    }
 }
