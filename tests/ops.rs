@@ -31,7 +31,7 @@ backend_tests!(
     cli_dead_retry_all_touches_only_dead_letters,
     cli_dead_discard_deletes_only_dead_letters,
     cli_purge_deletes_only_old_delivered_events,
-    cli_relay_publishes_and_stops_on_sigterm,
+    cli_relay_without_a_broker_sends_nothing,
     cli_missing_table_fails_every_command,
     cli_never_prints_the_password,
     consume_once_runs_the_handler_once,
@@ -513,28 +513,35 @@ async fn cli_purge_deletes_only_old_delivered_events(ctx: &TestContext) {
 // ---------------------------------------------------------------------------------------------
 // relay
 
-async fn cli_relay_publishes_and_stops_on_sigterm(ctx: &TestContext) {
+/// Without a broker `outbox relay` refuses to start (exit 1, before it waits for the
+/// database) rather than mark events delivered that it never sent; `--dry-run` runs, counts
+/// what waits, leaves every event `WAIT` and unclaimed, and stops on SIGTERM with exit 0.
+async fn cli_relay_without_a_broker_sends_nothing(ctx: &TestContext) {
     let db = &ctx.db;
     let mut ids = Vec::new();
     for i in 0..3 {
         ids.push(new_event(db, &format!("ORD-R{i}")).await);
     }
+    let refused = outbox(ctx, &["relay", "--poll-delay", "100ms"]);
+    let err = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no broker to publish to")
+            && err.contains("ROCKETMQ_NAMESRV_ADDR")
+            && err.contains("--dry-run"),
+        "{err}"
+    );
     let child = Command::new(env!("CARGO_BIN_EXE_outbox"))
         .args([
             "relay",
+            "--dry-run",
             "--poll-delay",
             "100ms",
-            "--lease",
-            "1m",
-            "--send-timeout",
-            "2s",
             "--instance-id",
             "cli-relay-1",
         ])
         .env("DATABASE_URL", &ctx.url)
-        .env("OUTBOX_BATCH", "2")
         .env_remove("RUST_LOG")
-        // These drills are about the logging relay, even where CI points at a broker.
         .env_remove("ROCKETMQ_NAMESRV_ADDR")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -542,20 +549,8 @@ async fn cli_relay_publishes_and_stops_on_sigterm(ctx: &TestContext) {
         .spawn()
         .expect("spawn relay");
     let pid = child.id();
-    let delivered = wait_until(
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        || async {
-            let mut all = true;
-            for id in &ids {
-                all &= event(db, *id)
-                    .await
-                    .is_some_and(|e| e.status == EventStatus::Success);
-            }
-            all
-        },
-    )
-    .await;
+    // Long enough for several dry-run rounds.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let term = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -566,35 +561,25 @@ async fn cli_relay_publishes_and_stops_on_sigterm(ctx: &TestContext) {
         .expect("join")
         .expect("relay output");
     assert!(
-        delivered,
-        "relay did not deliver\nstdout: {}\nstderr: {}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(
         out.status.success(),
         "relay exit {:?}: {}",
         out.status,
         stderr(&out)
     );
     for id in &ids {
+        let e = event(db, *id).await.expect("row");
         assert_eq!(
-            event(db, *id)
-                .await
-                .expect("row")
-                .claim_owner
-                .as_deref()
-                .map(instance_of),
-            Some("cli-relay-1")
+            (e.status, e.claim_owner, e.retry_count),
+            (EventStatus::Wait, None, 0),
+            "a dry run touches no event"
         );
     }
     let (so, se) = (stdout(&out), stderr(&out));
+    assert!(so.contains("relay stopped (dry run)"), "{so}");
     assert!(
-        so.contains("relay stopped") && so.contains("published: 3"),
-        "{so}"
-    );
-    assert!(
-        se.contains("relay started") && se.contains("shutdown requested"),
+        se.contains("relay started (dry run)")
+            && se.contains("3 event(s) waiting would be relayed")
+            && se.contains("shutdown requested"),
         "{se}"
     );
 
@@ -633,7 +618,7 @@ async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
         &["dead", "retry", "--all"],
         &["dead", "discard", "1"],
         &["purge", "--older-than", "7d"],
-        &["relay", "--poll-delay", "100ms"],
+        &["relay", "--dry-run", "--poll-delay", "100ms"],
     ];
     for args in commands {
         let o = outbox_with(&ctx.url, args, &[], Duration::from_secs(20));
@@ -672,11 +657,11 @@ struct RelayProcess {
 }
 
 impl RelayProcess {
-    /// Starts `outbox relay args` against `url`, with the logging publisher.
+    /// Starts `outbox relay --dry-run args` against `url` (no broker: it sends nothing).
     fn spawn(url: &str, args: &[&str]) -> Self {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_outbox"))
-            .arg("relay")
+            .args(["relay", "--dry-run"])
             .args(args)
             .env("DATABASE_URL", url)
             .env_remove("RUST_LOG")
@@ -780,7 +765,7 @@ async fn relay_gives_up_after_the_connect_timeout() {
     let started = Instant::now();
     let o = outbox_with(
         &refused,
-        &["relay", "--connect-timeout", "1s"],
+        &["relay", "--dry-run", "--connect-timeout", "1s"],
         &[],
         Duration::from_secs(20),
     );
@@ -807,7 +792,7 @@ async fn relay_gives_up_after_the_connect_timeout() {
     ] {
         let o = outbox_with(
             &url,
-            &["relay", "--connect-timeout", "5s"],
+            &["relay", "--dry-run", "--connect-timeout", "5s"],
             &[],
             Duration::from_secs(30),
         );
@@ -824,7 +809,7 @@ async fn relay_gives_up_after_the_connect_timeout() {
         // `0s`: one attempt, its error as is.
         let o = outbox_with(
             &url,
-            &["relay", "--connect-timeout", "0s"],
+            &["relay", "--dry-run", "--connect-timeout", "0s"],
             &[],
             Duration::from_secs(20),
         );
@@ -859,7 +844,7 @@ async fn relay_fails_at_once_when_waiting_cannot_help() {
     }
     for url in urls {
         // A relay still running after 15 s would be retrying: outbox_with fails the test then.
-        let o = outbox_with(&url, &["relay"], &[], Duration::from_secs(15));
+        let o = outbox_with(&url, &["relay", "--dry-run"], &[], Duration::from_secs(15));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{url}: {err}");
         assert!(
@@ -926,8 +911,9 @@ backend_test!(
         MySql, "relay_connects_once_the_database_appears" => relay_connects_once_the_database_appears;
 );
 
-/// The relay starts while nothing answers at its URL's port, logs retries, and delivers once a
-/// forwarder to the real server starts listening there; SIGTERM then stops it with exit 0.
+/// The relay (a dry run) starts while nothing answers at its URL's port, logs retries, and runs
+/// once a forwarder to the real server starts listening there; SIGTERM then stops it with
+/// exit 0.
 async fn relay_connects_once_the_database_appears(ctx: &TestContext) {
     let id = new_event(&ctx.db, "ORD-LATE-DB").await;
     let port = common::free_port();
@@ -944,29 +930,28 @@ async fn relay_connects_once_the_database_appears(ctx: &TestContext) {
         .wait_for_stderr(RETRYING, Duration::from_secs(40))
         .await;
     assert!(retried, "no retry logged: {}", relay.stderr());
-    assert_eq!(
-        event(&ctx.db, id).await.expect("row").status,
-        EventStatus::Wait
-    );
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .expect("bind the forwarder");
     let forwarder = tokio::spawn(forward(listener, server));
-    let delivered = wait_until(
-        Duration::from_secs(30),
-        Duration::from_millis(100),
-        || async {
-            event(&ctx.db, id)
-                .await
-                .is_some_and(|e| e.status == EventStatus::Success)
-        },
-    )
-    .await;
+    let counted = relay
+        .wait_for_stderr(
+            "1 event(s) waiting would be relayed",
+            Duration::from_secs(30),
+        )
+        .await;
     let (status, out, err) = relay.terminate().await;
     forwarder.abort();
-    assert!(delivered, "not delivered\nstdout: {out}\nstderr: {err}");
+    assert!(
+        counted,
+        "the backlog was not read\nstdout: {out}\nstderr: {err}"
+    );
     assert!(status.success(), "{status:?}: {err}");
-    assert!(out.contains("published: 1"), "{out}");
+    assert!(out.contains("relay stopped (dry run)"), "{out}");
+    assert_eq!(
+        event(&ctx.db, id).await.expect("row").status,
+        EventStatus::Wait
+    );
     assert!(
         err.contains("the database is reachable") && err.contains("relay started"),
         "{err}"
@@ -1064,7 +1049,7 @@ async fn cli_never_prints_the_password(ctx: &TestContext) {
                 assert_no_secret("postgres command", &o);
             }
             let child = Command::new(env!("CARGO_BIN_EXE_outbox"))
-                .args(["relay", "--poll-delay", "50ms"])
+                .args(["relay", "--dry-run", "--poll-delay", "50ms"])
                 .env("DATABASE_URL", &url)
                 .env_remove("ROCKETMQ_NAMESRV_ADDR")
                 .env("RUST_LOG", "trace")

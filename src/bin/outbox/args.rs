@@ -62,9 +62,9 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1000)]
         batch: u64,
     },
-    /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ when a name server
-    /// is given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`), else through the logging
-    /// publisher. At start it waits for the database (see `--connect-timeout`).
+    /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ at the name server
+    /// given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`; without one it refuses to
+    /// start, unless `--dry-run`). At start it waits for the database (see `--connect-timeout`).
     Relay(Box<RelayArgs>),
 }
 
@@ -139,7 +139,7 @@ pub(crate) struct RelayArgs {
     #[arg(long, env = "OUTBOX_CLAIM_STRATEGY", value_enum)]
     pub(crate) claim_strategy: Option<Strategy>,
     /// Publish calls in flight at once, each one event, or with batch sends up to --batch
-    /// events [default: 1].
+    /// events [default: 16].
     #[arg(long, env = "OUTBOX_SEND_CONCURRENCY")]
     pub(crate) send_concurrency: Option<usize>,
     /// Send a claim's events as RocketMQ batch messages, each event's outcome its own
@@ -162,7 +162,8 @@ pub(crate) struct RelayArgs {
     /// Interval between reclaim passes [default: 60s].
     #[arg(long, env = "OUTBOX_RECLAIM_INTERVAL", value_parser = humantime::parse_duration)]
     pub(crate) reclaim_interval: Option<Duration>,
-    /// Failed sends retried before an event becomes a dead letter [default: 3].
+    /// Failed sends retried before an event becomes a dead letter [default: 12; with the
+    /// default back-off the retries span 52 minutes].
     #[arg(long, env = "OUTBOX_MAX_RETRIES")]
     pub(crate) max_retries: Option<u32>,
     /// Instance id written into claim_owner [default: <service-name>-<pid>-<random>].
@@ -174,7 +175,7 @@ pub(crate) struct RelayArgs {
     /// Back-off unit: the n-th failed attempt waits n² × this [default: 5s].
     #[arg(long, env = "OUTBOX_RETRY_BACKOFF", value_parser = humantime::parse_duration)]
     pub(crate) retry_backoff: Option<Duration>,
-    /// Longest single back-off [default: 1h].
+    /// Longest single back-off [default: 10m].
     #[arg(long, env = "OUTBOX_RETRY_MAX_BACKOFF", value_parser = humantime::parse_duration)]
     pub(crate) retry_max_backoff: Option<Duration>,
     /// Ordered delivery per business key (biz_no): `off` (any order, the fastest), `block` (a
@@ -189,8 +190,8 @@ pub(crate) struct RelayArgs {
     /// [default: extended].
     #[arg(long, env = "OUTBOX_STATEMENT_PROTOCOL", value_enum)]
     pub(crate) statement_protocol: Option<Protocol>,
-    /// RocketMQ name server(s), `host:port[;host:port]`: publish to RocketMQ instead of the log.
-    /// Set but empty is an error (the log delivers nothing).
+    /// RocketMQ name server(s), `host:port[;host:port]`, where the relay publishes. Required
+    /// (unset or empty is an error) unless --dry-run.
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
     pub(crate) rocketmq_namesrv: Option<String>,
     /// RocketMQ default topic: where events go whose type `--topic-map` does not list
@@ -227,6 +228,10 @@ pub(crate) struct RelayArgs {
     /// dead letter [default: 4194304].
     #[arg(long, env = "ROCKETMQ_MAX_MESSAGE_BYTES")]
     pub(crate) rocketmq_max_message_bytes: Option<u32>,
+    /// Send nothing: connect, check the table, then log every poll delay how many events wait
+    /// to be relayed, until stopped. Nothing is claimed or marked; no broker is contacted.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
     /// How long to keep trying to reach the database at start, e.g. 30s or 5m; `0s` tries once
     /// [default: no limit]. Only connection failures are retried (with back-off from 200 ms to
     /// 5 s); a malformed URL, a refused login or a missing table fail at once.

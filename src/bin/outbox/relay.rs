@@ -4,9 +4,7 @@ use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
 use sea_orm_outbox::redact::redact_url;
-use sea_orm_outbox::{
-    CancellationToken, LoggingPublisher, OutboxError, Publisher, Worker, WorkerConfig,
-};
+use sea_orm_outbox::{CancellationToken, OutboxError, Publisher, Worker, WorkerConfig};
 
 use crate::args::RelayArgs;
 use crate::connect::wait_for_database;
@@ -21,15 +19,19 @@ pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
     // whatever the renewal setting (the RocketMQ client's timeout is fitted to the same limit).
     config.check_publisher_send_timeout("--send-timeout", config.send_timeout)?;
     let rocketmq = match args.rocketmq_namesrv.as_deref().map(str::trim) {
-        None => None,
-        // Relaying to the log would mark every event delivered: an address that is set but
-        // blank is a mistake (an unset variable in a template, say), not a choice.
-        Some("") => {
+        // A dry run contacts no broker, whatever is configured.
+        _ if args.dry_run => None,
+        // A relay that marked events delivered without sending them would lose every one: no
+        // broker is a mistake (a variable missing from a deployment), never a default.
+        None => {
             return Err(Failure::Outbox(OutboxError::InvalidConfig(
-                "--rocketmq-namesrv / ROCKETMQ_NAMESRV_ADDR is set but empty: give the name \
-                 server address (host:port), or unset it to relay to the log"
-                    .into(),
+                NO_BROKER.into(),
             )))
+        }
+        Some("") => {
+            return Err(Failure::Outbox(OutboxError::InvalidConfig(format!(
+                "--rocketmq-namesrv / ROCKETMQ_NAMESRV_ADDR is set but empty; {NO_BROKER}"
+            ))))
         }
         Some(addr) => Some(rmq::config(addr, args, &config)?),
     };
@@ -49,9 +51,49 @@ pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
         println!("relay stopped before the database could be reached");
         return Ok(());
     };
-    let result = relay_on(db.clone(), url, args, config, rocketmq, cancel).await;
+    // Without a broker only a dry run got this far.
+    let result = match rocketmq {
+        Some(rocketmq) => relay_on(db.clone(), url, args, config, rocketmq, cancel).await,
+        None => dry_run(&db, url, config.poll_delay, cancel).await,
+    };
     db.close().await.ok();
     result
+}
+
+/// Why `outbox relay` refuses to start without a broker.
+const NO_BROKER: &str = "no broker to publish to: give the RocketMQ name server \
+    (--rocketmq-namesrv or ROCKETMQ_NAMESRV_ADDR, host:port), or --dry-run to see what would be \
+    sent without sending, claiming or marking anything";
+
+/// `outbox relay --dry-run`: until `cancel`, every `poll_delay` logs how many events wait and
+/// how long the most overdue one has been due; reads only, so nothing is sent, claimed or
+/// marked.
+async fn dry_run(
+    db: &DatabaseConnection,
+    url: &str,
+    poll_delay: std::time::Duration,
+    cancel: CancellationToken,
+) -> Result<(), Failure> {
+    tracing::info!(database = %redact_url(url), "relay started (dry run): nothing is sent, claimed or marked");
+    loop {
+        match sea_orm_outbox::ops::backlog(db).await {
+            Ok(b) => tracing::info!(
+                wait = b.wait,
+                sending = b.sending,
+                dead_letters = b.fail,
+                most_overdue_seconds = b.oldest_wait_age_seconds,
+                "dry run: {} event(s) waiting would be relayed",
+                b.wait
+            ),
+            Err(e) => tracing::warn!(error = %e, "dry run: cannot read the backlog"),
+        }
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = tokio::time::sleep(poll_delay) => {}
+        }
+    }
+    println!("relay stopped (dry run): nothing was sent");
+    Ok(())
 }
 
 /// The relay proper, once the database answers: publisher, worker, run until `cancel`.
@@ -61,24 +103,16 @@ async fn relay_on(
     // Read only by the fault injection of a `chaos-testing` build.
     #[cfg_attr(not(feature = "chaos-testing"), expect(unused_variables))] args: &RelayArgs,
     config: WorkerConfig,
-    rocketmq: Option<rmq::RocketMqConfig>,
+    rocketmq: rmq::RocketMqConfig,
     cancel: CancellationToken,
 ) -> Result<(), Failure> {
-    let (publisher, rocketmq, target): (Arc<dyn Publisher>, _, String) = match rocketmq {
-        Some(c) => {
-            let (p, handle, target) = rmq::start(c).await?;
-            (p, Some(handle), target)
-        }
-        None => (Arc::new(LoggingPublisher), None, "log".to_owned()),
-    };
+    let (publisher, handle, target): (Arc<dyn Publisher>, _, String) = rmq::start(rocketmq).await?;
     #[cfg(feature = "chaos-testing")]
     let publisher = crate::chaos::inject(&args.chaos, publisher);
     let worker = match Worker::new(db, publisher, config) {
         Ok(w) => w,
         Err(e) => {
-            if let Some(h) = rocketmq {
-                h.shutdown().await;
-            }
+            handle.shutdown().await;
             return Err(e.into());
         }
     };
@@ -86,9 +120,7 @@ async fn relay_on(
     let summary = worker.run(cancel).await;
     // The worker holds the other reference to the publisher: drop it, then stop the producer.
     drop(worker);
-    if let Some(h) = rocketmq {
-        h.shutdown().await;
-    }
+    handle.shutdown().await;
     println!("relay stopped: {summary:?}");
     Ok(())
 }
