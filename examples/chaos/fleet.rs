@@ -78,8 +78,6 @@ impl Fleet {
         ];
         if let Some(o) = args.ordered {
             worker_args.extend(["--ordered".to_owned(), o.as_str().to_owned()]);
-            // One key's run per send slot: several keys in flight.
-            worker_args.extend(["--send-concurrency".to_owned(), "16".to_owned()]);
         }
         if args.slow_send {
             worker_args.push("--chaos-send-stall".to_owned());

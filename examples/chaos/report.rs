@@ -192,11 +192,11 @@ impl Tally {
             None => None,
         };
         println!(
-            "workers: started={} killed={} unexpected_exits={} duplicate_bound={} (kills x batch)",
+            "workers: started={} killed={} unexpected_exits={} duplicate_bound={} (kills x batch x send slots)",
             fleet.spawned,
             fleet.kills,
             fleet.unexpected_exits,
-            fleet.kills * run.args.batch
+            fleet.kills * run.args.batch * sea_orm_outbox::config::DEFAULT_SEND_CONCURRENCY as u64
         );
         Ok(Tally {
             events: all.len(),
