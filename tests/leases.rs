@@ -525,6 +525,8 @@ async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestC
             .send_timeout(Duration::from_millis(500))
             .reclaim_interval(Duration::from_millis(100))
             .lease_renewal(false)
+            // One slot: the round's events queue behind each other.
+            .send_concurrency(1)
     };
     // One round of 20, sent one at a time: past 1500 - 500 ms after the claim the rest go back.
     let once = Worker::new(ctx.pool(4).await, slow.clone(), cfg("once")).expect("worker");

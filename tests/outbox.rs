@@ -866,7 +866,9 @@ async fn cancellation_finishes_the_send_in_flight(ctx: &TestContext) {
         started: Default::default(),
         inner: InMemoryPublisher::new(),
     });
-    let fleet = Fleet::start(ctx, 2, publisher.clone(), [fast_config("w-stop")]).await;
+    // Two slots: two sends in flight at the cancellation, the other events still unsent.
+    let config = fast_config("w-stop").send_concurrency(2);
+    let fleet = Fleet::start(ctx, 2, publisher.clone(), [config]).await;
     let started = wait_until(
         Duration::from_secs(10),
         Duration::from_millis(5),
