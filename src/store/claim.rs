@@ -111,18 +111,15 @@ pub fn claim_batch_statement(backend: DbBackend, owner: &str, n: u64) -> UpdateS
 /// It returns the [`CLAIM_RETURNING`] columns, not `*`: the three the claim sets to known
 /// values (`status`, `claim_owner`, `update_time`) are filled in by [`claimed_model`].
 ///
-/// A prepared statement's generic plan cannot see the values of its parameters; with `status
-/// = $1 ... LIMIT $2` Postgres estimates a tenth of the table for the `LIMIT`, finds the generic
-/// plan far dearer than a custom one, and so plans the claim again at every execution (the
-/// plan cache's rule, `choose_custom_plan` in `plancache.c`). With the literal bucket the two
-/// estimates agree, and after five executions the connection reuses one plan (measured in
-/// BENCHMARKS.md, "Plans of the relay's statements"). The outer `LIMIT` stops pulling rows after `n`, and rows
-/// are locked only as they are pulled, so no more than `n` rows are locked or claimed; the
-/// sub-select's order (oldest due first) passes through unchanged. At most one statement per
-/// bucket lives in a connection's statement cache: eight for counts up to 128, fifteen up to
-/// the largest batch size ([`crate::config::MAX_BATCH_SIZE`]). The ordered claim
-/// ([`crate::store::ordered_heads_statement`]) still binds its values and is planned anew each
-/// time.
+/// A generic plan cannot see its parameters: with `status = $1 ... LIMIT $2` Postgres finds it
+/// far dearer than a custom plan and plans the claim anew at every execution
+/// (`choose_custom_plan` in `plancache.c`). With the literal bucket the estimates agree and the
+/// connection reuses one plan after five executions (measured: BENCHMARKS.md). The outer
+/// `LIMIT` stops pulling rows after `n`, and rows are locked only as they are pulled, so no more
+/// than `n` rows are locked or claimed, oldest due first. A connection's statement cache holds
+/// one statement per bucket: eight up to 128, fifteen up to
+/// [`crate::config::MAX_BATCH_SIZE`]. The ordered claim
+/// ([`crate::store::ordered_heads_statement`]) binds its values and is planned each time.
 pub(crate) fn claim_update(
     backend: DbBackend,
     owner: &str,
@@ -168,12 +165,8 @@ pub(crate) fn claim_update(
 /// `t_event_record` rewrites `status`, `claim_owner` or `update_time` (a trigger that did would
 /// break the state machine's guards anyway).
 ///
-/// Why not `RETURNING *`: every column of every claimed row is encoded by the server and
-/// decoded by the relay, 100 rows per round by default. Ten columns decoded by position instead
-/// of thirteen by name: the relay's own CPU per event fell by 9 % (6.02 to 5.50 µs, ten
-/// alternating pairs of runs); its events/s rose by 8 % in six alternating pairs of the
-/// benchmark's acceptance command and did not change measurably in ten longer pairs
-/// (BENCHMARKS.md, "The claim returns only what the relay does not know").
+/// Not `RETURNING *`: ten columns decoded by position cost the relay less CPU per event than
+/// thirteen by name (BENCHMARKS.md).
 pub(crate) const CLAIM_RETURNING: [Column; 10] = [
     Column::Id,
     Column::BizNo,
@@ -283,13 +276,9 @@ pub(crate) fn claim_update_of(
 /// With `locking` (the Postgres forms, whose ids come from `id = ANY(ARRAY(..))`) the outer
 /// guard is written `("status" = 'WAIT') IS TRUE`: the same condition (the column is `NOT
 /// NULL`), but no index can serve it, so the ids drive the update through the primary key.
-/// Written plainly, with statistics that saw few `WAIT` rows (taken while most events were
-/// delivered, as in production), Postgres may read every `WAIT` row through an index leading
-/// with `status` and filter them on the id array: measured by two reviews, 15 ms against 1.3 ms
-/// for a claim of 200 among 20,000 `WAIT` rows, and 10.4 ms against 2.5 ms for 100 on a
-/// scratch copy of `tests/plans.rs`'s `claims_update_through_the_primary_key` (BENCHMARKS.md,
-/// "Plans of the relay's statements"; the same reason as
-/// [`crate::store::dialect::by_primary_key`]'s).
+/// Written plainly, with statistics that saw few `WAIT` rows, Postgres may read every `WAIT`
+/// row through an index leading with `status` and filter them on the id array, which is slower
+/// (BENCHMARKS.md; the same reason as [`crate::store::dialect::by_primary_key`]'s).
 fn claim_update_with(backend: DbBackend, owner: &str, locking: bool, ids: Expr) -> UpdateStatement {
     let wait = if locking {
         Expr::cust(format!(

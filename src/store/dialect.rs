@@ -162,7 +162,7 @@ pub const NOTIFY_SLOT_LOCK_CLASS: i32 = 0x4F42_4F58;
 ///   END AS notified` (the second column says whether it notified).
 ///
 /// The insert's `RETURNING` list carries the notification rather than a `WITH` around the
-/// insert: a data-modifying CTE made every write slower (BENCHMARKS.md, "The notify tax").
+/// insert: a data-modifying CTE makes every write slower (BENCHMARKS.md).
 pub fn with_wakeup(backend: DbBackend, insert: Statement, notify: Option<Duration>) -> Statement {
     Dialect::of(backend).with_wakeup(insert, notify)
 }

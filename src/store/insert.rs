@@ -49,8 +49,8 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
 /// [`NewEvent::notify_relays`]`(false)`, and by default only when no other open transaction
 /// holds the current slot of [`NewEvent::notify_interval`] (see there). The slot's key is taken
 /// before the statement runs; when the insert took the interval or longer and did not notify,
-/// a second statement, `SELECT pg_notify('sea_orm_outbox', '')`, notifies on its own. Does not validate:
-/// callers go through [`crate::OutboxExt::with_event`].
+/// a second statement, `SELECT pg_notify('sea_orm_outbox', '')`, notifies on its own. Does not
+/// validate: callers go through [`crate::OutboxExt::with_event`].
 ///
 /// # Errors
 /// Any database error (for example a missing table).

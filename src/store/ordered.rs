@@ -75,13 +75,10 @@ const WINDOW: &str = "w";
 /// = 'FAIL' AND p.id < e.id)`. The `WAIT` test is one range of
 /// `idx_t_event_record_biz_no_status_id (biz_no, status, id)` read backwards from `e.id` on
 /// Postgres and SQLite (the `MAX` becomes one index lookup), so it stops at the nearest earlier
-/// event, which behind a key's backlog is a live row next to `e`. MariaDB 10.11 reads the key's
-/// whole `(biz_no, 'WAIT')` range and applies `id < e.id` afterwards (ANALYZE: `r_rows` = the
-/// key's `WAIT` rows), so there a hot key's probe costs its backlog. Two forms that read worse,
-/// measured with the bench's hot-key phase: one `p.status IN (...)` (Postgres' generic plan
-/// and MariaDB read the index by `biz_no` alone, every row of the key per probe), and `NOT
-/// EXISTS`, which reads forwards from the key's first entry, over the dead index entries its
-/// delivered rows leave until they are cleaned: 100 ms to 1 s per claim.
+/// event. MariaDB reads the key's whole `(biz_no, 'WAIT')` range and applies `id < e.id`
+/// afterwards, so there a hot key's probe costs its backlog. Not one `p.status IN (...)` (read
+/// by `biz_no` alone: every row of the key per probe), nor `NOT EXISTS` for `WAIT` (reads
+/// forwards from the key's first entry, over its delivered rows' dead index entries).
 pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
     let (e, p) = (Alias::new(CANDIDATE), Alias::new(PREDECESSOR));
     let mut all: Option<Expr> = None;
@@ -124,11 +121,10 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
 /// - Postgres: `e.biz_no NOT IN (SELECT s.biz_no FROM t_event_record AS s WHERE s.status =
 ///   'SENDING')`, a hashed subplan: the keys out are read once per statement (through
 ///   `idx_t_event_record_status_claimed_at`), then each candidate costs one hash lookup. A
-///   correlated probe per candidate let the planner, whenever its statistics saw no `SENDING`
-///   rows (an `ANALYZE` at a quiet moment), rescan every `SENDING` row for every candidate:
-///   2.6 against 0.75 ms per claim with 350 events out (EXPLAIN ANALYZE, BENCHMARKS.md
-///   "Ordered mode"). The cost grows with the events out (relays × slots × run length), not
-///   with the table. `biz_no` is `NOT NULL`, so `NOT IN` has no null case.
+///   correlated probe per candidate lets the planner, when its statistics saw no `SENDING`
+///   rows, rescan every `SENDING` row for every candidate. The cost grows with the events out
+///   (relays × slots × run length), not with the table. `biz_no` is `NOT NULL`, so `NOT IN`
+///   has no null case.
 /// - MySQL/MariaDB and SQLite: `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no =
 ///   e.biz_no AND s.status = 'SENDING')`, one range of `idx_t_event_record_biz_no_status_id` on
 ///   SQLite; MariaDB 10.11 may rewrite it (`exists_to_in`) into one materialized read of the
@@ -154,10 +150,8 @@ pub fn no_event_of_the_key_out(backend: DbBackend) -> Expr {
 ///
 /// A key with a backlog (one hot `biz_no`, or a key blocked behind a dead letter) has many due
 /// `WAIT` rows and one head at most; checking each of its rows for a blocking predecessor costs
-/// one index probe per row, so a claim that wants more heads than exist reads every due row
-/// (measured on Postgres 15: 155 ms for one key with 20,000 `WAIT` rows, against 2.5 ms for a
-/// window of 256; and with the key's delivered rows' dead index entries not yet cleaned, each
-/// probe walks those too). The worker claims from a [`HeadScan::Window`] and, when that comes
+/// one index probe per row, so a claim that wants more heads than exist reads every due row.
+/// The worker claims from a [`HeadScan::Window`] and, when that comes
 /// up short, at most every [`HEAD_SCAN_DEEP_EVERY_MIN`] or more with [`HeadScan::Deep`], which
 /// groups the unfinished rows by key instead of probing each, so that a head behind a window
 /// filled by other keys' backlogs is found too.
@@ -200,8 +194,8 @@ impl HeadScan {
 ///   the key's delivered rows).
 ///
 /// **The window is checked in its own order**, oldest first, and only until enough heads are
-/// found: a plan that checks every row of the window and sorts afterwards pays 256 checks for
-/// the one head a claim with one free slot (the usual ordered claim) wants.
+/// found: checking every row of the window and sorting afterwards pays 256 checks for the one
+/// head a claim with one free slot wants (slower in every case measured: BENCHMARKS.md).
 /// - Postgres: the checks run on the window itself, `e.id = ANY(ARRAY(SELECT e.id FROM
 ///   (<window>) AS e WHERE <checks> ORDER BY e.next_retry_time LIMIT :n + head_lock_slack(n)))`
 ///   (a subquery with a `LIMIT` is never flattened, so its filter runs row by row over the
@@ -210,22 +204,16 @@ impl HeadScan {
 ///   (`FOR UPDATE OF e SKIP LOCKED`, inside the `UPDATE` of [`ordered_heads_statement`]) and
 ///   keeps `n`; [`head_lock_slack`] more candidates stand in for heads that other relays have
 ///   locked or just taken. The checks read only `id` and `biz_no` of the window's row, which
-///   never change, in the statement's snapshot. A join of the window and the table instead let
-///   the planner read every `WAIT` row with stale statistics (0.7–1.5 s per claim in a test
-///   database).
+///   never change, in the statement's snapshot. A join of the window and the table instead
+///   lets the planner read every `WAIT` row with stale statistics.
 /// - MySQL/MariaDB: `FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON e.id = w.id
 ///   ... ORDER BY w.next_retry_time LIMIT :n`: the derived table is sorted first and joined
 ///   in that order, the checks run on `e` row by row, and InnoDB skips locked rows while
 ///   reading, so the `LIMIT` needs no slack.
-/// - Measured with EXPLAIN ANALYZE on a 256-row window over 1,000 keys (BENCHMARKS.md,
-///   "Ordered mode"): checking every row and sorting afterwards took 2.8–2.9 ms on Postgres 15
-///   and 4.6–9.0 ms on MariaDB 10.11 for one head, against 0.6–0.9 ms and 0.25 ms in the
-///   window's order.
 ///
 /// The deep candidates have no order to keep: Postgres reads `e.id = ANY(ARRAY(<c>))` with the
 /// checks on `e`, MySQL/MariaDB the candidates as a derived table joined to `e` and ordered by
-/// `e.next_retry_time`. SQLite reads `e.id IN (<c>)` for both scans (its plans for the two
-/// orders measured alike). The candidates only narrow the rows checked; the checks are the
+/// `e.next_retry_time`. SQLite reads `e.id IN (<c>)` for both scans. The candidates only narrow the rows checked; the checks are the
 /// whole rule. `locked` gives the MySQL/MariaDB form: every column and the database clock
 /// (`e.*, now AS claim_now`) and `FOR UPDATE SKIP LOCKED` (the derived table is a non-locking
 /// read; the rows of `e` are locked); Postgres adds the lock clause inside its `UPDATE`

@@ -37,8 +37,8 @@ pub const LEASE_EXPIRED: &str = "lease expired: the sender died or hung mid-send
 pub const RECLAIM_BATCH: u64 = 1000;
 
 /// `SELECT id FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease ORDER
-/// BY claimed_at LIMIT :batch`: the oldest expired leases, read through `idx_t_event_record_status_claimed_at`
-/// without locking anything.
+/// BY claimed_at LIMIT :batch`: the oldest expired leases, read through
+/// `idx_t_event_record_status_claimed_at` without locking anything.
 pub fn expired_leases_query(backend: DbBackend, lease: Duration, batch: u64) -> Select<Entity> {
     Entity::find()
         .select_only()

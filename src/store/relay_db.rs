@@ -4,7 +4,7 @@
 //! < 1.21) passes it through; otherwise it delegates every call unchanged (prepared statements).
 //!
 //! Writes go through [`ConnectionTrait::execute_unprepared`] (sqlx's simple query; its
-//! `rows_affected` decides the guarded transitions as before), reads through
+//! `rows_affected` decides the guarded transitions as with prepared statements), reads through
 //! `sqlx::raw_sql(..).fetch_all(pool)`, whose rows come back in the text format and decode
 //! into the models as the binary ones do (tested in `tests/statements.rs`).
 use sea_orm::sea_query::{inject_parameters, PostgresQueryBuilder};

@@ -170,9 +170,10 @@ impl Dialect {
     }
 
     /// Step 1 of the ordered claim ([`crate::store::claim_ordered`]): claims up to `n` due
-    /// heads of their keys for `owner` among the due rows `scan` says, the way [`Dialect::claim_batch`] claims (one `UPDATE
-    /// ... RETURNING` on Postgres and SQLite, a short `READ COMMITTED` transaction on
-    /// MySQL/MariaDB) over [`crate::store::ordered_heads_query`].
+    /// heads of their keys for `owner` among the due rows `scan` says, the way
+    /// [`Dialect::claim_batch`] claims (one `UPDATE ... RETURNING` on Postgres and SQLite, a
+    /// short `READ COMMITTED` transaction on MySQL/MariaDB) over
+    /// [`crate::store::ordered_heads_query`].
     ///
     /// # Errors
     /// Any database error; [`DbErr::Custom`] on an unsupported backend.

@@ -57,11 +57,11 @@ pub(super) fn with_wakeup(insert: Statement, _notify: Option<Duration>) -> State
 ///
 /// Why: InnoDB locks every row an `UPDATE`/`DELETE` reads, not only those it changes, and in
 /// autocommit under REPEATABLE READ it waits for a row another transaction holds. On a small or
-/// young table MariaDB 10.11's optimizer reads `id IN (4 ids)` as a full scan of PRIMARY
+/// young table MariaDB's optimizer may read `id IN (4 ids)` as a full scan of PRIMARY
 /// (EXPLAIN: `type=index`, or `ALL` for a `DELETE`), so a mark of the relay's own `SENDING`
-/// rows waited out `innodb_lock_wait_timeout` (50 s) on the uncommitted `WAIT` row of an open
-/// business transaction (`innodb_lock_waits`: `X RECORD PRIMARY` on that row). Forced onto
-/// PRIMARY the plan is `type=range`, one unique look-up per id, and locks only the rows named.
+/// rows would wait out `innodb_lock_wait_timeout` on the uncommitted `WAIT` row of an open
+/// business transaction. Forced onto PRIMARY the plan is `type=range`, one unique look-up per
+/// id, and locks only the rows named.
 /// READ COMMITTED alone is no cure for a `DELETE` (InnoDB's semi-consistent read, which skips
 /// a locked row that does not match, serves `UPDATE` only), and a single-table `DELETE` takes no
 /// index hint, hence the multi-table form. Postgres takes no such locks: an `UPDATE` never waits
@@ -108,11 +108,11 @@ where
 /// (`SELECT e.*, <now> AS claim_now FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON
 /// e.id = w.id WHERE ... AND (SELECT MAX(p.id) ...) IS NULL [AND NOT EXISTS (<an earlier
 /// FAIL>)] AND NOT EXISTS (<an event of the key out>) ... FOR UPDATE SKIP LOCKED`; the deep
-/// claim joins its candidates with `INNER JOIN` and orders by `e.next_retry_time`). InnoDB applies the locking clause to the outer rows
-/// only: the predecessor subqueries are consistent (non-locking) reads of
-/// committed rows, so a predecessor another relay is claiming right now (locked, not yet
-/// committed) is read as `WAIT`, still blocking, instead of being skipped as a locked row
-/// (checked on MariaDB 10.11; see `store/ordered.rs` for the whole argument).
+/// claim joins its candidates with `INNER JOIN` and orders by `e.next_retry_time`). InnoDB
+/// applies the locking clause to the outer rows only: the predecessor subqueries are
+/// consistent (non-locking) reads of committed rows, so a predecessor another relay is
+/// claiming right now (locked, not yet committed) is read as `WAIT`, still blocking, instead
+/// of being skipped as a locked row (see `store/ordered.rs` for the whole argument).
 pub(super) async fn claim_ordered_heads<C>(
     db: &C,
     owner: &str,
@@ -195,7 +195,7 @@ where
     let backend = db.get_database_backend();
     // READ COMMITTED: InnoDB then takes no gap locks for the locking read, so the claim never
     // blocks concurrent inserts of new events (under REPEATABLE READ its next-key locks on the
-    // WAIT range made `with_event` inserts wait while a business transaction stayed open).
+    // WAIT range would make `with_event` inserts wait).
     let txn = db
         .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
         .await?;

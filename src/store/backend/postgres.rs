@@ -40,12 +40,11 @@ const STATUS_GUARD: &str = r#""t_event_record"."status" = "#;
 /// Why: every index of the table but the primary key starts with `status`, and the statistics
 /// usually see few `SENDING` rows, so for `WHERE id IN (<100 ids>) AND status = 'SENDING' AND
 /// claim_owner = $1` the planner prefers `idx_t_event_record_status_claimed_at` and reads every
-/// event in flight, filtering on the ids: measured 1.3 ms against 0.3 ms through the primary
-/// key for 20 ids among 3,000 `SENDING` rows, and 5–8 ms per mark of 100 in the relay's
-/// benchmark (BENCHMARKS.md, "Plans of the relay's statements"); the cost grows with the events in flight. A
-/// boolean test over the comparison is the same condition for a `NOT NULL` column but no index
-/// can serve it (Postgres has no index hints; MySQL's counterpart is `FORCE INDEX (PRIMARY)`).
-/// An `UPDATE` never waits on a row invisible to it, so nothing else changes.
+/// event in flight, filtering on the ids: slower than the primary key, and more so the more
+/// events are in flight (BENCHMARKS.md). A boolean test over the comparison is the same
+/// condition for a `NOT NULL` column but no index can serve it (Postgres has no index hints;
+/// MySQL's counterpart is `FORCE INDEX (PRIMARY)`). An `UPDATE` never waits on a row invisible
+/// to it, so nothing else changes.
 ///
 /// `stmt` must carry its values as bound parameters (as sea-query builds it): the rewrite reads
 /// the SQL text and does not skip quoted strings, so call it before any inlining (PgBouncer's
@@ -164,24 +163,15 @@ pub(super) fn wakeup_alone() -> Statement {
 /// modulo 2^31 − 1; `None` for a clock before 1970 (the insert then notifies on its own).
 ///
 /// **Why the writer's clock, not the database's.** The slot number only picks which lock the
-/// concurrent inserts compete for, so that the key changes every `interval` (a long
-/// transaction that took a slot's lock early can then silence the others for at most that
-/// long, by the clock of the writers it silences). Nothing compares it with a stored time: an
-/// insert skips its own notification only while another open transaction holds the *same*
-/// key, whose commit then notifies. A clock difference between writers (several hosts, or one
-/// host's clock stepping) changes which inserts share a key: it costs extra notifications
-/// where keys part, and shifts in time the window in which an insert may rely on a long-open
-/// holder where they meet; either way an event waits for the poll delay at worst, only when its
-/// holder rolls back or stays open and nothing notifies later, as with the database's clock.
-/// With skew well under `interval` the hosts mostly share slots. The key is taken when the
-/// statement is built, before the pool hands out a connection: an insert that then took
-/// `interval` or longer (a wait for a connection, say) and did not notify sends the
-/// notification on its own afterwards ([`crate::store::insert_event`]), so a stale key never
-/// makes it rely on a holder that took the lock more than about two intervals earlier.
-/// Computing it here keeps
-/// `clock_timestamp()` out of every insert: it and the arithmetic on it cost the writers about
-/// 2 % of their commit rate in the bench (BENCHMARKS.md, "The slot's key from the writer's
-/// clock").
+/// concurrent inserts compete for, so that the key changes every `interval`. Nothing compares
+/// it with a stored time: an insert skips its own notification only while another open
+/// transaction holds the *same* key, whose commit then notifies. Clocks that differ between
+/// writers change which inserts share a key: extra notifications where keys part, and at
+/// worst an event that waits for the poll delay, as with the database's clock. The key is
+/// taken when the statement is built, before the pool hands out a connection: an insert that
+/// then took `interval` or longer and did not notify sends the notification on its own
+/// afterwards ([`crate::store::insert_event`]). Reading `clock_timestamp()` in every insert
+/// instead costs the writers commit rate (BENCHMARKS.md).
 pub(crate) fn slot_key(interval: Duration, now: SystemTime) -> Option<i32> {
     let since = now.duration_since(UNIX_EPOCH).ok()?.as_millis();
     // The remainder is below 2^31 - 1: the conversion cannot fail.

@@ -62,9 +62,10 @@ pub(super) fn due_probe_query() -> Select<Entity> {
 }
 
 /// [`due_probe_query`], then, when something is due, [`claim_batch_statement`] (two round
-/// trips; an idle poll is one read). The probe keeps an idle relay off the write lock: an `UPDATE` takes it even when it
-/// matches no row, and each poll of every relay would otherwise hold it for a moment in which
-/// a business transaction's first write after a read fails at once (`database is locked`).
+/// trips; an idle poll is one read). The probe keeps an idle relay off the write lock: an
+/// `UPDATE` takes it even when it matches no row, and each poll of every relay would otherwise
+/// hold it for a moment in which a business transaction's first write after a read fails at
+/// once (`database is locked`).
 /// An event committed between the probe and the next poll waits one poll delay, as it would
 /// when committed just after the claim.
 pub(super) async fn claim_batch<C: ConnectionTrait>(
