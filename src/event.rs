@@ -108,10 +108,10 @@ pub const RESERVED_HEADER_NAMES: &[&str] = &[
 ///
 /// On Postgres an event's insert queues the wake-up `NOTIFY` unless another transaction that
 /// queued one during the same 10 ms slot is still open; see [`NewEvent::notify_interval`].
-/// Why 10 ms: it is long enough that a burst of concurrent writers sends about one notifying
-/// transaction at a time (so that they do not queue for the notify lock), and short enough that a
-/// long transaction holding a slot keeps the others from notifying for at most 10 ms. The relays'
-/// follow-up round ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`], 20 ms) is twice as long.
+/// Long enough that a burst of concurrent writers sends about one notifying transaction at a
+/// time, short enough that a long transaction holding a slot keeps the others from notifying
+/// for at most 10 ms; the relays' follow-up round
+/// ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`]) is longer.
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Limits checked before an event is written.
@@ -251,10 +251,10 @@ impl NewEvent {
     /// when the transaction commits (never on rollback), and idle relays run a round at once
     /// instead of after their poll delay. Concurrent writers share the notifications: see
     /// [`NewEvent::notify_interval`] (by default a burst of writers sends about one notifying
-    /// transaction at a time, so the notify costs the writers about nothing). Turn it off for
-    /// an event that need not be published soon: relays then find it by polling (or by the
-    /// next round another event's notification starts). Other backends have no notification
-    /// and always poll; there this setting changes nothing.
+    /// transaction at a time). Turn it off for an event that need not be published soon:
+    /// relays then find it by polling (or by the next round another event's notification
+    /// starts). Other backends have no notification and always poll; there this setting
+    /// changes nothing.
     #[must_use]
     pub fn notify_relays(mut self, on: bool) -> Self {
         self.notify = on;
@@ -267,44 +267,30 @@ impl NewEvent {
     }
 
     /// Sets how concurrent writers share the wake-up notification (Postgres; default
-    /// [`DEFAULT_NOTIFY_INTERVAL`], 10 ms; counted in whole milliseconds, a fraction rounds
-    /// up). [`Duration::ZERO`] makes every event queue its own `NOTIFY`, as before debouncing.
+    /// [`DEFAULT_NOTIFY_INTERVAL`]; counted in whole milliseconds, a fraction rounds up).
+    /// [`Duration::ZERO`] makes every event queue its own `NOTIFY`.
     ///
-    /// **The rule.** Time is cut into slots of `interval` (by the writing process's clock: the
-    /// slot only picks a lock key, see below). The insert queues the `NOTIFY` only when it gets
-    /// the slot's transaction-level advisory lock (`pg_try_advisory_xact_lock(1329745752,
-    /// slot)`, the slot number bound as a parameter, never waiting; the first key is `"OBOX"`
-    /// in ASCII): that is, unless another open transaction of the same database queued the
-    /// slot's notification and has not ended yet. Its commit then
-    /// wakes the relays for both. The first event after a quiet moment always notifies (no
-    /// one holds the slot), so the idle commit → publish latency is unchanged; within a burst
-    /// about one notifying transaction is open at a time, which matters because Postgres
-    /// commits notifying transactions one at a time, holding a database-wide lock across the
-    /// commit's WAL flush (`PreCommit_Notify` in `async.c`): BENCHMARKS.md measured 0.26 to
-    /// 0.94 of the plain commit rate with 8 or 32 writers that all notified, 0.89 to 1.75 (noise
-    /// of a loaded machine) with the default. Advisory locks are per database and across processes, so every writer of a
-    /// database shares the slot, and several databases in one process never silence each
-    /// other. The slot's number is compared with nothing: a skip only ever relies on an open
-    /// transaction holding the same key. Writers whose clocks disagree (several hosts) share
-    /// keys less (more notifications; with skew well under `interval` they mostly share), and a
-    /// long transaction silences the others for at most `interval` by each writer's own clock
-    /// (an insert that took `interval` or longer, waiting for a pooled connection say, and
-    /// skipped, notifies on its own afterwards with `SELECT pg_notify(...)`);
-    /// the cases below stay the only ones where an event waits for the poll delay. The
-    /// statement reads no `clock_timestamp()`: it and its arithmetic in every insert cost the
-    /// writers about 2 % of their commit rate (BENCHMARKS.md, "The slot's key from the writer's
-    /// clock"). A writer whose clock reads before 1970 notifies on its own.
+    /// **The rule.** Time is cut into slots of `interval` by the writing process's clock. The
+    /// insert queues the `NOTIFY` only when it gets the slot's transaction-level advisory lock
+    /// without waiting (`pg_try_advisory_xact_lock(1329745752, slot)`, the slot bound as a
+    /// parameter; the first key is `"OBOX"` in ASCII), that is, unless another open transaction
+    /// of the same database queued the slot's notification: its commit then wakes the relays
+    /// for both. The first event after a quiet moment always notifies. Postgres commits
+    /// notifying transactions one at a time (`PreCommit_Notify` in `async.c`), so sharing keeps
+    /// a burst of writers from queueing on that lock: commit rate close to the plain one with
+    /// the default, far below it when every writer notifies (BENCHMARKS.md). Advisory locks are
+    /// per database and across processes: every writer of a database shares the slot, and
+    /// databases never silence each other. Writers whose clocks disagree share keys less. A
+    /// long transaction silences the others for at most `interval`; an insert that took
+    /// `interval` or longer and skipped notifies on its own afterwards (`SELECT
+    /// pg_notify(...)`), as does a writer whose clock reads before 1970.
     ///
     /// **What can still wait for the poll delay.** An event that skipped the notify relies on
     /// the slot holder's commit, on the relays' follow-up rounds after a wake-up
-    /// ([`crate::WorkerConfig::wake_follow_up`]: 20 ms after the woken round, then 40 ms,
-    /// 80 ms, ...), or on any later notification. It waits for the poll delay (never longer;
-    /// nothing is lost) only when no notification reaches a relay after it committed: the slot
-    /// holder rolled back, or stays open (a long transaction; the next slot's first insert,
-    /// at most `interval` later, notifies if there is one), and no other event notified
-    /// since. When the holder committed first, the woken round or a follow-up claims the event
-    /// within about twice its lateness. Under a steady stream of writes the next slot's
-    /// notification comes within about `interval` anyway.
+    /// ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`]), or on any later notification. It waits for
+    /// the poll delay (never longer; nothing is lost) only when no notification reaches a
+    /// relay after it committed: the slot holder rolled back or stays open, and no other event
+    /// notified since.
     ///
     /// An application that takes advisory locks with the two-key form and the first key
     /// 1329745752 shares the slots' keys; use `Duration::ZERO` then (or other keys).

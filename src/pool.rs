@@ -17,12 +17,12 @@
 //! - Every connection of that pool is checked when it is given back ([`guarded_pool`]): one
 //!   found inside a transaction is closed (the server rolls the transaction back) with a WARN
 //!   and counted in `outbox_leaked_transactions_total`, so no one is handed such a connection.
-//!   The check runs in the task in which sqlx returns a connection to its pool (next to its own
-//!   ping on release), off the path of the statement that waits for a connection, and is
-//!   bounded: a connection that does not answer it (out of step after a command cancelled
-//!   mid-answer) is closed rather than left holding its place in the pool. A connection idle for [`IDLE_RECHECK`] or longer is checked again before
-//!   it is handed out (in place of sqlx's ping before acquire), so that one that died while
-//!   idle (a database restart) is replaced instead of failing a statement.
+//!   The check runs in the task in which sqlx returns a connection to its pool, off the path of
+//!   the statement that waits for a connection, and is bounded: a connection that does not
+//!   answer it (out of step after a command cancelled mid-answer) is closed rather than left
+//!   holding its place in the pool. A connection idle for [`IDLE_RECHECK`] or longer is checked
+//!   again before it is handed out (in place of sqlx's ping before acquire), so that one that
+//!   died while idle is replaced instead of failing a statement.
 //!
 //! An application can build its own pool the same way (`guarded_pool(&db, n)`), so that its
 //! handlers never inherit a leaked transaction either.
@@ -125,22 +125,19 @@ impl RelayPool {
 }
 
 /// A new pool with the connect and pool options of `db`'s (same server, credentials, TLS,
-/// timeouts, and sqlx's own pool settings such as its `after_connect` hook; SeaORM's
-/// `ConnectOptions::after_connect` callback ran once when `db` was connected and is not run
-/// again), at most `max_connections` connections opened lazily, none
-/// kept when idle for 60 s, and every connection checked when it is given back (sqlx's
-/// `after_release`, in the task that returns it to the pool, before sqlx's own ping on
-/// release): one found inside an open transaction is closed with a WARN, its transaction
-/// rolled back by the server, and counted in `outbox_leaked_transactions_total`; one that does
-/// not answer within 2 s (its stream out of step after a command cancelled mid-answer) is
-/// closed too. A connection idle for [`IDLE_RECHECK`] (1 s) or longer gets the
-/// same check before it is handed out (`before_acquire`, in place of sqlx's ping), and another
-/// is taken if it fails; one idle for less is handed out at once (it passed the check a moment
-/// ago), which saves the relay a round trip per statement. The price: a connection that dies
-/// (a database restart) less than 1 s after it was given back fails the one statement it is
-/// handed out for, and the relay retries that statement's work as after any database error.
+/// timeouts, sqlx's pool settings such as its `after_connect` hook; SeaORM's
+/// `ConnectOptions::after_connect` callback is not run again), at most `max_connections`
+/// connections opened lazily, none kept when idle for 60 s, and every connection checked when
+/// it is given back (sqlx's `after_release`): one found inside an open transaction is closed
+/// with a WARN (the server rolls the transaction back) and counted in
+/// `outbox_leaked_transactions_total`; one that does not answer within 2 s is
+/// closed too. A connection idle for [`IDLE_RECHECK`] or longer gets the same check before it
+/// is handed out (`before_acquire`, in place of sqlx's ping); one idle for less is handed out
+/// at once, which saves a round trip per statement. So a connection that dies less than
+/// [`IDLE_RECHECK`] after it was given back fails the one statement it is handed out for, and
+/// the relay retries that work as after any database error.
 ///
-/// The check runs, on the connection given back (or about to be handed out):
+/// The check:
 /// - Postgres: `SELECT transaction_timestamp() = statement_timestamp()` as a simple query (the
 ///   two are equal in a statement of its own, and differ inside a transaction opened earlier).
 /// - MySQL/MariaDB: `SELECT CAST(@@in_transaction AS SIGNED)` (MariaDB; MySQL proper has no
@@ -149,10 +146,9 @@ impl RelayPool {
 /// A connection inside a transaction that already failed (Postgres refuses every statement)
 /// counts as leaked too; one whose check fails otherwise is closed quietly (DEBUG).
 ///
-/// What of `db`'s pool is not carried over: its own `before_acquire` and `after_release`
-/// hooks and `test_before_acquire` setting (the check replaces them), its `idle_timeout` (60 s here), and
-/// SeaORM's metric callback of `db` (set one on the
-/// returned connection if you need it).
+/// Not carried over from `db`'s pool: its `before_acquire` and `after_release` hooks and
+/// `test_before_acquire` setting (the check replaces them), its `idle_timeout` (60 s here), and
+/// SeaORM's metric callback (set one on the returned connection if you need it).
 /// - SQLite: returns `db` itself (nothing to check: one writer, and the pool may be an
 ///   in-memory database that a second pool would not see).
 ///

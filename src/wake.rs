@@ -27,14 +27,11 @@
 //! relies on that transaction's commit. A skipping transaction may commit just after the
 //! holder's notification woke the worker and its claim had already looked at the table: its
 //! event would wait for the poll delay. So after every wake-up by notification the next waits
-//! are follow-ups instead of the poll delay: [`crate::WorkerConfig::wake_follow_up`] (default
-//! 20 ms), then twice as long each time (40 ms, 80 ms, ...) while that is shorter than the poll
-//! delay; a notification still ends a follow-up at once and starts the series again. The round
-//! after each follow-up claims such stragglers: one that commits `x` after the woken round is
-//! claimed within about `2x + follow-up` (with the default settings: a straggler 5 ms late
-//! waits at most about 20 ms more). The cost is a handful of claim statements (empty ones
-//! write nothing) per quiet period: with the 5 s default poll delay, eight follow-ups at
-//! 20 ms to 2.56 s.
+//! are follow-ups instead of the poll delay: [`crate::config::DEFAULT_WAKE_FOLLOW_UP`], then
+//! twice as long each time while that is shorter than the poll delay; a notification still
+//! ends a follow-up at once and starts the series again. A straggler that commits `x` after
+//! the woken round is claimed within about `2x + follow-up`. The cost is a handful of claim
+//! statements (empty ones write nothing) per quiet period.
 //!
 //! An event can still wait for the poll delay (nothing is lost: the poll stays the backstop)
 //! only when it skipped the notify and no notification reaches the worker after its commit:
@@ -71,7 +68,7 @@ type PgListener = std::convert::Infallible;
 const LISTEN_SETUP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest the self-check's own `NOTIFY` may take to come back to the new `LISTEN` connection
-/// before the check fails: 2 seconds (a delivery takes about a millisecond).
+/// before the check fails: 2 seconds.
 pub(crate) const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// After a failed self-check, how long the worker polls before it checks again: 5 minutes. A
@@ -147,7 +144,7 @@ pub(crate) struct Wake {
     /// Whether this wait counts in the [`crate::metrics::WAKE_LISTENING`] gauge now.
     live: bool,
     /// The first wait after a wake-up by notification
-    /// ([`crate::WorkerConfig::wake_follow_up`]); zero: none.
+    /// ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`]); zero: none.
     follow_up: Duration,
     /// The next wait when it is a follow-up: `follow_up` after a notification, doubled after
     /// each follow-up.
