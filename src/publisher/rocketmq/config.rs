@@ -48,14 +48,13 @@ pub const DEFAULT_MAX_BATCH_BYTES: u32 = 1024 * 1024;
 /// How [`RocketMqPublisher`](super::RocketMqPublisher) moves sends off a broker that fails, in
 /// a cluster of several broker masters (one broker: all three behave alike).
 ///
-/// What the rocketmq-rust 1.0 client does by itself (measured in RELIABILITY.md, "A two-broker
-/// cluster"): it sends round robin over every queue of its cached route (refreshed from the
-/// name server every 30 s). A killed broker is handled: the name server drops it at once and a
-/// send that cannot connect is sent again to another broker within the call. A hung broker
-/// (SIGSTOP, a frozen host) stays listed for 120 s, and every send that picks one of its queues
-/// waits the whole send timeout; the client's latency fault tolerance (off by default) isolates
-/// it for 10 s, but only after some kinds of failure, so a relay can lose two or three send
-/// timeouts in a row to it.
+/// What the rocketmq-rust 1.0 client does by itself (observed: RELIABILITY.md): it sends round
+/// robin over every queue of its cached route (refreshed from the name server every 30 s). A
+/// killed broker is handled: the name server drops it at once and a send that cannot connect is
+/// sent again to another broker within the call. A hung broker (SIGSTOP, a frozen host) stays
+/// listed for 120 s, and every send that picks one of its queues waits the whole send timeout;
+/// the client's latency fault tolerance (off by default) isolates it, but only after some kinds
+/// of failure.
 ///
 /// Parsed from `outbox`, `client` or `off` ([`ENV_FAILOVER`]).
 ///
@@ -225,10 +224,9 @@ impl RocketMqConfig {
     /// message never shows the secret), `ROCKETMQ_FAILOVER` is not `outbox`, `client` or `off`,
     /// `ROCKETMQ_VERIFY_CREDENTIALS` (optional: `false` turns the start-up check of the
     /// credentials off, see [`RocketMqConfig::verify_credentials`]) is not `true` or `false`,
-    /// a byte limit is not a number,
-    /// or a value fails [`RocketMqConfig::validate`] (an address that is not
-    /// `host:port`, for example). A well-formed name that resolves nowhere passes here and fails
-    /// in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
+    /// a byte limit is not a number, or a value fails [`RocketMqConfig::validate`] (an address
+    /// that is not `host:port`, for example). A well-formed name that resolves nowhere passes
+    /// here and fails in [`RocketMqPublisher::start`](super::RocketMqPublisher::start).
     pub fn from_env() -> Result<Self, OutboxError> {
         let var = |name: &str| {
             std::env::var(name)
@@ -436,8 +434,8 @@ impl RocketMqConfig {
     /// address in brackets; port: 1 to 65535; no scheme, path or spaces), the group or topic is
     /// empty, too long or has characters RocketMQ refuses (allowed: letters, digits, `%`, `|`,
     /// `_`, `-`; the default topic and every topic of the map; no RocketMQ system topic such as
-    /// `TBW102` or `rmq_sys_*`), the send timeout is zero or
-    /// longer than `u32::MAX` milliseconds, the broker avoidance is shorter than 1 ms,
+    /// `TBW102` or `rmq_sys_*`), the send timeout is zero or longer than `u32::MAX`
+    /// milliseconds, the broker avoidance is shorter than 1 ms,
     /// `max_message_bytes` or `max_batch_bytes` is zero or `max_batch_bytes` exceeds
     /// `max_message_bytes`, or the credentials fail [`Credentials::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {

@@ -244,10 +244,10 @@ impl RocketMqPublisher {
         let signer = Signer::of(self.config.credentials.as_ref());
         let avoidance = self.avoidance.as_ref();
         // The client's own timeout does not bound everything a send does (a route lookup
-        // through unreachable name servers took over 5 s with a 1 s timeout on a loaded
-        // machine): the send is given up here too, as a retryable error, `SEND_DEADLINE_GRACE`
-        // after `send_timeout`, so that the client's own timeout wins whenever it works (its
-        // error names the broker and its fault tolerance learns of a hung broker).
+        // through unreachable name servers can outlast it): the send is given up here too, as
+        // a retryable error, `SEND_DEADLINE_GRACE` after `send_timeout`, so that the client's
+        // own timeout wins whenever it works (its error names the broker and its fault
+        // tolerance learns of a hung broker).
         let deadline = self.config.send_timeout + SEND_DEADLINE_GRACE;
         if key.is_none() && avoidance.is_none() {
             let sending = async {
@@ -588,11 +588,11 @@ impl Publisher for RocketMqPublisher {
     /// (permanently: the client refuses it, `MESSAGE_ILLEGAL`) when its body exceeds
     /// [`RocketMqConfig::max_message_bytes`]; so does an event with an empty body. A batch
     /// refused for good anyway is sent again message by message (concurrently, within the same
-    /// call), so that only the message at fault becomes a dead letter. A batch that failed otherwise (time-out, broker down or busy) fails for each of
-    /// its events, retryable, and the relay puts each back with its own back-off; under
-    /// [`Failover::Outbox`] its broker is then avoided like after a failed single send. Never
-    /// sent a second time within one call except in the permanent case above, whose first
-    /// attempt the broker refused.
+    /// call), so that only the message at fault becomes a dead letter. A batch that failed
+    /// otherwise (time-out, broker down or busy) fails for each of its events, retryable, and
+    /// the relay puts each back with its own back-off; under [`Failover::Outbox`] its broker is
+    /// then avoided like after a failed single send. Never sent a second time within one call
+    /// except in the permanent case above, whose first attempt the broker refused.
     ///
     /// Ordered messages ([`OutboxMessage::ordered`]; when any message of the call is, all are
     /// treated so): per key, chunks of consecutive messages of one topic (at most
