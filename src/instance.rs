@@ -21,8 +21,7 @@ pub fn claim_owner(instance: &str) -> String {
     format!("{instance}#{token:016x}")
 }
 
-/// The instance id part of a `claim_owner` value (all of it when it holds no claim token, as
-/// rows claimed by versions before the token did).
+/// The instance id part of a `claim_owner` value (all of it when it holds no claim token).
 pub fn instance_of(claim_owner: &str) -> &str {
     claim_owner
         .rsplit_once('#')

@@ -9,9 +9,9 @@
 //! sender dies. Delivery is at-least-once, so consumers must be idempotent (deduplicate on the
 //! `eventId` property).
 //!
-//! The design follows a Java/Spring write-up of the pattern (the seed design restated in the repository's design notes); the
-//! table, statements, defaults (poll 5 s, batch 20, 3 retries with n² × 5 s back-off, lease
-//! 10 min, reclaim every 60 s, send timeout 3 s) are that design's.
+//! The design follows a Java/Spring write-up of the pattern (the seed design restated in the
+//! repository's design notes); the table, statements and most defaults (poll 5 s, batch 20,
+//! n² × 5 s back-off, lease 10 min, reclaim every 60 s, send timeout 3 s) are that design's.
 #![deny(missing_docs)]
 // The rocketmq-rust client's futures are deep; its own examples raise the limit the same way.
 #![recursion_limit = "512"]

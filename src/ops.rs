@@ -70,9 +70,10 @@ pub struct BlockedKeys {
 /// [`crate::OrderedPolicy::Block`] sends nothing more of until `outbox dead retry` or `discard`.
 ///
 /// SQL (one read, no lock): `SELECT COUNT(DISTINCT w.biz_no), MIN(w.create_time), now FROM
-/// t_event_record AS w WHERE w.status = 'WAIT' AND EXISTS (SELECT 1 FROM t_event_record AS f
-/// WHERE f.biz_no = w.biz_no AND f.status = 'FAIL' AND f.id < w.id)`: one probe of
-/// `idx_t_event_record_biz_no_status_id` per `WAIT` row.
+/// (SELECT biz_no, MIN(id) AS first_fail FROM t_event_record WHERE status = 'FAIL' GROUP BY
+/// biz_no) AS f JOIN t_event_record AS w ON w.biz_no = f.biz_no AND w.status = 'WAIT' AND w.id
+/// > f.first_fail`: one range of `idx_t_event_record_biz_no_status_id` per key with a dead
+/// letter.
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
@@ -153,8 +154,9 @@ pub struct Backlog {
 
 /// Reads the [`Backlog`]: `SELECT status, COUNT(id) FROM t_event_record WHERE status IN ('WAIT',
 /// 'SENDING', 'FAIL') GROUP BY status` (an index range that skips the delivered rows) and
-/// `SELECT MIN(next_retry_time), now FROM t_event_record WHERE status = 'WAIT'` (one index probe). The worker
-/// refreshes the `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` gauges with it.
+/// `SELECT MIN(next_retry_time), now FROM t_event_record WHERE status = 'WAIT'` (one index
+/// probe). The worker refreshes the `outbox_backlog{status}` and
+/// `outbox_oldest_wait_age_seconds` gauges with it.
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
@@ -290,8 +292,8 @@ pub async fn retry_dead<C: ConnectionTrait>(
 /// [`retry_dead`] for every dead letter; returns how many were retried.
 ///
 /// SQL: in batches of 1,000 by ascending id until a batch comes back short, `SELECT id FROM
-/// t_event_record WHERE status = 'FAIL' AND id > :last ORDER BY id LIMIT :batch`, then the update of
-/// [`retry_dead`] with `id IN (:ids)` through the primary key (`exec_by_ids`), so it
+/// t_event_record WHERE status = 'FAIL' AND id > :last ORDER BY id LIMIT :batch`, then the
+/// update of [`retry_dead`] with `id IN (:ids)` through the primary key (`exec_by_ids`), so it
 /// never waits on rows of open business transactions (MySQL/MariaDB lock every row a range
 /// `UPDATE` reads).
 ///
@@ -384,15 +386,16 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// not block the relay:
 /// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
 /// ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN (:ids) AND status =
-/// 'SUCCESS'` through the primary key (`exec_by_ids`: on MySQL/MariaDB a scan would
-/// wait on rows of open business transactions), commit; repeated until a batch comes back short. (Two statements because MariaDB
-/// allows no `LIMIT` inside `IN (subquery)`.)
+/// 'SUCCESS'` through the primary key (`exec_by_ids`: on MySQL/MariaDB a scan would wait on
+/// rows of open business transactions), commit; repeated until a batch comes back short. (Two
+/// statements because MariaDB allows no `LIMIT` inside `IN (subquery)`.)
 ///
 /// # Errors
 /// [`OutboxError::InvalidArgument`] when `batch` is 0 or over
-/// [`crate::config::MAX_BATCH_SIZE`] (its ids are bound as statement parameters); [`OutboxError::TableMissing`] without
-/// the migration; [`OutboxError::Db`] otherwise. A batch meeting a transient conflict (deadlock,
-/// SQLite busy) runs again up to 4 times first. Batches committed before an error stay deleted.
+/// [`crate::config::MAX_BATCH_SIZE`] (its ids are bound as statement parameters);
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise. A batch
+/// meeting a transient conflict (deadlock, SQLite busy) runs again up to 4 times first.
+/// Batches committed before an error stay deleted.
 pub async fn purge_delivered<C>(
     db: &C,
     older_than: Duration,

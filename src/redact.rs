@@ -123,8 +123,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// `text` with `url` shown redacted ([`redact_url`]) and every other occurrence of the URL's
 /// password (as written, percent-decoded, and escaped as `{:?}` prints it) replaced by
-/// [`REDACTED`]. Use it on error messages
-/// and log lines that may quote the URL or the password.
+/// [`REDACTED`]. Use it on error messages and log lines that may quote the URL or the password.
 ///
 /// ```
 /// use sea_orm_outbox::redact::redact_secrets;

@@ -53,13 +53,14 @@
 //!
 //! The migration names are stable (`m20261130_000001_create_t_event_record`,
 //! `m20261130_000002_create_t_consumed_message`, `m20261201_000003_add_event_headers`,
-//! `m20261202_000004_add_biz_no_status_index`); a later
-//! version adds new migrations and never changes these.
+//! `m20261202_000004_add_biz_no_status_index`); a later version adds new migrations and never
+//! changes these.
 //!
 //! ## Upgrading
-//! The release after the first (0.1.0) adds [`AddEventHeaders`] (`m20261201_000003_add_event_headers`, the nullable
-//! `t_event_record.headers` column). Composed: append `Box::new(AddEventHeaders)` to your list
-//! (after your newest migration) and run `migrate up` before the new relay starts; standalone:
+//! The release after the first (0.1.0) adds [`AddEventHeaders`]
+//! (`m20261201_000003_add_event_headers`, the nullable `t_event_record.headers` column).
+//! Composed: append `Box::new(AddEventHeaders)` to your list (after your newest migration) and
+//! run `migrate up` before the new relay starts; standalone:
 //! `migrate up` with this crate's [`Migrator`]. A relay or writer of the new version on a table
 //! without the column fails with `OutboxError::SchemaOutdated`, naming the migration, writers
 //! included (`with_event` names the column): run the migration BEFORE any binary of the new
@@ -80,7 +81,8 @@ use sea_orm_migration::sea_query::{Alias, IntoIden};
 use sea_orm_migration::{MigrationTrait, MigratorTrait};
 
 /// The migration `m20261130_000001_create_t_event_record`: the outbox table
-/// `t_event_record` with `idx_t_event_record_status_next_retry` and `idx_t_event_record_status_claimed_at`.
+/// `t_event_record` with `idx_t_event_record_status_next_retry` and
+/// `idx_t_event_record_status_claimed_at`.
 pub mod m20261130_000001_create_t_event_record;
 /// The migration `m20261130_000002_create_t_consumed_message`: the idempotent consumer's
 /// table `t_consumed_message`.
@@ -105,9 +107,10 @@ pub use m20261202_000004_add_biz_no_status_index::Migration as AddBizNoStatusInd
 pub const MIGRATION_TABLE: &str = "seaql_migrations_outbox";
 
 /// Every outbox migration, in the order to apply them: [`CreateEventRecord`],
-/// [`CreateConsumedMessage`], [`AddEventHeaders`], then [`AddBizNoStatusIndex`] (the order in which they were released,
-/// so that a standalone history stays in order across upgrades). The standalone [`Migrator`] runs these; in your own
-/// `Migrator::migrations()` prefer naming each one (see the crate documentation).
+/// [`CreateConsumedMessage`], [`AddEventHeaders`], then [`AddBizNoStatusIndex`] (the order in
+/// which they were released, so that a standalone history stays in order across upgrades).
+/// The standalone [`Migrator`] runs these; in your own `Migrator::migrations()` prefer naming
+/// each one (see the crate documentation).
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
     vec![
         Box::new(CreateEventRecord),

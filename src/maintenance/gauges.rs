@@ -45,9 +45,9 @@ impl GaugeRefresher {
     }
 
     /// Also refresh the blocked-key gauges (`outbox_blocked_keys`,
-    /// `outbox_oldest_blocked_age_seconds`) from [`crate::ops::blocked_keys`] (one read of the
-    /// `WAIT` rows, each probing `idx_t_event_record_biz_no_status_id`): on for a worker in
-    /// ordered mode with [`crate::OrderedPolicy::Block`], off by default.
+    /// `outbox_oldest_blocked_age_seconds`) from [`crate::ops::blocked_keys`] (one read,
+    /// starting from the dead letters): on for a worker in ordered mode with
+    /// [`crate::OrderedPolicy::Block`], off by default.
     pub fn blocked_keys(mut self, on: bool) -> Self {
         self.blocked = on;
         self
