@@ -23,8 +23,11 @@ pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// publishing, and several times one slot's throughput through a broker (BENCHMARKS.md, send
 /// slots).
 pub const DEFAULT_SEND_CONCURRENCY: usize = 16;
-/// Default follow-up after a wake-up by notification ([`WorkerConfig::wake_follow_up`]):
-/// 20 milliseconds, twice the writers' default [`crate::DEFAULT_NOTIFY_INTERVAL`].
+/// With wake-on-commit, the first wait after a round woken by a notification (20 ms, twice the
+/// writers' default [`crate::DEFAULT_NOTIFY_INTERVAL`]); the waits after it double while shorter
+/// than the poll delay, and a notification starts the series again. The rounds they start
+/// claim events whose writers left the `NOTIFY` to another transaction of the same slot and
+/// committed just after the woken round's claim.
 pub const DEFAULT_WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
 /// Default interval between refreshes of the backlog gauges: 15 s.
 pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
@@ -150,22 +153,13 @@ pub struct WorkerConfig {
     /// Send slots: publish calls in flight at once, each in a task of its own (default
     /// [`DEFAULT_SEND_CONCURRENCY`], 16). A send that hangs holds its own slot and nothing
     /// else, so one slot means that one hung send stops the worker for its whole send
-    /// timeout. Without batch sends a call carries one event and the
-    /// worker claims only as many events as it has free slots; with batch sends
-    /// ([`WorkerConfig::batch_sends`]) a call carries up to `batch_size` events, so up to
-    /// `send_concurrency × batch_size` events are in flight.
+    /// timeout. With a publisher that sends one message per call, the worker claims only as
+    /// many events as it has free slots; with one that batches ([`crate::Publisher::batches`],
+    /// as RocketMQ's does), a claim's events go out in one call that occupies one slot, so up
+    /// to `send_concurrency × batch_size` events are in flight. After a claim that got all it
+    /// asked for the next one follows as soon as slots are free; the poll delay applies once
+    /// the backlog is drained.
     pub send_concurrency: usize,
-    /// Batch sends (default true): when the publisher sends several messages per broker
-    /// request ([`crate::Publisher::batches`]; [`crate::RocketMqPublisher`] does), a claim's
-    /// events go to [`crate::Publisher::publish_batch`] in one call occupying one send slot,
-    /// and each event's outcome is recorded as if it had been sent alone. With a publisher that
-    /// does not batch, or when off, every event is its own `publish` call. Measured in
-    /// BENCHMARKS.md ("Batch sends"): through RocketMQ many times faster than one message per
-    /// send on every backend measured, hence the default.
-    pub batch_sends: bool,
-    /// Start the next round at once when a round found a full batch (default true); the poll
-    /// delay then applies only when the backlog is drained.
-    pub drain: bool,
     /// Renew the leases of the events this worker holds every lease/3, from claim until their
     /// outcome is recorded (default true). With renewal the worker's `send_timeout` may exceed
     /// a third of the lease; a publisher's own client timeout should still stay within
@@ -175,17 +169,6 @@ pub struct WorkerConfig {
     /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
     /// delay (default true; the listener holds one pool connection). MySQL and SQLite poll.
     pub wake_on_commit: bool,
-    /// With wake-on-commit: after a round woken by a notification, the next wait lasts this
-    /// long instead of the poll delay, and the ones after it twice as long each time while
-    /// shorter than the poll delay (default [`DEFAULT_WAKE_FOLLOW_UP`], 20 ms: then 40 ms,
-    /// 80 ms, ...; a notification still ends a follow-up at once and starts the series again;
-    /// zero: none). The rounds after them claim events whose transactions skipped their own
-    /// `NOTIFY` because another open transaction of the same slot notified
-    /// ([`crate::NewEvent::notify_interval`]) and that committed just after the woken round's
-    /// claim: one committed `x` late is claimed within about `2x` + this. Costs a claim
-    /// statement per follow-up (about log2(poll delay / this) per quiet period; an empty claim
-    /// writes nothing). Keep it at least twice the writers' notify interval.
-    pub wake_follow_up: Duration,
     /// How often the worker refreshes the backlog gauges (`outbox_backlog{status}`,
     /// `outbox_oldest_wait_age_seconds`); default 15 s, `None` turns it off.
     pub gauge_interval: Option<Duration>,
@@ -198,20 +181,12 @@ pub struct WorkerConfig {
     /// prepared statements). [`StatementProtocol::Simple`] is for a transaction-mode pooler
     /// such as PgBouncer < 1.21 (see there); Postgres only.
     pub statement_protocol: StatementProtocol,
-    /// On Postgres with [`ClaimStrategy::Batch`], mark the deliveries waiting for their
-    /// `SUCCESS` mark in the same statement as the next claim
-    /// (one statement with a data-modifying `WITH`: one round trip and one commit per batch
-    /// instead of two); default true. Off, or on other backends, they are marked on their own
-    /// and then claimed. Either way each mark is guarded by its claim's owner and decided by
-    /// its own `rows_affected`.
-    pub mark_with_claim: bool,
     /// Ordered delivery per business key (`biz_no`), opt-in: `None` (the default) sends events
     /// in any order, as fast as the claims and slots allow; `Some(policy)` claims only the
     /// heads of their keys (no earlier event of the key `WAIT` or `SENDING`, nor `FAIL` with
     /// [`OrderedPolicy::Block`]), possibly with a run of the key's next due events, and sends
     /// each key's run in id order in one send slot, stopping at the first failure (the rest
-    /// of the run goes back to `WAIT` uncounted). Needs [`ClaimStrategy::Batch`]; marks are
-    /// never combined with the next claim ([`WorkerConfig::mark_with_claim`] is ignored). The
+    /// of the run goes back to `WAIT` uncounted). Needs [`ClaimStrategy::Batch`]. The
     /// claim's predecessor check is served by `idx_t_event_record_biz_no_status_id`
     /// (migration `m20261202_000004_add_biz_no_status_index`). "Order" is id order: see the
     /// README ("Ordered delivery") for what that means with concurrent writers of one key.
@@ -231,15 +206,11 @@ impl Default for WorkerConfig {
             service_name: "outbox".to_owned(),
             claim_strategy: ClaimStrategy::Batch,
             send_concurrency: DEFAULT_SEND_CONCURRENCY,
-            batch_sends: true,
-            drain: true,
             lease_renewal: true,
             wake_on_commit: true,
-            wake_follow_up: DEFAULT_WAKE_FOLLOW_UP,
             gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
             relay_pool: RelayPool::default(),
             statement_protocol: StatementProtocol::Extended,
-            mark_with_claim: true,
             ordered: None,
         }
     }
@@ -250,12 +221,6 @@ impl WorkerConfig {
     /// [`StatementProtocol::Simple`] behind a transaction-mode pooler (PgBouncer < 1.21).
     pub fn statement_protocol(mut self, p: StatementProtocol) -> Self {
         self.statement_protocol = p;
-        self
-    }
-    /// Sets whether deliveries are marked `SUCCESS` in the next claim's statement (Postgres,
-    /// batch claims; see [`WorkerConfig::mark_with_claim`]).
-    pub fn mark_with_claim(mut self, on: bool) -> Self {
-        self.mark_with_claim = on;
         self
     }
     /// Turns ordered delivery per business key on (`Some(policy)`) or off (`None`, the
@@ -318,16 +283,6 @@ impl WorkerConfig {
         self.send_concurrency = n;
         self
     }
-    /// Turns batch sends ([`WorkerConfig::batch_sends`]) on or off.
-    pub fn batch_sends(mut self, on: bool) -> Self {
-        self.batch_sends = on;
-        self
-    }
-    /// Turns draining (no delay after a full batch) on or off.
-    pub fn drain(mut self, on: bool) -> Self {
-        self.drain = on;
-        self
-    }
     /// Turns lease renewal on or off.
     pub fn lease_renewal(mut self, on: bool) -> Self {
         self.lease_renewal = on;
@@ -341,12 +296,6 @@ impl WorkerConfig {
     /// Turns wake-on-commit (Postgres `LISTEN`) on or off.
     pub fn wake_on_commit(mut self, on: bool) -> Self {
         self.wake_on_commit = on;
-        self
-    }
-    /// Sets the follow-up after a wake-up by notification ([`WorkerConfig::wake_follow_up`];
-    /// zero: none).
-    pub fn wake_follow_up(mut self, d: Duration) -> Self {
-        self.wake_follow_up = d;
         self
     }
     /// Sets the service name used in a generated instance id.
@@ -385,7 +334,6 @@ impl WorkerConfig {
             ("lease", self.lease),
             ("reclaim_interval", self.reclaim_interval),
             ("send_timeout", self.send_timeout),
-            ("wake_follow_up", self.wake_follow_up),
         ] {
             if d > MAX_DURATION {
                 return bad(format!("{name} must be at most 7 days"));

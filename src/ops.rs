@@ -71,9 +71,9 @@ pub struct BlockedKeys {
 ///
 /// SQL (one read, no lock): `SELECT COUNT(DISTINCT w.biz_no), MIN(w.create_time), now FROM
 /// (SELECT biz_no, MIN(id) AS first_fail FROM t_event_record WHERE status = 'FAIL' GROUP BY
-/// biz_no) AS f JOIN t_event_record AS w ON w.biz_no = f.biz_no AND w.status = 'WAIT' AND w.id
-/// > f.first_fail`: one range of `idx_t_event_record_biz_no_status_id` per key with a dead
-/// letter.
+/// biz_no) AS f JOIN t_event_record AS w ON w.biz_no = f.biz_no AND w.status = 'WAIT'
+/// AND w.id > f.first_fail`: one range of `idx_t_event_record_biz_no_status_id` per key with a
+/// dead letter.
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.

@@ -18,7 +18,6 @@ backend_tests!(
     each_event_of_a_batch_gets_its_own_outcome,
     a_batch_that_times_out_puts_each_event_back,
     results_missing_from_a_batch_are_retried,
-    without_batch_sends_every_event_is_its_own_call,
 );
 
 /// Sends batches; what happens to each message is scripted by its biz_no:
@@ -274,25 +273,4 @@ async fn results_missing_from_a_batch_are_retried(ctx: &TestContext) {
             );
         }
     }
-}
-
-/// `batch_sends(false)`: the same publisher gets one `publish` call per event.
-async fn without_batch_sends_every_event_is_its_own_call(ctx: &TestContext) {
-    let ids = common::insert_many(&ctx.db, "ONE", 30).await;
-    let publisher = Arc::new(Batching::default());
-    let config = common::test_config("batch-off")
-        .batch_size(100)
-        .send_concurrency(4)
-        .batch_sends(false);
-    let fleet = common::Fleet::start(ctx, 4, publisher.clone(), [config]).await;
-    let done = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(20),
-        || async { count(&ctx.db, EventStatus::Success).await == ids.len() as u64 },
-    )
-    .await;
-    fleet.stop().await;
-    assert!(done);
-    assert_eq!(publisher.singles.load(Ordering::SeqCst), ids.len());
-    assert!(publisher.calls.lock().unwrap().is_empty());
 }

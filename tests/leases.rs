@@ -367,9 +367,7 @@ async fn without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late(ctx: &Test
 async fn wake_on_commit(ctx: &TestContext) {
     let db = &ctx.db;
     // A poll delay of an hour: only the notification can start the next round in time.
-    let cfg = config("listener")
-        .poll_delay(Duration::from_secs(3600))
-        .drain(false);
+    let cfg = config("listener").poll_delay(Duration::from_secs(3600));
     let publisher = Arc::new(InMemoryPublisher::new());
     let fleet = Fleet::start(ctx, 4, publisher.clone(), [cfg]).await;
     assert!(fleet.started(Duration::from_secs(10)).await);

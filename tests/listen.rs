@@ -970,10 +970,6 @@ async fn waking_worker(
         .poll_delay(FOLLOW_UP_POLL)
         .send_concurrency(8)
         .batch_size(100);
-    assert_eq!(
-        cfg.wake_follow_up,
-        sea_orm_outbox::config::DEFAULT_WAKE_FOLLOW_UP
-    );
     let fleet = common::Fleet::start(ctx, 4, publisher, [cfg]).await;
     assert!(fleet.started(WAIT).await, "the worker ran a first round");
     let listening = wait_until(WAIT, Duration::from_millis(5), || async {

@@ -162,9 +162,7 @@ async fn rolled_back_event_queues_nothing(ctx: &TestContext) {
 
 async fn relay_polls_for_events_with_notify_off(ctx: &TestContext) {
     // A poll delay of a second: an event with notify off waits for the next poll.
-    let cfg = common::test_config("notify-off")
-        .poll_delay(Duration::from_secs(1))
-        .drain(false);
+    let cfg = common::test_config("notify-off").poll_delay(Duration::from_secs(1));
     let publisher = Arc::new(InMemoryPublisher::new());
     let fleet = Fleet::start(ctx, 4, publisher.clone(), [cfg]).await;
     assert!(fleet.started(WAIT).await, "the worker ran a first round");

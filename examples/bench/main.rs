@@ -159,10 +159,6 @@ struct Args {
     /// Skip the per-row relay phase.
     #[arg(long)]
     skip_per_row: bool,
-    /// Mark deliveries `SUCCESS` in statements of their own, never in the next claim's
-    /// (`WorkerConfig::mark_with_claim(false)`).
-    #[arg(long)]
-    separate_marks: bool,
     /// Skip the batch relay phase.
     #[arg(long)]
     skip_batch: bool,

@@ -52,8 +52,7 @@ pub async fn figures(
         args.concurrency,
         poll,
         false,
-    )
-    .mark_with_claim(!args.separate_marks);
+    );
     let u = relay(
         bench,
         setup,

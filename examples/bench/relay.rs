@@ -171,7 +171,6 @@ pub fn worker_config(
         .claim_strategy(strategy)
         .batch_size(batch)
         .send_concurrency(concurrency)
-        .drain(true)
         .poll_delay(poll)
 }
 
@@ -377,18 +376,16 @@ pub async fn figures(
         return Ok(None);
     }
     let poll = Duration::from_millis(args.poll_delay_ms);
-    let config = worker_config(strategy, batch, concurrency, poll, false)
-        .mark_with_claim(!args.separate_marks);
+    let config = worker_config(strategy, batch, concurrency, poll, false);
     let r = relay(bench, setup, args, config, label, args.events, None).await?;
     figs.add(
         &format!("{key}_eps"),
         f1(r.eps),
         format!(
-            "{} workers, {kind} {batch}, concurrency {concurrency}, {}, drain, poll {} ms, marks {}: {:.2} s, {} rounds; {}; µs/event: bench {:.1}, db server {:.1}",
+            "{} workers, {kind} {batch}, concurrency {concurrency}, {}, drain, poll {} ms: {:.2} s, {} rounds; {}; µs/event: bench {:.1}, db server {:.1}",
             args.workers,
             if strategy == ClaimStrategy::Batch && !args.noop_single { "batch sends" } else { "one publish call per event" },
             args.poll_delay_ms,
-            if args.separate_marks { "separate" } else { "with the claim where possible" },
             r.secs,
             r.total.rounds,
             r.cpu,

@@ -8,7 +8,7 @@
 //! - `rocketmq_relay_eps`: W workers with batch sends (the default) draining N `WAIT` events
 //!   through `RocketMqPublisher`, until every row is `SUCCESS`; a consumer counts what arrived
 //!   (`rocketmq_received`, `rocketmq_duplicates`);
-//! - `rocketmq_relay_single_eps`: the same with `batch_sends(false)` (one message per send,
+//! - `rocketmq_relay_single_eps`: the same with a publisher that does not batch (one message per send,
 //!   `--concurrency` sends in flight per worker), and `batch_over_single`;
 //! - `relay_over_raw`, `relay_over_raw_batch`;
 //! - `rocketmq_latency_p50_ms` / `_p99_ms`: commit → received by the consumer for events
@@ -207,6 +207,16 @@ impl Publisher for NoopBatches {
     }
 }
 
+/// The publisher it wraps, one message per `publish` call: it does not batch.
+struct OneByOne(Arc<dyn Publisher>);
+
+#[async_trait::async_trait]
+impl Publisher for OneByOne {
+    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
+        self.0.publish(m).await
+    }
+}
+
 /// How the relay sends in a run.
 #[derive(Clone, Copy)]
 enum Sends {
@@ -235,8 +245,11 @@ async fn relay(
         Sends::Batches => args.rocketmq_batch_concurrency,
         Sends::Single => args.concurrency,
     };
-    let config = worker_config(ClaimStrategy::Batch, args.batch, concurrency, poll, false)
-        .batch_sends(matches!(sends, Sends::Batches));
+    let config = worker_config(ClaimStrategy::Batch, args.batch, concurrency, poll, false);
+    let p: Arc<dyn Publisher> = match sends {
+        Sends::Batches => p,
+        Sends::Single => Arc::new(OneByOne(p)),
+    };
     let cancel = CancellationToken::new();
     let deadline = Duration::from_secs(args.timeout_s);
     let timed = Timed::new(p);
@@ -521,7 +534,7 @@ pub async fn figures(
         "rocketmq_relay_single_eps",
         f1(single.eps),
         format!(
-            "the same with batch_sends(false): one message per send, {} in flight per worker; \
+            "the same without batches: one message per send, {} in flight per worker; \
              {n} events in {:.2} s; received {}, duplicates {}; {}",
             args.concurrency,
             single.secs,

@@ -152,8 +152,7 @@ pub trait Publisher: Send + Sync {
     /// with back-off or makes it a dead letter, per event.
     ///
     /// The relay calls it (instead of `publish`) with up to `batch_size` claimed events of one
-    /// claim when [`Publisher::batches`] says so and [`crate::WorkerConfig::batch_sends`] is
-    /// on, within one send timeout for the whole call. The default sends the messages one after
+    /// claim when [`Publisher::batches`] says so, within one send timeout for the whole call. The default sends the messages one after
     /// another with [`Publisher::publish`]; after an [`OutboxMessage::ordered`] message failed,
     /// the later messages of its `biz_no` are not sent (a retryable "not sent" error each).
     ///

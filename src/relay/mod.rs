@@ -10,8 +10,7 @@
 //! slot and into the worker's `Inflight` set; `slots` sends it in a task of its own (`send`);
 //! `outcome` records what became of it, and only then does it leave `Inflight`, whose leases
 //! the [`crate::maintenance::LeaseRenewer`] renews meanwhile. `observe` counts, exports and logs
-//! every outcome in one place. With batch sends ([`crate::WorkerConfig::batch_sends`] and a
-//! publisher that [`crate::Publisher::batches`]) a slot's task sends a whole claim in one
+//! every outcome in one place. With a publisher that [`crate::Publisher::batches`] a slot's task sends a whole claim in one
 //! [`crate::Publisher::publish_batch`] call, and `outcome` records each event's result as if it
 //! had been sent alone.
 use std::sync::Arc;
@@ -162,7 +161,7 @@ impl Worker {
     /// are in flight, each in a task of its own, and the worker claims only as many events as
     /// it has free slots (at most `batch_size` per claim), refilling them as sends finish, so a
     /// send that hangs holds its own slot and nothing else. While a claim gets all it asked for
-    /// (and `drain` is on) the next follows as soon as slots are free; otherwise the worker
+    /// the next follows as soon as slots are free; otherwise the worker
     /// waits `poll_delay` (or, on Postgres with wake-on-commit, a commit's notification). The
     /// [`Reclaimer`] runs at start and every `reclaim_interval`, the [`LeaseRenewer`] every
     /// lease/3 over every event from its claim until its outcome is recorded, the
@@ -175,7 +174,7 @@ impl Worker {
         let wake = Wake::new(
             self.db.inner(),
             self.config.wake_on_commit,
-            self.config.wake_follow_up,
+            crate::config::DEFAULT_WAKE_FOLLOW_UP,
         );
         let inflight = Inflight::default();
         let signals = slots::Signals::default();

@@ -307,19 +307,18 @@ impl<'w> Recorder<'w> {
     }
 }
 
-// ---- Marking with the next claim ([`crate::WorkerConfig::mark_with_claim`]) ----
+// ---- Marking with the next claim ----
 // The pump (`slots.rs`) claims through `Claimer::claim_marking` (`claim.rs`), which takes one
 // claim's deliveries from here into the claim's own statement. Every other path (the linger
 // timer, the end of a round, a failed combined statement) marks them with `flush` as before.
 
-/// Whether `worker`'s deliveries wait for the next claim's statement: asked for, batch claims,
+/// Whether `worker`'s deliveries wait for the next claim's statement: batch claims, unordered,
 /// and a backend with the single statement (Postgres).
 fn marks_with_claim(worker: &Worker) -> bool {
     use sea_orm::ConnectionTrait;
     // Not in ordered mode: the claim in the same statement would read the marked events as
     // still SENDING (one snapshot) and take none of their successors.
-    worker.config.mark_with_claim
-        && worker.config.ordered.is_none()
+    worker.config.ordered.is_none()
         && worker.config.claim_strategy == crate::ClaimStrategy::Batch
         && store::Dialect::of(worker.db.get_database_backend()).mark_and_claim_in_one()
 }

@@ -1,8 +1,8 @@
 //! The send slots: up to `send_concurrency` publish calls in flight, each in a task of its own.
 //! A send that hangs (or blocks its thread) holds its own slot and nothing else; the worker claims
-//! only as many events as its free slots carry and refills them as sends finish. Without batch
-//! sends a slot carries one event; with them ([`crate::WorkerConfig::batch_sends`] and a
-//! publisher that [`crate::Publisher::batches`]) one claim's events, up to `batch_size`.
+//! only as many events as its free slots carry and refills them as sends finish. A slot carries
+//! one event, or with a publisher that [`crate::Publisher::batches`] one claim's events, up to
+//! `batch_size`.
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -64,7 +64,7 @@ pub(crate) struct Slots<'w> {
 impl<'w> Slots<'w> {
     pub(crate) fn new(worker: &'w Worker, inflight: &Inflight, cancel: &CancellationToken) -> Self {
         let c = &worker.config;
-        let batching = c.batch_sends && worker.publisher.batches();
+        let batching = worker.publisher.batches();
         Slots {
             worker,
             tasks: JoinSet::new(),
@@ -196,7 +196,7 @@ impl<'w> Slots<'w> {
                 self.collect(Some(joined), &mut s).await;
                 // As in the `join_next` arm below: a finished run makes its key's next events
                 // heads.
-                if self.ordered && c.drain {
+                if self.ordered {
                     due = true;
                 }
             }
@@ -226,8 +226,8 @@ impl<'w> Slots<'w> {
                         .await;
                     match claimed {
                         Ok(got) => {
-                            due = got.more && c.drain;
-                            retry_by = got.retry_at.filter(|_| c.drain).map(Instant::from_std);
+                            due = got.more;
+                            retry_by = got.retry_at.map(Instant::from_std);
                             self.spawn(got.events);
                         }
                         Err(e) => {
@@ -264,7 +264,7 @@ impl<'w> Slots<'w> {
                     // Ordered mode: a finished run makes the next events of its key heads,
                     // which no poll or notification announces (else a hot key held by this
                     // worker's own runs waits a poll delay per run).
-                    if self.ordered && c.drain {
+                    if self.ordered {
                         due = true;
                     }
                 }

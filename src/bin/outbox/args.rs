@@ -138,27 +138,14 @@ pub(crate) struct RelayArgs {
     /// [default: batch].
     #[arg(long, env = "OUTBOX_CLAIM_STRATEGY", value_enum)]
     pub(crate) claim_strategy: Option<Strategy>,
-    /// Publish calls in flight at once, each one event, or with batch sends up to --batch
-    /// events [default: 16].
+    /// Publish calls in flight at once, each up to --batch events (RocketMQ batch messages)
+    /// [default: 16].
     #[arg(long, env = "OUTBOX_SEND_CONCURRENCY")]
     pub(crate) send_concurrency: Option<usize>,
-    /// Send a claim's events as RocketMQ batch messages, each event's outcome its own
-    /// [default: true].
-    #[arg(long, env = "OUTBOX_BATCH_SENDS")]
-    pub(crate) batch_sends: Option<bool>,
     /// Postgres: also wait on `LISTEN sea_orm_outbox` between rounds, so that a committed
     /// event starts a round at once instead of after the poll delay [default: true].
     #[arg(long, env = "OUTBOX_WAKE_ON_COMMIT")]
     pub(crate) wake_on_commit: Option<bool>,
-    /// After a round woken by a notification, wait this long (then twice as long each time
-    /// while shorter than the poll delay) for events whose writers skipped their own notify;
-    /// `0s`: none [default: 20ms].
-    #[arg(long, env = "OUTBOX_WAKE_FOLLOW_UP", value_parser = humantime::parse_duration)]
-    pub(crate) wake_follow_up: Option<Duration>,
-    /// Postgres, batch claims: mark the previous claim's deliveries SUCCESS in the same
-    /// statement as the next claim (one round trip instead of two) [default: true].
-    #[arg(long, env = "OUTBOX_MARK_WITH_CLAIM")]
-    pub(crate) mark_with_claim: Option<bool>,
     /// Interval between reclaim passes [default: 60s].
     #[arg(long, env = "OUTBOX_RECLAIM_INTERVAL", value_parser = humantime::parse_duration)]
     pub(crate) reclaim_interval: Option<Duration>,
@@ -301,17 +288,8 @@ impl RelayArgs {
         if let Some(n) = self.send_concurrency {
             c = c.send_concurrency(n);
         }
-        if let Some(on) = self.batch_sends {
-            c = c.batch_sends(on);
-        }
         if let Some(on) = self.wake_on_commit {
             c = c.wake_on_commit(on);
-        }
-        if let Some(d) = self.wake_follow_up {
-            c = c.wake_follow_up(d);
-        }
-        if let Some(on) = self.mark_with_claim {
-            c = c.mark_with_claim(on);
         }
         if let Some(d) = self.poll_delay {
             c = c.poll_delay(d);
@@ -374,42 +352,21 @@ mod tests {
             (d.poll_delay, d.batch_size, d.lease, d.send_timeout, d.retry)
         );
         assert_eq!(
-            (
-                c.batch_sends,
-                c.wake_on_commit,
-                c.wake_follow_up,
-                c.mark_with_claim
-            ),
-            (
-                d.batch_sends,
-                d.wake_on_commit,
-                d.wake_follow_up,
-                d.mark_with_claim
-            )
+            (c.send_concurrency, c.wake_on_commit),
+            (d.send_concurrency, d.wake_on_commit)
         );
     }
 
-    /// The wake-up and mark flags reach the worker's configuration.
+    /// The wake-up flag reaches the worker's configuration.
     #[test]
-    fn wake_and_mark_flags_parse() {
-        let cli = Cli::try_parse_from([
-            "outbox",
-            "relay",
-            "--wake-on-commit",
-            "false",
-            "--wake-follow-up",
-            "50ms",
-            "--mark-with-claim",
-            "false",
-        ])
-        .expect("parse");
+    fn wake_flag_parses() {
+        let cli =
+            Cli::try_parse_from(["outbox", "relay", "--wake-on-commit", "false"]).expect("parse");
         let Command::Relay(args) = cli.command else {
             panic!("relay")
         };
         let c = args.config();
         assert!(!c.wake_on_commit);
-        assert_eq!(c.wake_follow_up, Duration::from_millis(50));
-        assert!(!c.mark_with_claim);
     }
 
     /// `--statement-protocol simple` reaches the worker's configuration.
