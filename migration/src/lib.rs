@@ -1,29 +1,34 @@
 //! Migrations of [sea-orm-outbox](https://docs.rs/sea-orm-outbox): the outbox table
 //! `t_event_record` (the producer side) and the idempotent consumer's `t_consumed_message`.
 //!
-//! Two ways to apply them, both with `sea-orm-cli migrate`:
+//! Two ways to apply them, both with `sea-orm-cli migrate`; use one, never both on one database:
 //!
 //! 1. **Composed** (recommended): list the outbox's migrations in your own `Migrator`, so one
-//!    history (`seaql_migrations`) holds your tables and the outbox's. Put them at the place in
-//!    your list where you adopt the outbox (normally after your newest migration at that time),
-//!    and add your later migrations after them: `migrate down -n 1` rolls back the last entry
-//!    of the list that is applied. Name each migration (rather than splicing in
-//!    [`migrations`]): `sea-orm-cli migrate generate` then keeps appending to the `vec!`, and a
-//!    later outbox release that adds a migration (named in its release notes) goes at the end
-//!    of your list like any new one, so list order stays the order of application.
+//!    history (`seaql_migrations`) holds your tables and the outbox's. Give each outbox
+//!    migration a module of its own in your migration crate, a file that only re-exports it:
+//!    `sea-orm-cli migrate generate` rebuilds the `vec!` of your `lib.rs` from its `mod` lines
+//!    (in their order, the new one last), and drops an entry that no `mod` line names, after
+//!    which `migrate up` fails with "Migration file of version '...' is missing". Put the
+//!    outbox's modules where you adopt it (after your newest migration of that day); `migrate
+//!    generate` adds your later ones after them, so `migrate down -n 1` rolls back your newest.
 //!
-//!    ```
-//!    use sea_orm_migration::prelude::*;
+//!    ```ignore
+//!    // migration/src/m20261130_000001_create_t_event_record.rs, and one such file per
+//!    // migration: m20261130_000002_create_t_consumed_message.rs (CreateConsumedMessage),
+//!    // m20261201_000003_add_event_headers.rs (AddEventHeaders),
+//!    // m20261202_000004_add_biz_no_status_index.rs (AddBizNoStatusIndex)
+//!    pub use sea_orm_outbox_migration::CreateEventRecord as Migration;
 //!
-//!    # mod m20250101_000001_create_order {
-//!    #     use sea_orm_migration::prelude::*;
-//!    #     #[derive(DeriveMigrationName)]
-//!    #     pub struct Migration;
-//!    #     #[async_trait::async_trait]
-//!    #     impl MigrationTrait for Migration {
-//!    #         async fn up(&self, _: &SchemaManager) -> Result<(), DbErr> { Ok(()) }
-//!    #     }
-//!    # }
+//!    // migration/src/lib.rs
+//!    pub use sea_orm_migration::prelude::*;
+//!
+//!    mod m20250101_000001_create_order;
+//!    // The outbox (a comment line keeps rustfmt from sorting these into the lines above):
+//!    mod m20261130_000001_create_t_event_record;
+//!    mod m20261130_000002_create_t_consumed_message;
+//!    mod m20261201_000003_add_event_headers;
+//!    mod m20261202_000004_add_biz_no_status_index;
+//!
 //!    pub struct Migrator;
 //!
 //!    #[async_trait::async_trait]
@@ -31,18 +36,19 @@
 //!        fn migrations() -> Vec<Box<dyn MigrationTrait>> {
 //!            vec![
 //!                Box::new(m20250101_000001_create_order::Migration),
-//!                Box::new(sea_orm_outbox_migration::CreateEventRecord),
-//!                Box::new(sea_orm_outbox_migration::CreateConsumedMessage),
-//!                Box::new(sea_orm_outbox_migration::AddEventHeaders),
-//!                Box::new(sea_orm_outbox_migration::AddBizNoStatusIndex),
-//!                // your later migrations go here
+//!                Box::new(m20261130_000001_create_t_event_record::Migration),
+//!                Box::new(m20261130_000002_create_t_consumed_message::Migration),
+//!                Box::new(m20261201_000003_add_event_headers::Migration),
+//!                Box::new(m20261202_000004_add_biz_no_status_index::Migration),
 //!            ]
 //!        }
 //!    }
 //!    ```
 //!
-//!    A service that only consumes events takes [`consumer_migrations`]; one that only
-//!    produces them takes [`producer_migrations`].
+//!    `examples/existing_app/migration` in the repository is this layout, compiled and run by
+//!    CI. A service that only consumes events lists `CreateConsumedMessage` alone
+//!    ([`consumer_migrations`]); one that only produces them the other three
+//!    ([`producer_migrations`]).
 //!
 //! 2. **Standalone**: run this crate's [`Migrator`] beside your own. It records itself in the
 //!    tracking table [`MIGRATION_TABLE`] (`seaql_migrations_outbox`), never in your
@@ -57,23 +63,22 @@
 //! changes these.
 //!
 //! ## Upgrading
-//! The release after the first (0.1.0) adds [`AddEventHeaders`]
-//! (`m20261201_000003_add_event_headers`, the nullable `t_event_record.headers` column).
-//! Composed: append `Box::new(AddEventHeaders)` to your list (after your newest migration) and
-//! run `migrate up` before the new relay starts; standalone:
-//! `migrate up` with this crate's [`Migrator`]. A relay or writer of the new version on a table
-//! without the column fails with `OutboxError::SchemaOutdated`, naming the migration, writers
-//! included (`with_event` names the column): run the migration BEFORE any binary of the new
-//! version starts. The previous version keeps working on the migrated table, but its relays
-//! send events without their headers: upgrade every relay before writers set headers (or turn
-//! on the `opentelemetry` feature). Rolling back: stop the new binaries, then `migrate down -n
-//! 1` drops the column (and the headers of events not yet sent).
+//! A release that adds a migration names it in its release notes. Composed: give it a module
+//! at the end of your list, like any new migration; standalone: `migrate up` with this crate's
+//! [`Migrator`]. Run it before any binary of the new version starts.
 //!
-//! The next release adds [`AddBizNoStatusIndex`] (`m20261202_000004_add_biz_no_status_index`,
-//! the index `idx_t_event_record_biz_no_status_id` of the ordered claim). Append it to your
-//! list the same way and run `migrate up` before a relay runs in ordered mode (relays in the
-//! default mode do not need it; without it the ordered claim still works, reading the key's
-//! rows without the index). `migrate down -n 1` drops the index.
+//! - [`AddEventHeaders`] (`m20261201_000003_add_event_headers`, the nullable
+//!   `t_event_record.headers` column): a relay or writer of the new version on a table without
+//!   the column fails with `OutboxError::SchemaOutdated`, naming the migration. The previous
+//!   version keeps working on the migrated table, but its relays send events without their
+//!   headers: upgrade every relay before writers set headers (or turn on the `opentelemetry`
+//!   feature). Rolling back: stop the new binaries, then `migrate down -n 1` drops the column
+//!   (and the headers of events not yet sent).
+//! - [`AddBizNoStatusIndex`] (`m20261202_000004_add_biz_no_status_index`, the index
+//!   `idx_t_event_record_biz_no_status_id` of the ordered claim): run it before a relay runs in
+//!   ordered mode (relays in the default mode do not need it; without it the ordered claim
+//!   still works, reading the key's rows without the index). `migrate down -n 1` drops the
+//!   index.
 #![deny(missing_docs)]
 
 use sea_orm_migration::sea_orm::DynIden;
