@@ -19,9 +19,9 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 pub const MAX_BATCH_SIZE: u64 = 10_000;
 /// Longest duration accepted for any setting: 7 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default send slots per worker (16): enough that a few hung sends leave the worker
-/// publishing, and several times one slot's throughput through a broker (BENCHMARKS.md, send
-/// slots).
+/// Default send slots per worker (16): a send that hangs holds its slot for up to the send
+/// timeout, so a few hung sends leave the worker publishing (with a publisher that batches, a
+/// hung call holds its claim's events, up to `batch_size`).
 pub const DEFAULT_SEND_CONCURRENCY: usize = 16;
 /// With wake-on-commit, the first wait after a round woken by a notification (20 ms, twice the
 /// writers' default [`crate::DEFAULT_NOTIFY_INTERVAL`]); the waits after it double while shorter
@@ -44,9 +44,8 @@ pub enum ClaimStrategy {
     PerRow,
     /// The default. Claim up to `batch_size` due rows in one round trip without waiting on rows
     /// other instances hold (`FOR UPDATE SKIP LOCKED`); see `claim_batch`.
-    /// Chosen as the default because it was faster than `PerRow` in every case the benchmark
-    /// measured (BENCHMARKS.md: 25x on Postgres, 13x on MariaDB with 3 workers), and it loses
-    /// no claims where `PerRow` loses about one per event.
+    /// The default: faster than `PerRow` in every case measured (BENCHMARKS.md), and it loses
+    /// no claims.
     #[default]
     Batch,
 }
@@ -188,8 +187,8 @@ pub struct WorkerConfig {
     /// each key's run in id order in one send slot, stopping at the first failure (the rest
     /// of the run goes back to `WAIT` uncounted). Needs [`ClaimStrategy::Batch`]. The
     /// claim's predecessor check is served by `idx_t_event_record_biz_no_status_id`
-    /// (migration `m20261202_000004_add_biz_no_status_index`). "Order" is id order: see the
-    /// README ("Ordered delivery") for what that means with concurrent writers of one key.
+    /// (migration `m20261202_000004_add_biz_no_status_index`). "Order" is id order: see
+    /// docs/ordered.md for what that means with concurrent writers of one key.
     pub ordered: Option<OrderedPolicy>,
 }
 

@@ -92,17 +92,17 @@ pub enum OutboxError {
     /// id, or a zero batch size.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// [`crate::transactional_publish`] could not get a connection from the pool while it held
-    /// one of that pool for its transaction: code running inside it (an `ActiveModelBehavior`
-    /// hook, most often) queried the pool instead of the connection it was handed, and waited
-    /// for the pool's acquire timeout. The transaction was rolled back; nothing was written.
+    /// A query run inside [`crate::transactional_publish`] (most likely an
+    /// `ActiveModelBehavior` hook) timed out waiting for a pool connection, usually because it
+    /// used the application's pool instead of the connection it was handed while the
+    /// transaction held one of that pool. The transaction was rolled back.
     #[error(
-        "no connection could be had from the pool while transactional_publish held one of it for \
-         its transaction: a hook (ActiveModelBehavior before_save/after_save) or other code \
-         running inside it queried the pool instead of the connection it was handed; run its \
-         queries on that connection (the `db` argument of the hook), or give the pool more \
-         connections (SQLite with SeaORM's default options has exactly one); nothing was \
-         written: {0}"
+        "a query run inside transactional_publish (most likely an ActiveModelBehavior hook) \
+         timed out waiting for a pool connection; if it used the application's pool instead of \
+         the `db` it was handed, it competes with this transaction, which already holds a \
+         connection of that pool: with one connection (SQLite with SeaORM's default options) it \
+         can never succeed, with more it fails when other tasks hold the rest. Run it on the \
+         hook's `db`, or give the pool more connections. The transaction was rolled back: {0}"
     )]
     PoolUsedInsideTransaction(#[source] DbErr),
     /// Any other database error.

@@ -84,8 +84,8 @@ impl<C: ConnectionTrait> OutboxExt for C {}
 /// at the start instead, waiting for it up to the connection's busy timeout (sqlx's default:
 /// 5 s), so the transaction queues behind the relays and the other writers rather than failing.
 /// Writers then run one at a time from `BEGIN` to `COMMIT`, which is how SQLite orders them
-/// anyway; readers are not blocked in WAL mode. The README's SQLite section has the
-/// recommended connect options.
+/// anyway; readers are not blocked in WAL mode. docs/configuration.md has the recommended
+/// connect options.
 ///
 /// ```no_run
 /// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
@@ -141,9 +141,8 @@ pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, 
 ///
 /// # Errors
 /// The error of `make_event` or of the event's validation ([`OutboxError::InvalidEvent`], with
-/// [`EventLimits::default`]); [`OutboxError::PoolUsedInsideTransaction`] when a hook queried
-/// the pool instead of the connection it was handed and no other connection could be had; or
-/// a database error. In every case the transaction is rolled back and nothing is written.
+/// [`EventLimits::default`]); [`OutboxError::PoolUsedInsideTransaction`] when a query inside it
+/// (a hook) timed out waiting for a pool connection; or a database error. In every case the transaction is rolled back and nothing is written.
 pub async fn transactional_publish<C, A, F>(
     db: &C,
     model: A,

@@ -130,8 +130,10 @@ impl RelayPool {
 /// connections opened lazily, none kept when idle for 60 s, and every connection checked when
 /// it is given back (sqlx's `after_release`): one found inside an open transaction is closed
 /// with a WARN (the server rolls the transaction back) and counted in
-/// `outbox_leaked_transactions_total`; one that does not answer within 2 s is
-/// closed too. A connection idle for [`IDLE_RECHECK`] or longer gets the same check before it
+/// `outbox_leaked_transactions_total`; one that does not answer within 10 s is
+/// closed too (the check first reads what remains of a cancelled command's answer, so a query
+/// abandoned by its caller counts against those 10 s; sqlx's own ping that follows a passed
+/// check is not bounded, but runs on a connection that has just answered). A connection idle for [`IDLE_RECHECK`] or longer gets the same check before it
 /// is handed out (`before_acquire`, in place of sqlx's ping); one idle for less is handed out
 /// at once, which saves a round trip per statement. So a connection that dies less than
 /// [`IDLE_RECHECK`] after it was given back fails the one statement it is handed out for, and
@@ -224,13 +226,16 @@ fn relay_options<DB: sea_orm::sqlx::Database>(
         .test_before_acquire(false)
 }
 
-/// How long a connection of a [`guarded_pool`] may take to answer its check (2 s). A
+/// How long a connection of a [`guarded_pool`] may take to answer its check (10 s). A
 /// connection whose command was cancelled halfway through reading its answer (a dropped
-/// `begin()`) is out of step with the server and never answers; without this bound its check
-/// would hold its place in the pool for ever, and a small pool would run out of connections.
-/// One that does not answer in time is closed without a goodbye and replaced.
+/// `begin()`) can be out of step with the server and never answer; without this bound its
+/// check would hold its place in the pool for ever, and a small pool would run out of
+/// connections. One that does not answer in time is closed without a goodbye and replaced.
+/// Long, because the check first waits for the rest of any abandoned query's answer: a healthy
+/// connection closed early would leave that query running on the server while the pool opens
+/// another.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs a connection's `check` within [`CHECK_TIMEOUT`]: `Ok(keep)` with its verdict, or an
 /// error (sqlx then closes the connection without a goodbye) when it does not answer in time.

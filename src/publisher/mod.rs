@@ -221,8 +221,8 @@ mod default_batch_tests {
         }
     }
 
-    /// Review finding: the default `publish_batch` went on with a key's later messages after
-    /// an ordered message of the key failed, against the trait's own rule.
+    /// The default `publish_batch` sends nothing more of a key after an ordered message of the
+    /// key failed, as the trait's rule says.
     #[tokio::test]
     async fn the_default_batch_stops_an_ordered_key_at_its_first_failure() {
         let p = FailsTwo::default();

@@ -215,8 +215,9 @@ pub(crate) struct RelayArgs {
     /// dead letter [default: 4194304].
     #[arg(long, env = "ROCKETMQ_MAX_MESSAGE_BYTES")]
     pub(crate) rocketmq_max_message_bytes: Option<u32>,
-    /// Send nothing: connect, check the table, then log every poll delay how many events wait
-    /// to be relayed, until stopped. Nothing is claimed or marked; no broker is contacted.
+    /// Send nothing: check the settings (a broker's too, without contacting it), connect, check
+    /// the table, then log every poll delay how many events wait, until stopped. Nothing is
+    /// claimed or marked.
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// How long to keep trying to reach the database at start, e.g. 30s or 5m; `0s` tries once

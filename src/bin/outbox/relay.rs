@@ -19,8 +19,7 @@ pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
     // whatever the renewal setting (the RocketMQ client's timeout is fitted to the same limit).
     config.check_publisher_send_timeout("--send-timeout", config.send_timeout)?;
     let rocketmq = match args.rocketmq_namesrv.as_deref().map(str::trim) {
-        // A dry run contacts no broker, whatever is configured.
-        _ if args.dry_run => None,
+        None if args.dry_run => None,
         // A relay that marked events delivered without sending them would lose every one: no
         // broker is a mistake (a variable missing from a deployment), never a default.
         None => {
@@ -33,6 +32,8 @@ pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
                 "--rocketmq-namesrv / ROCKETMQ_NAMESRV_ADDR is set but empty; {NO_BROKER}"
             ))))
         }
+        // Checked in a dry run too (which never contacts the broker), so that a dry run fails
+        // where the real one would.
         Some(addr) => Some(rmq::config(addr, args, &config)?),
     };
     let cancel = CancellationToken::new();
@@ -51,10 +52,12 @@ pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
         println!("relay stopped before the database could be reached");
         return Ok(());
     };
-    // Without a broker only a dry run got this far.
     let result = match rocketmq {
-        Some(rocketmq) => relay_on(db.clone(), url, args, config, rocketmq, cancel).await,
-        None => dry_run(&db, url, config.poll_delay, cancel).await,
+        Some(rocketmq) if !args.dry_run => {
+            relay_on(db.clone(), url, args, config, rocketmq, cancel).await
+        }
+        // A dry run (without a broker, nothing else got this far).
+        _ => dry_run(&db, url, config.poll_delay, cancel).await,
     };
     db.close().await.ok();
     result
@@ -82,7 +85,7 @@ async fn dry_run(
                 sending = b.sending,
                 dead_letters = b.fail,
                 most_overdue_seconds = b.oldest_wait_age_seconds,
-                "dry run: {} event(s) waiting would be relayed",
+                "dry run: {} event(s) waiting (due or backing off); nothing sent",
                 b.wait
             ),
             Err(e) => tracing::warn!(error = %e, "dry run: cannot read the backlog"),
