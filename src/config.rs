@@ -142,10 +142,9 @@ pub struct WorkerConfig {
     pub retry: RetryPolicy,
     /// The instance id stored in `claim_owner` (as `<instance id>#<claim token>`, see
     /// [`crate::instance`]; at most 111 characters, no `#`); `None` generates one with
-    /// [`crate::instance_id`] from `service_name` and the process id.
+    /// [`crate::instance_id`] from `outbox` and the process id ([`WorkerConfig::service_name`]
+    /// generates one from another name).
     pub instance_id: Option<String>,
-    /// Service name used in a generated instance id (default `outbox`).
-    pub service_name: String,
     /// How rounds claim (default [`ClaimStrategy::Batch`]; [`ClaimStrategy::PerRow`] is the
     /// seed's).
     pub claim_strategy: ClaimStrategy,
@@ -202,7 +201,6 @@ impl Default for WorkerConfig {
             send_timeout: DEFAULT_SEND_TIMEOUT,
             retry: RetryPolicy::default(),
             instance_id: None,
-            service_name: "outbox".to_owned(),
             claim_strategy: ClaimStrategy::Batch,
             send_concurrency: DEFAULT_SEND_CONCURRENCY,
             lease_renewal: true,
@@ -297,10 +295,13 @@ impl WorkerConfig {
         self.wake_on_commit = on;
         self
     }
-    /// Sets the service name used in a generated instance id.
-    pub fn service_name(mut self, name: impl Into<String>) -> Self {
-        self.service_name = name.into();
-        self
+    /// Sets the instance id to one generated from the service's `name`
+    /// ([`crate::instance_id`]: `<name>-<pid>-<6 hex digits>`, e.g. `order-4242-a1b2c3`),
+    /// replacing an instance id set before. [`WorkerConfig::validate`] refuses a name that
+    /// makes the id invalid (with `#`, whitespace or control characters, or so long that the
+    /// id passes 111 characters).
+    pub fn service_name(self, name: impl AsRef<str>) -> Self {
+        self.instance_id(crate::instance_id(name.as_ref(), None))
     }
 
     /// Checks that the configuration can work.
@@ -337,18 +338,6 @@ impl WorkerConfig {
             if d > MAX_DURATION {
                 return bad(format!("{name} must be at most 7 days"));
             }
-        }
-        // 90 + `-` + a pid or port (at most 10 digits) + `-` + 6 hex stays within
-        // INSTANCE_ID_MAX_LEN (111).
-        if self.service_name.trim().is_empty()
-            || self.service_name.chars().count() > 90
-            || !plain_id(&self.service_name)
-        {
-            return bad(
-                "service_name must be 1 to 90 characters, without '#', whitespace or control \
-                 characters (it starts the instance id)"
-                    .into(),
-            );
         }
         for (name, d) in [
             ("poll_delay", self.poll_delay),

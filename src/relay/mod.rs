@@ -113,7 +113,7 @@ impl Worker {
         let owner = config
             .instance_id
             .clone()
-            .unwrap_or_else(|| instance_id(&config.service_name, None));
+            .unwrap_or_else(|| instance_id("outbox", None));
         let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
         let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
         let gauges = config

@@ -318,11 +318,12 @@ impl RelayArgs {
             retry.max_backoff = d;
         }
         c = c.retry(retry);
+        // An instance id given outright wins over one generated from the service name.
+        if let Some(name) = &self.service_name {
+            c = c.service_name(name);
+        }
         if let Some(id) = &self.instance_id {
             c = c.instance_id(id.clone());
-        }
-        if let Some(name) = &self.service_name {
-            c = c.service_name(name.clone());
         }
         c
     }
