@@ -84,8 +84,10 @@ pub enum OutboxError {
     #[error(
         "t_event_record lacks a column of this sea-orm-outbox version: apply the outbox's newer \
          migration `m20261201_000003_add_event_headers` (adds `headers`): with your own \
-         Migrator, append `sea_orm_outbox_migration::AddEventHeaders` and run `sea-orm-cli \
-         migrate up`; with the standalone one, `outbox migrate up` or `Migrator::up(&db, None)`: {0}"
+         Migrator, add a module `m20261201_000003_add_event_headers` holding `pub use \
+         sea_orm_outbox_migration::AddEventHeaders as Migration;`, list it, and run `sea-orm-cli \
+         migrate up` (docs/migrations.md); with the standalone one, `outbox migrate up` or \
+         `Migrator::up(&db, None)`: {0}"
     )]
     SchemaOutdated(#[source] DbErr),
     /// An argument that cannot work, such as an empty or over-long consumer group or message

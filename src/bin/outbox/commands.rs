@@ -34,7 +34,13 @@ pub(crate) async fn migrate(db: &DatabaseConnection, action: MigrateAction) -> R
         println!("{:<8} {}", m.status().to_string(), m.name());
     }
     if pending > 0 {
-        println!("{pending} pending: run `outbox migrate up`");
+        // This lists the standalone migrator's history (`seaql_migrations_outbox`): a service
+        // that lists the outbox's migrations in its own Migrator sees them all pending here.
+        println!(
+            "{pending} pending in the standalone migrator's history (seaql_migrations_outbox): \
+             run `outbox migrate up`, unless your own Migrator lists the outbox's migrations \
+             (then they are in seaql_migrations: `sea-orm-cli migrate status`)"
+        );
     }
     Ok(())
 }

@@ -75,9 +75,9 @@ impl Failure {
             ),
             Failure::Outbox(OutboxError::SchemaOutdated(e)) => format!(
                 "the outbox table lacks a column of this version: run the newer migration first \
-                 (with your own Migrator: append `sea_orm_outbox_migration::AddEventHeaders` and \
-                 run `sea-orm-cli migrate up`; with the standalone one: `outbox migrate up`). \
-                 ({e})"
+                 (with your own Migrator: list `m20261201_000003_add_event_headers` in it, a module \
+                 re-exporting `sea_orm_outbox_migration::AddEventHeaders` as `Migration`, and run \
+                 `sea-orm-cli migrate up`; with the standalone one: `outbox migrate up`). ({e})"
             ),
             Failure::Outbox(e) => e.to_string(),
             Failure::Migration(e) => format!("migration failed: {e}"),
