@@ -28,7 +28,7 @@ pub const DEFAULT_SEND_CONCURRENCY: usize = 16;
 /// than the poll delay, and a notification starts the series again. The rounds they start
 /// claim events whose writers left the `NOTIFY` to another transaction of the same slot and
 /// committed just after the woken round's claim.
-pub const DEFAULT_WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
+pub const WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
 /// Default interval between refreshes of the backlog gauges: 15 s.
 pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// The send timeout may be at most this fraction of the lease (1/3), so that a send that times

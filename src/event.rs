@@ -111,7 +111,7 @@ pub const RESERVED_HEADER_NAMES: &[&str] = &[
 /// Long enough that a burst of concurrent writers sends about one notifying transaction at a
 /// time, short enough that a long transaction holding a slot keeps the others from notifying
 /// for at most 10 ms; the relays' follow-up round
-/// ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`]) is longer.
+/// ([`crate::config::WAKE_FOLLOW_UP`]) is longer.
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Limits checked before an event is written.
@@ -287,7 +287,7 @@ impl NewEvent {
     ///
     /// **What can still wait for the poll delay.** An event that skipped the notify relies on
     /// the slot holder's commit, on the relays' follow-up rounds after a wake-up
-    /// ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`]), or on any later notification. It waits for
+    /// ([`crate::config::WAKE_FOLLOW_UP`]), or on any later notification. It waits for
     /// the poll delay (never longer; nothing is lost) only when no notification reaches a
     /// relay after it committed: the slot holder rolled back or stays open, and no other event
     /// notified since.

@@ -187,21 +187,15 @@ where
         .map_err(inside_transaction)?
         .try_into_model()?;
     let event = make_event(&saved)?;
-    let event_id = txn
-        .with_event_limited(event, limits)
-        .await
-        .map_err(|e| match e {
-            OutboxError::Db(e) => inside_transaction(e),
-            e => e,
-        })?;
-    txn.commit().await.map_err(inside_transaction)?;
+    let event_id = txn.with_event_limited(event, limits).await?;
+    txn.commit().await?;
     Ok((saved, event_id))
 }
 
-/// The error of a step of [`transactional_publish`] that runs while its transaction holds a
-/// connection: a timeout waiting for another connection of the pool means that code inside
-/// the transaction (a hook) queried the pool rather than the transaction, which with a small
-/// pool waits for itself ([`OutboxError::PoolUsedInsideTransaction`]).
+/// The error of the save inside [`transactional_publish`]: the save itself runs on the
+/// transaction, so a timeout waiting for a pool connection comes from code its hooks ran on
+/// the pool, competing with the transaction's own connection
+/// ([`OutboxError::PoolUsedInsideTransaction`]).
 fn inside_transaction(e: DbErr) -> OutboxError {
     if matches!(
         e,

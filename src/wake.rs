@@ -27,7 +27,7 @@
 //! relies on that transaction's commit. A skipping transaction may commit just after the
 //! holder's notification woke the worker and its claim had already looked at the table: its
 //! event would wait for the poll delay. So after every wake-up by notification the next waits
-//! are follow-ups instead of the poll delay: [`crate::config::DEFAULT_WAKE_FOLLOW_UP`], then
+//! are follow-ups instead of the poll delay: [`crate::config::WAKE_FOLLOW_UP`], then
 //! twice as long each time while that is shorter than the poll delay; a notification still
 //! ends a follow-up at once and starts the series again. A straggler that commits `x` after
 //! the woken round is claimed within about `2x + follow-up`. The cost is a handful of claim
@@ -143,11 +143,8 @@ pub(crate) struct Wake {
     check_failed: bool,
     /// Whether this wait counts in the [`crate::metrics::WAKE_LISTENING`] gauge now.
     live: bool,
-    /// The first wait after a wake-up by notification
-    /// ([`crate::config::DEFAULT_WAKE_FOLLOW_UP`]); zero: none.
-    follow_up: Duration,
-    /// The next wait when it is a follow-up: `follow_up` after a notification, doubled after
-    /// each follow-up.
+    /// The next wait when it is a follow-up: [`crate::config::WAKE_FOLLOW_UP`] after a
+    /// notification, doubled after each follow-up.
     next_follow_up: Option<Duration>,
 }
 
@@ -155,8 +152,7 @@ impl Wake {
     /// Listens on Postgres when `enabled`; polls otherwise. Nothing is connected here: the
     /// first wait sets up the `LISTEN` connection (one connection of `db`'s pool, held while
     /// listening) and its self-check, so the worker's first round is not delayed by them.
-    /// `follow_up` is the wait after a wake-up by notification (zero: the poll delay).
-    pub(crate) fn new(db: &DatabaseConnection, enabled: bool, follow_up: Duration) -> Self {
+    pub(crate) fn new(db: &DatabaseConnection, enabled: bool) -> Self {
         #[cfg(feature = "postgres")]
         let db = (enabled && Dialect::of(db.get_database_backend()).listen()).then(|| db.clone());
         #[cfg(not(feature = "postgres"))]
@@ -180,7 +176,6 @@ impl Wake {
             check_warned: false,
             check_failed: false,
             live: false,
-            follow_up,
             next_follow_up: None,
         }
     }
@@ -194,10 +189,7 @@ impl Wake {
     /// [`Woken::FollowUp`]. Cancel-safe: dropped mid-attempt, the next wait attempts again (a
     /// follow-up series cut short is given up; the next notification or poll covers it).
     pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
-        let follow_up = self
-            .next_follow_up
-            .take()
-            .filter(|f| !f.is_zero() && *f < delay);
+        let follow_up = self.next_follow_up.take().filter(|f| *f < delay);
         let woken = match follow_up {
             // Not spread: it follows a notification, not a timer that workers share.
             Some(f) => match self.wait_until(Instant::now() + f).await {
@@ -215,7 +207,7 @@ impl Wake {
             }
         };
         if woken == Woken::Notified {
-            self.next_follow_up = Some(self.follow_up);
+            self.next_follow_up = Some(crate::config::WAKE_FOLLOW_UP);
         }
         woken
     }

@@ -171,11 +171,7 @@ impl Worker {
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
         tracing::info!(parent: &span, owner = %self.owner, "outbox worker started");
-        let wake = Wake::new(
-            self.db.inner(),
-            self.config.wake_on_commit,
-            crate::config::DEFAULT_WAKE_FOLLOW_UP,
-        );
+        let wake = Wake::new(self.db.inner(), self.config.wake_on_commit);
         let inflight = Inflight::default();
         let signals = slots::Signals::default();
         let sending = async {
