@@ -11,12 +11,15 @@ pub const DEFAULT_POLL_DELAY: Duration = Duration::from_secs(5);
 pub const DEFAULT_BATCH_SIZE: u64 = 20;
 /// Default lease: 10 minutes. A `SENDING` row whose `claimed_at` is older is reclaimed.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
-/// Default interval between reclaim passes: 60 s.
-pub const DEFAULT_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
+/// Longest interval between reclaim passes: 60 s (the seed's, with its 10-minute lease). A
+/// worker reclaims every tenth of its lease, at most every 60 s.
+pub const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
 /// Default send timeout: 3 s, far below the lease.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest `batch_size` accepted: 10,000.
 pub const MAX_BATCH_SIZE: u64 = 10_000;
+/// Shortest lease accepted: 1 ms.
+const MIN_LEASE: Duration = Duration::from_millis(1);
 /// Longest duration accepted for any setting: 7 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Default send slots per worker (16): a send that hangs holds its slot for up to the send
@@ -29,8 +32,8 @@ pub const DEFAULT_SEND_CONCURRENCY: usize = 16;
 /// claim events whose writers left the `NOTIFY` to another transaction of the same slot and
 /// committed just after the woken round's claim.
 pub const WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
-/// Default interval between refreshes of the backlog gauges: 15 s.
-pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(15);
+/// Interval between refreshes of the backlog gauges: 15 s.
+pub const GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
 /// out is over long before another instance may reclaim the event.
 pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
@@ -134,8 +137,6 @@ pub struct WorkerConfig {
     pub batch_size: u64,
     /// Lease length (default 10 min).
     pub lease: Duration,
-    /// Reclaim pass interval (default 60 s).
-    pub reclaim_interval: Duration,
     /// Longest a single publish may take before it counts as a retryable failure (default 3 s).
     pub send_timeout: Duration,
     /// Retry limit and back-off.
@@ -158,18 +159,10 @@ pub struct WorkerConfig {
     /// asked for the next one follows as soon as slots are free; the poll delay applies once
     /// the backlog is drained.
     pub send_concurrency: usize,
-    /// Renew the leases of the events this worker holds every lease/3, from claim until their
-    /// outcome is recorded (default true). With renewal the worker's `send_timeout` may exceed
-    /// a third of the lease; a publisher's own client timeout should still stay within
-    /// [`WorkerConfig::publisher_send_timeout_limit`] (see there why).
-    pub lease_renewal: bool,
     /// On Postgres, also wait on `LISTEN sea_orm_outbox` between rounds, so an event committed
     /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
     /// delay (default true; the listener holds one pool connection). MySQL and SQLite poll.
     pub wake_on_commit: bool,
-    /// How often the worker refreshes the backlog gauges (`outbox_backlog{status}`,
-    /// `outbox_oldest_wait_age_seconds`); default 15 s, `None` turns it off.
-    pub gauge_interval: Option<Duration>,
     /// Which connections the relay uses (default [`RelayPool::Own`] with
     /// [`crate::pool::DEFAULT_RELAY_POOL_CONNECTIONS`]: a pool of its own, opened with the
     /// options of the pool handed to [`crate::Worker::new`], whose connections are checked for
@@ -197,15 +190,12 @@ impl Default for WorkerConfig {
             poll_delay: DEFAULT_POLL_DELAY,
             batch_size: DEFAULT_BATCH_SIZE,
             lease: DEFAULT_LEASE,
-            reclaim_interval: DEFAULT_RECLAIM_INTERVAL,
             send_timeout: DEFAULT_SEND_TIMEOUT,
             retry: RetryPolicy::default(),
             instance_id: None,
             claim_strategy: ClaimStrategy::Batch,
             send_concurrency: DEFAULT_SEND_CONCURRENCY,
-            lease_renewal: true,
             wake_on_commit: true,
-            gauge_interval: Some(DEFAULT_GAUGE_INTERVAL),
             relay_pool: RelayPool::default(),
             statement_protocol: StatementProtocol::Extended,
             ordered: None,
@@ -241,14 +231,11 @@ impl WorkerConfig {
         self.batch_size = n;
         self
     }
-    /// Sets the lease length.
+    /// Sets the lease length. The worker renews the leases it holds every third of it, from
+    /// claim until the outcome is recorded, and reclaims expired leases of other instances
+    /// every tenth of it (at most every [`MAX_RECLAIM_INTERVAL`]).
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = d;
-        self
-    }
-    /// Sets the reclaim pass interval.
-    pub fn reclaim_interval(mut self, d: Duration) -> Self {
-        self.reclaim_interval = d;
         self
     }
     /// Sets the send timeout.
@@ -280,16 +267,6 @@ impl WorkerConfig {
         self.send_concurrency = n;
         self
     }
-    /// Turns lease renewal on or off.
-    pub fn lease_renewal(mut self, on: bool) -> Self {
-        self.lease_renewal = on;
-        self
-    }
-    /// Sets (or with `None` turns off) the backlog gauge refresh interval.
-    pub fn gauge_interval(mut self, every: Option<Duration>) -> Self {
-        self.gauge_interval = every;
-        self
-    }
     /// Turns wake-on-commit (Postgres `LISTEN`) on or off.
     pub fn wake_on_commit(mut self, on: bool) -> Self {
         self.wake_on_commit = on;
@@ -308,9 +285,8 @@ impl WorkerConfig {
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, the batch
-    /// size is over [`MAX_BATCH_SIZE`], a duration is zero or over [`MAX_DURATION`], the send
-    /// timeout is more than a third of the lease while lease renewal is off, the gauge interval is
-    /// zero, the lease is too short for a renewal interval (lease/3) of at least 1 ns, the
+    /// size is over [`MAX_BATCH_SIZE`], a duration is zero or over [`MAX_DURATION`], the lease
+    /// is shorter than 1 ms, the
     /// service name is empty or over 90 characters, the instance id is empty, longer than 111
     /// characters or holds a `#`, ordered mode ([`WorkerConfig::ordered`]) is asked for with
     /// [`ClaimStrategy::PerRow`], the relay pool fails [`RelayPool::validate`], or the retry
@@ -332,8 +308,9 @@ impl WorkerConfig {
         for (name, d) in [
             ("poll_delay", self.poll_delay),
             ("lease", self.lease),
-            ("reclaim_interval", self.reclaim_interval),
             ("send_timeout", self.send_timeout),
+            ("retry.backoff_base", self.retry.backoff_base),
+            ("retry.max_backoff", self.retry.max_backoff),
         ] {
             if d > MAX_DURATION {
                 return bad(format!("{name} must be at most 7 days"));
@@ -342,21 +319,11 @@ impl WorkerConfig {
         for (name, d) in [
             ("poll_delay", self.poll_delay),
             ("lease", self.lease),
-            ("reclaim_interval", self.reclaim_interval),
             ("send_timeout", self.send_timeout),
         ] {
             if d.is_zero() {
                 return bad(format!("{name} must be greater than zero"));
             }
-        }
-        if !self.lease_renewal && !fits_lease(self.send_timeout, self.lease) {
-            return bad(format!(
-                "send_timeout ({} ms) must be at most a third of the lease ({} ms) when lease \
-                 renewal is off: a send still running when the lease ends is sent again by \
-                 another instance",
-                self.send_timeout.as_millis(),
-                self.lease.as_millis()
-            ));
         }
         if let Some(id) = &self.instance_id {
             if id.trim().is_empty()
@@ -378,17 +345,17 @@ impl WorkerConfig {
                     .into(),
             );
         }
-        if self
-            .gauge_interval
-            .is_some_and(|d| d.is_zero() || d > MAX_DURATION)
-        {
-            return bad("gauge_interval must be greater than zero and at most 7 days".into());
+        if self.lease < MIN_LEASE {
+            return bad("lease must be at least 1 ms (it is renewed every third of it)".into());
         }
-        // The maintenance services the worker builds from these settings.
-        crate::maintenance::ReclaimerConfig::for_worker(self).validate()?;
-        crate::maintenance::LeaseRenewerConfig::for_worker(self).validate()?;
         self.relay_pool.validate()?;
         self.retry.validate()
+    }
+
+    /// Interval between the worker's reclaim passes: a tenth of the lease, at most
+    /// [`MAX_RECLAIM_INTERVAL`].
+    pub(crate) fn reclaim_interval(&self) -> Duration {
+        (self.lease / 10).min(MAX_RECLAIM_INTERVAL)
     }
 
     /// The longest a publisher's own send timeout may be under this worker: the worker's
@@ -399,12 +366,11 @@ impl WorkerConfig {
     /// - over the worker's `send_timeout`, the worker gives up first and records a send that
     ///   then succeeds as a failure (the event is sent again);
     /// - over a third of the lease, a send still running when the lease ends is sent again by
-    ///   another instance. With lease renewal on, the lease ends only when renewals fail (the
-    ///   database unreachable for a while); a send whose client gives up within a third of the
-    ///   lease is over before that, so the rule holds whatever the renewal setting. The worker's
-    ///   own `send_timeout` may be longer with renewal on (it only bounds how long the worker
-    ///   waits); the `outbox` tool, whose RocketMQ client uses that timeout, applies the rule to
-    ///   it.
+    ///   another instance. The worker renews its leases, so a lease ends only when renewals fail
+    ///   (the database unreachable for a while); a send whose client gives up within a third of
+    ///   the lease is over before that. The worker's own `send_timeout` may be longer (it only
+    ///   bounds how long the worker waits); the `outbox` tool, whose RocketMQ client uses that
+    ///   timeout, applies the rule to it.
     pub fn publisher_send_timeout_limit(&self) -> Duration {
         self.send_timeout
             .min(self.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE)
@@ -463,21 +429,23 @@ mod tests {
         assert_eq!(c.poll_delay, Duration::from_secs(5));
         assert_eq!(c.batch_size, 20);
         assert_eq!(c.lease, Duration::from_secs(600));
-        assert_eq!(c.reclaim_interval, Duration::from_secs(60));
+        assert_eq!(c.reclaim_interval(), Duration::from_secs(60));
+        assert_eq!(
+            c.clone().lease(Duration::from_secs(3)).reclaim_interval(),
+            Duration::from_millis(300)
+        );
         assert_eq!(c.send_timeout, Duration::from_secs(3));
         assert_eq!(c.retry.max_retries, 12);
         assert!(c.validate().is_ok());
     }
 
     #[test]
-    fn rejects_send_timeout_near_the_lease() {
+    fn rejects_bad_settings() {
+        // The lease follows a long send: it is renewed.
         let c = WorkerConfig::default()
-            .lease_renewal(false)
             .lease(Duration::from_secs(3))
             .send_timeout(Duration::from_secs(3));
-        assert!(matches!(c.validate(), Err(OutboxError::InvalidConfig(_))));
-        // With renewal the lease follows a long send.
-        assert!(c.lease_renewal(true).validate().is_ok());
+        assert!(c.validate().is_ok());
         let c = WorkerConfig::default().batch_size(0);
         assert!(c.validate().is_err());
         let c = WorkerConfig::default().instance_id("");
@@ -486,12 +454,7 @@ mod tests {
 
     #[test]
     fn validate_covers_what_the_worker_builds() {
-        // Refused here, not first by `Worker::new` (found by an adopter).
-        let zero_gauges = WorkerConfig::default().gauge_interval(Some(Duration::ZERO));
-        assert!(matches!(
-            zero_gauges.validate(),
-            Err(OutboxError::InvalidConfig(_))
-        ));
+        // Refused here, not first by `Worker::new`.
         let tiny_lease = WorkerConfig::default()
             .lease(Duration::from_nanos(2))
             .send_timeout(Duration::from_nanos(1));
@@ -502,10 +465,6 @@ mod tests {
             Duration::MAX,
         ));
         assert!(huge_backoff.validate().is_err());
-        assert!(WorkerConfig::default()
-            .gauge_interval(None)
-            .validate()
-            .is_ok());
     }
 
     #[test]

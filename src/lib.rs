@@ -24,7 +24,6 @@ pub mod error;
 pub mod event;
 pub mod ext;
 pub mod instance;
-pub mod maintenance;
 pub mod metrics;
 pub mod ops;
 #[cfg(feature = "opentelemetry")]
@@ -68,7 +67,7 @@ pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publishe
 #[cfg(feature = "rocketmq")]
 pub use publisher::{RocketMqConfig, RocketMqPublisher};
 pub use redact::{redact_secrets, redact_url};
-pub use relay::{Worker, WorkerSummary};
+pub use relay::{maintenance, Worker, WorkerSummary};
 pub use retry::{RetryDecision, RetryPolicy};
 pub use sea_orm_migration::MigratorTrait;
 pub use sea_orm_outbox_entity::consumed_message;

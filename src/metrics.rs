@@ -98,17 +98,3 @@ pub(crate) fn sending_dwell(seconds: f64) {
 pub(crate) fn wake_listening(delta: f64) {
     metrics::gauge!(WAKE_LISTENING).increment(delta);
 }
-
-/// Sets the backlog gauges from `b`.
-pub(crate) fn backlog(b: &crate::ops::Backlog) {
-    metrics::gauge!(BACKLOG, "status" => "WAIT").set(b.wait as f64);
-    metrics::gauge!(BACKLOG, "status" => "SENDING").set(b.sending as f64);
-    metrics::gauge!(BACKLOG, "status" => "FAIL").set(b.fail as f64);
-    metrics::gauge!(OLDEST_WAIT_AGE).set(b.oldest_wait_age_seconds);
-}
-
-/// Sets the blocked-key gauges from `b`.
-pub(crate) fn blocked_keys(b: &crate::ops::BlockedKeys) {
-    metrics::gauge!(BLOCKED_KEYS).set(b.keys as f64);
-    metrics::gauge!(OLDEST_BLOCKED_AGE).set(b.oldest_age_seconds.unwrap_or(0.0));
-}

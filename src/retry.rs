@@ -108,16 +108,9 @@ impl RetryPolicy {
     /// Checks the policy.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `max_backoff` is smaller than `backoff_base`, or
-    /// either is over 7 days ([`crate::config::MAX_DURATION`]).
+    /// [`OutboxError::InvalidConfig`] when `max_backoff` is smaller than `backoff_base`.
+    /// ([`crate::WorkerConfig::validate`] also refuses either over 7 days.)
     pub fn validate(&self) -> Result<(), OutboxError> {
-        if self.backoff_base > crate::config::MAX_DURATION
-            || self.max_backoff > crate::config::MAX_DURATION
-        {
-            return Err(OutboxError::InvalidConfig(
-                "retry.backoff_base and retry.max_backoff must be at most 7 days".into(),
-            ));
-        }
         if self.max_backoff < self.backoff_base {
             return Err(OutboxError::InvalidConfig(
                 "retry.max_backoff must not be smaller than retry.backoff_base".into(),

@@ -81,14 +81,7 @@ async fn relay_with_clock_ahead_reclaims_nothing_early(ctx: &TestContext) {
         .arg("relay")
         .env("LD_PRELOAD", libfaketime)
         .env("FAKETIME", "+15m")
-        .args([
-            "--lease",
-            "10m",
-            "--reclaim-interval",
-            "100ms",
-            "--poll-delay",
-            "100ms",
-        ])
+        .args(["--lease", "10m", "--poll-delay", "100ms"])
         .args(["--instance-id", "skewed-relay"])
         // A send the broker refuses ("busy") is tried again soon, not after the default 5 s.
         .args(["--retry-backoff", "100ms"])
@@ -347,11 +340,7 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
         ("batch", ClaimStrategy::Batch),
         ("per-row", ClaimStrategy::PerRow),
     ]
-    .map(|(owner, strategy)| {
-        common::test_config(owner)
-            .claim_strategy(strategy)
-            .reclaim_interval(Duration::from_millis(50))
-    });
+    .map(|(owner, strategy)| common::test_config(owner).claim_strategy(strategy));
     let relays = Fleet::start(ctx, 4, publisher.clone(), configs).await;
     for i in 0..20 {
         expected.push(new_event(db, &format!("LATER-{i}")).await);

@@ -160,13 +160,11 @@ async fn twins_with_one_instance_id_never_touch_each_others_claims(ctx: &TestCon
         stale: Mutex::default(),
         tried: Mutex::default(),
     });
-    // No renewal, so that an aged lease stays expired; the reclaim runs every 50 ms.
+    // Lease 3 s: the reclaim runs every 300 ms, before the renewal (every 1 s) undoes an aging.
     let configs = (0..2).map(|_| {
         common::test_config("twin")
             .lease(Duration::from_secs(3))
-            .lease_renewal(false)
             .send_timeout(Duration::from_secs(1))
-            .reclaim_interval(Duration::from_millis(50))
             .claim_strategy(ClaimStrategy::Batch)
             .batch_size(50)
             .send_concurrency(8)

@@ -24,9 +24,8 @@ backend_tests!(
     batch_claims_are_disjoint_and_guarded,
     message_that_kills_its_sender_ends_fail,
     renewal_keeps_a_long_send,
-    without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late,
+    a_send_that_stalls_its_worker_is_reclaimed_and_its_ack_is_late,
     metrics_count_every_outcome,
-    without_renewal_queued_events_are_not_sent_past_their_lease,
     a_panicking_publisher_fails_one_send_not_the_worker,
     reclaim_works_in_bounded_batches,
 );
@@ -37,7 +36,7 @@ backend_test!(
 );
 
 fn config(owner: &str) -> WorkerConfig {
-    common::test_config(owner).reclaim_interval(Duration::from_millis(100))
+    common::test_config(owner)
 }
 
 async fn batch_race_publishes_each_event_once(ctx: &TestContext) {
@@ -168,7 +167,6 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
         let cfg = config(&owner)
             .lease(lease)
             .send_timeout(Duration::from_secs(60))
-            .reclaim_interval(Duration::from_secs(3600))
             .send_concurrency(8);
         let worker = Worker::new(ctx.pool(3).await, publisher.clone(), cfg).expect("worker");
         let task = tokio::spawn(async move { worker.run(CancellationToken::new()).await });
@@ -302,7 +300,9 @@ async fn renewal_keeps_a_long_send(ctx: &TestContext) {
     assert_eq!(slow.inner.len(), 1);
 }
 
-async fn without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late(ctx: &TestContext) {
+/// A publisher that blocks its worker's thread past the lease also stops the renewal: another
+/// instance reclaims the event, and the stalled worker's acknowledgement is late.
+async fn a_send_that_stalls_its_worker_is_reclaimed_and_its_ack_is_late(ctx: &TestContext) {
     let db = &ctx.db;
     let id = new_event(db, "ORD-LONG").await;
     let lease = Duration::from_secs(1);
@@ -313,7 +313,6 @@ async fn without_renewal_a_long_send_is_reclaimed_and_its_ack_is_late(ctx: &Test
     });
     let cfg = config("stalled")
         .lease(lease)
-        .lease_renewal(false)
         .send_timeout(Duration::from_millis(300));
     let sender = Worker::new(ctx.pool(3).await, slow.clone(), cfg).expect("worker");
     let reclaimer = Worker::new(
@@ -504,49 +503,6 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
     // The backlog gauges, refreshed here by hand: RETRY waits, PERM is a dead letter.
     let backlog = sea_orm_outbox::ops::backlog(db).await.expect("backlog");
     assert_eq!((backlog.wait, backlog.sending, backlog.fail), (1, 0, 1));
-}
-
-/// Without lease renewal, a round's later events wait for a slot while their leases run:
-/// `run_once` hands them back instead of sending them after another instance may have taken
-/// them over. `run` claims only as many events as it has free slots, so nothing waits and
-/// nothing is handed back. A fault-free run sends nothing twice and dead-letters nothing.
-async fn without_renewal_queued_events_are_not_sent_past_their_lease(ctx: &TestContext) {
-    insert_many(&ctx.db, "ORD", 20).await;
-    let slow = Arc::new(Slow {
-        delay: Duration::from_millis(400),
-        blocking: false,
-        inner: InMemoryPublisher::new(),
-    });
-    let cfg = |w: &str| {
-        config(&format!("no-renew-{w}"))
-            .lease(Duration::from_millis(1500))
-            .send_timeout(Duration::from_millis(500))
-            .reclaim_interval(Duration::from_millis(100))
-            .lease_renewal(false)
-            // One slot: the round's events queue behind each other.
-            .send_concurrency(1)
-    };
-    // One round of 20, sent one at a time: past 1500 - 500 ms after the claim the rest go back.
-    let once = Worker::new(ctx.pool(4).await, slow.clone(), cfg("once")).expect("worker");
-    let round = once
-        .run_once(&CancellationToken::new())
-        .await
-        .expect("round");
-    assert!(round.released > 0 && round.published > 0, "{round:?}");
-    assert_eq!(round.published + round.released, 20, "{round:?}");
-    assert_eq!(count(&ctx.db, EventStatus::Sending).await, 0);
-    let fleet = Fleet::start(ctx, 4, slow.clone(), (0..2).map(|w| cfg(&w.to_string()))).await;
-    let done = wait_for_success(&ctx.db, 20, Duration::from_secs(60)).await;
-    for s in fleet.stop().await {
-        assert_eq!(
-            (s.late_acks, s.dead_lettered, s.released),
-            (0, 0, 0),
-            "{s:?}"
-        );
-    }
-    assert!(done, "not all delivered");
-    assert_eq!(slow.inner.duplicates(), 0, "nothing sent twice");
-    assert_eq!(count(&ctx.db, EventStatus::Fail).await, 0);
 }
 
 struct Panics;

@@ -733,7 +733,6 @@ async fn simple_protocol_through_pgbouncer_transaction_mode(ctx: &TestContext) {
         .poll_delay(poll)
         .batch_size(10)
         .send_concurrency(4)
-        .gauge_interval(Some(Duration::from_millis(200)))
         .statement_protocol(StatementProtocol::Simple);
     let relay = behind_transaction_pooler(
         ctx,

@@ -356,7 +356,6 @@ async fn a_full_application_pool_starves_no_renewal(ctx: &TestContext) {
         common::test_config(owner)
             .lease(lease)
             .send_timeout(lease * 4)
-            .reclaim_interval(Duration::from_millis(100))
     };
     let sender =
         Arc::new(Worker::new(app.clone(), publisher.clone(), config("sender")).expect("w"));

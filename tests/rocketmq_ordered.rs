@@ -135,7 +135,6 @@ fn ordered_config(owner: &str) -> WorkerConfig {
     WorkerConfig::default()
         .ordered(Some(OrderedPolicy::Block))
         .poll_delay(Duration::from_millis(50))
-        .reclaim_interval(Duration::from_secs(1))
         .lease(Duration::from_secs(30))
         .send_timeout(Duration::from_secs(5))
         .send_concurrency(16)

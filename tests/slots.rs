@@ -234,8 +234,7 @@ async fn per_row_claims_won_before_a_failed_read_are_sent(ctx: &TestContext) {
         .batch_size(5)
         .send_concurrency(4)
         .poll_delay(Duration::from_secs(10))
-        .wake_on_commit(false)
-        .gauge_interval(None);
+        .wake_on_commit(false);
     let fleet = common::Fleet::start(ctx, 5, publisher.clone(), [config]).await;
     let four = wait_until(
         Duration::from_secs(10),

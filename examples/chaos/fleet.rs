@@ -67,8 +67,6 @@ impl Fleet {
             ms(args.lease),
             "--send-timeout".to_owned(),
             ms(args.send_timeout),
-            "--reclaim-interval".to_owned(),
-            ms(args.reclaim_interval),
             "--max-retries".to_owned(),
             policy.max_retries.to_string(),
             "--retry-backoff".to_owned(),

@@ -196,15 +196,12 @@ struct Args {
     /// Name server of the shared broker (without a private one).
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR", default_value = "127.0.0.1:9876")]
     namesrv: String,
-    /// Workers' lease.
+    /// Workers' lease (they reclaim expired leases every tenth of it).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     lease: Duration,
     /// Workers' send timeout.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     send_timeout: Duration,
-    /// Workers' reclaim interval.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
-    reclaim_interval: Duration,
     /// Workers' poll delay.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     poll_delay: Duration,

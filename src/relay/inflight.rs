@@ -59,17 +59,13 @@ impl Inflight {
     }
 
     /// Marks the send of `id` (claimed under `owner`) started; false when its lease is already
-    /// lost, or when (with `deadline`, i.e. without lease renewal) the claim is so old that the
-    /// send could outlive the lease: such an event is handed back unsent rather than sent twice.
-    pub(crate) fn start(&self, owner: &str, id: i64, deadline: Option<Duration>) -> bool {
+    /// lost: such an event is left to its new owner rather than sent twice.
+    pub(crate) fn start(&self, owner: &str, id: i64) -> bool {
         let mut map = self.lock();
         let Some(claim) = map.get_mut(owner) else {
             return false;
         };
         match claim.get(&id).copied() {
-            Some(Phase::Queued(claimed)) if deadline.is_some_and(|d| claimed.elapsed() > d) => {
-                false
-            }
             Some(Phase::Queued(claimed)) => {
                 claim.insert(id, Phase::Sending(claimed, Instant::now()));
                 true
@@ -78,13 +74,13 @@ impl Inflight {
         }
     }
 
-    /// Whether [`Inflight::start`] would start `id` now (queued, lease held, and within
-    /// `deadline`), without starting it.
-    pub(crate) fn is_queued(&self, owner: &str, id: i64, deadline: Option<Duration>) -> bool {
-        match self.lock().get(owner).and_then(|c| c.get(&id).copied()) {
-            Some(Phase::Queued(claimed)) => deadline.is_none_or(|d| claimed.elapsed() <= d),
-            _ => false,
-        }
+    /// Whether [`Inflight::start`] would start `id` now (queued and its lease held), without
+    /// starting it.
+    pub(crate) fn is_queued(&self, owner: &str, id: i64) -> bool {
+        matches!(
+            self.lock().get(owner).and_then(|c| c.get(&id).copied()),
+            Some(Phase::Queued(_))
+        )
     }
 
     /// Marks the send of `id` returned; the lease stays renewed until [`Inflight::finish`].
@@ -184,8 +180,8 @@ mod tests {
     fn an_event_is_renewed_from_claim_until_its_record() {
         let f = Inflight::default();
         f.claimed("me#1", [1, 2, 3]);
-        assert!(f.start("me#1", 1, None));
-        assert!(f.start("me#1", 2, None));
+        assert!(f.start("me#1", 1));
+        assert!(f.start("me#1", 2));
         f.sent("me#1", 2);
         let ids = |r: Vec<Renewable>| r.into_iter().map(|r| (r.owner, r.ids)).collect::<Vec<_>>();
         assert_eq!(
@@ -198,7 +194,7 @@ mod tests {
             vec![("me#1".to_owned(), vec![2, 3])]
         );
         f.lose("me#1", &[3]);
-        assert!(f.is_lost("me#1", 3) && !f.start("me#1", 3, None));
+        assert!(f.is_lost("me#1", 3) && !f.start("me#1", 3));
         assert_eq!(f.finish("me#1", &[1, 2, 3]).len(), 3);
         assert_eq!(f.len(), 0);
     }
@@ -207,13 +203,13 @@ mod tests {
     fn a_second_claim_of_one_event_is_held_apart_from_the_first() {
         let f = Inflight::default();
         f.claimed("me#1", [7]);
-        assert!(f.start("me#1", 7, None));
+        assert!(f.start("me#1", 7));
         // The lease lapsed, the event was reclaimed and claimed again by the same instance.
         f.claimed("me#2", [7]);
         assert!(!f.is_lost("me#2", 7) && !f.is_lost("me#1", 7));
         assert_eq!(f.finish("me#1", &[7]).len(), 1);
         assert!(f.is_lost("me#1", 7), "the first claim is no longer held");
-        assert!(f.start("me#2", 7, None), "the second claim is untouched");
+        assert!(f.start("me#2", 7), "the second claim is untouched");
         assert!(f.is_lost("other#9", 7));
     }
 }

@@ -9,7 +9,7 @@
 //! One event's way, file by file: [`claim`](self) takes it (either strategy) into a free send
 //! slot and into the worker's `Inflight` set; `slots` sends it in a task of its own (`send`);
 //! `outcome` records what became of it, and only then does it leave `Inflight`, whose leases
-//! the [`crate::maintenance::LeaseRenewer`] renews meanwhile. `observe` counts, exports and logs
+//! the [`maintenance::LeaseRenewer`] renews meanwhile. `observe` counts, exports and logs
 //! every outcome in one place. With a publisher that [`crate::Publisher::batches`] a slot's task sends a whole claim in one
 //! [`crate::Publisher::publish_batch`] call, and `outcome` records each event's result as if it
 //! had been sent alone.
@@ -22,15 +22,14 @@ use tracing::Instrument;
 use crate::config::WorkerConfig;
 use crate::error::OutboxError;
 use crate::instance::instance_id;
-use crate::maintenance::{
-    GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig,
-};
 use crate::publisher::Publisher;
 use crate::store::RelayDb;
 use crate::wake::Wake;
+use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
 
 mod claim;
 mod inflight;
+pub mod maintenance;
 mod observe;
 mod outcome;
 mod send;
@@ -68,7 +67,7 @@ pub struct Worker {
     observer: Observer,
     reclaimer: Reclaimer,
     renewer: LeaseRenewer,
-    gauges: Option<GaugeRefresher>,
+    gauges: GaugeRefresher,
     /// Set once the table was found to have every column this version reads (checked before
     /// the first claim, see [`crate::store::check_schema`]).
     schema_checked: tokio::sync::OnceCell<()>,
@@ -116,11 +115,8 @@ impl Worker {
             .unwrap_or_else(|| instance_id("outbox", None));
         let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
         let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
-        let gauges = config
-            .gauge_interval
-            .map(|every| GaugeRefresher::on(db.clone(), every))
-            .transpose()?
-            .map(|g| g.blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block)));
+        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)?
+            .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
         Ok(Worker {
             observer: Observer::new(&owner),
             db,
@@ -163,9 +159,9 @@ impl Worker {
     /// send that hangs holds its own slot and nothing else. While a claim gets all it asked for
     /// the next follows as soon as slots are free; otherwise the worker
     /// waits `poll_delay` (or, on Postgres with wake-on-commit, a commit's notification). The
-    /// [`Reclaimer`] runs at start and every `reclaim_interval`, the [`LeaseRenewer`] every
-    /// lease/3 over every event from its claim until its outcome is recorded, the
-    /// [`GaugeRefresher`] every `gauge_interval`. Errors are logged and counted; the loops go
+    /// [`Reclaimer`] runs at start and every tenth of the lease (at most every 60 s), the
+    /// [`LeaseRenewer`] every lease/3 over every event from its claim until its outcome is
+    /// recorded, the [`GaugeRefresher`] every 15 s. Errors are logged and counted; the loops go
     /// on (a database restart is survived). On cancellation no new claim or send starts, sends
     /// in flight finish (bounded by the send timeout) and are recorded.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
@@ -183,11 +179,7 @@ impl Worker {
                 () = self.renew(&inflight) => {}
             }
         };
-        let gauges = async {
-            if let Some(g) = &self.gauges {
-                g.run(&cancel, &self.observer).await;
-            }
-        };
+        let gauges = self.gauges.run(&cancel, &self.observer);
         async { tokio::join!(sending, self.reclaimer.run(&cancel, &self.observer), gauges) }
             .instrument(span.clone())
             .await;
@@ -210,13 +202,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Renews the leases `inflight` holds until dropped (forever without lease renewal).
+    /// Renews the leases `inflight` holds until dropped.
     async fn renew(&self, inflight: &Inflight) {
-        if self.config.lease_renewal {
-            self.renewer.run(inflight, &self.observer).await;
-        } else {
-            std::future::pending().await
-        }
+        self.renewer.run(inflight, &self.observer).await;
     }
 
     /// One round: claims up to `batch_size` due events (per the claim strategy) and sends them

@@ -41,20 +41,14 @@ pub(crate) struct SendContext {
     pub(crate) timeout: Duration,
     pub(crate) inflight: Inflight,
     pub(crate) cancel: CancellationToken,
-    /// Without lease renewal: a claim older than this is handed back unsent.
-    pub(crate) start_by: Option<Duration>,
     /// Ordered mode: every message built here carries [`OutboxMessage::ordered`].
     pub(crate) ordered: bool,
 }
 
 impl SendContext {
-    /// Sends `event` unless shutdown began or its lease cannot cover the send.
+    /// Sends `event` unless shutdown began or its lease was lost.
     pub(crate) async fn run(self, event: Model) -> Done {
-        if self.cancel.is_cancelled()
-            || !self
-                .inflight
-                .start(owner_of(&event), event.id, self.start_by)
-        {
+        if self.cancel.is_cancelled() || !self.inflight.start(owner_of(&event), event.id) {
             return Done {
                 event,
                 sent: Sent::Skipped,
@@ -107,7 +101,7 @@ impl SendContext {
             .iter()
             .take_while(|e| {
                 !self.cancel.is_cancelled()
-                    && self.inflight.is_queued(owner_of(e), e.id, self.start_by)
+                    && self.inflight.is_queued(owner_of(e), e.id)
                     && self.message(e).is_ok()
             })
             .count()
@@ -158,10 +152,8 @@ impl SendContext {
         let mut going = Vec::with_capacity(events.len());
         let mut messages = Vec::with_capacity(events.len());
         for event in events {
-            let startable = !self.cancel.is_cancelled()
-                && self
-                    .inflight
-                    .start(owner_of(&event), event.id, self.start_by);
+            let startable =
+                !self.cancel.is_cancelled() && self.inflight.start(owner_of(&event), event.id);
             if !startable {
                 done.push(Done {
                     event,

@@ -80,9 +80,6 @@ impl<'w> Slots<'w> {
                 timeout: c.send_timeout,
                 inflight: inflight.clone(),
                 cancel: cancel.clone(),
-                // Without renewal a claimed event's lease runs from its claim: start its send
-                // only while the send timeout still fits in the lease.
-                start_by: (!c.lease_renewal).then(|| c.lease.saturating_sub(c.send_timeout)),
                 ordered: c.ordered.is_some(),
             },
             recorder: Recorder::new(worker, inflight),

@@ -342,12 +342,11 @@ where
     }
 }
 
-/// The suites' worker settings: 20 ms polls, reclaim every 200 ms, lease 10 s, send timeout
+/// The suites' worker settings: 20 ms polls, lease 10 s (reclaim every 1 s), send timeout
 /// 2 s, 3 retries with a 200 ms back-off base, instance id `owner`.
 pub fn test_config(owner: &str) -> sea_orm_outbox::WorkerConfig {
     sea_orm_outbox::WorkerConfig::default()
         .poll_delay(Duration::from_millis(20))
-        .reclaim_interval(Duration::from_millis(200))
         .lease(Duration::from_secs(10))
         .send_timeout(Duration::from_secs(2))
         .retry(sea_orm_outbox::RetryPolicy::new(

@@ -95,7 +95,6 @@ pub async fn shutdown_publisher(p: Arc<RocketMqPublisher>) {
 pub fn worker_config(owner: &str, retry: RetryPolicy) -> WorkerConfig {
     WorkerConfig::default()
         .poll_delay(Duration::from_millis(50))
-        .reclaim_interval(Duration::from_secs(1))
         .lease(Duration::from_secs(30))
         .send_timeout(Duration::from_secs(5))
         .batch_size(50)

@@ -124,16 +124,14 @@ pub(crate) struct RelayArgs {
     /// Candidates per round [default: 20].
     #[arg(long, env = "OUTBOX_BATCH")]
     pub(crate) batch: Option<u64>,
-    /// Lease of a claimed event [default: 10m].
+    /// Lease of a claimed event [default: 10m]; renewed every third of it while the send runs,
+    /// and expired leases are reclaimed every tenth of it (at most every 60 s).
     #[arg(long, env = "OUTBOX_LEASE", value_parser = humantime::parse_duration)]
     pub(crate) lease: Option<Duration>,
     /// Longest a single send may take [default: 3s]; at most a third of the lease (the RocketMQ
     /// client uses it as its own timeout).
     #[arg(long, env = "OUTBOX_SEND_TIMEOUT", value_parser = humantime::parse_duration)]
     pub(crate) send_timeout: Option<Duration>,
-    /// Renew leases every lease/3 while sends are in flight [default: true].
-    #[arg(long, env = "OUTBOX_LEASE_RENEWAL")]
-    pub(crate) lease_renewal: Option<bool>,
     /// How rounds claim: batch (one statement, SKIP LOCKED) or per-row (the seed's)
     /// [default: batch].
     #[arg(long, env = "OUTBOX_CLAIM_STRATEGY", value_enum)]
@@ -146,9 +144,6 @@ pub(crate) struct RelayArgs {
     /// event starts a round at once instead of after the poll delay [default: true].
     #[arg(long, env = "OUTBOX_WAKE_ON_COMMIT")]
     pub(crate) wake_on_commit: Option<bool>,
-    /// Interval between reclaim passes [default: 60s].
-    #[arg(long, env = "OUTBOX_RECLAIM_INTERVAL", value_parser = humantime::parse_duration)]
-    pub(crate) reclaim_interval: Option<Duration>,
     /// Failed sends retried before an event becomes a dead letter [default: 12; with the
     /// default back-off the retries span 52 minutes].
     #[arg(long, env = "OUTBOX_MAX_RETRIES")]
@@ -264,9 +259,6 @@ impl RelayArgs {
     /// The worker's configuration: the library's defaults, overridden by each flag given.
     pub(crate) fn config(&self) -> WorkerConfig {
         let mut c = WorkerConfig::default();
-        if let Some(on) = self.lease_renewal {
-            c = c.lease_renewal(on);
-        }
         if let Some(s) = self.claim_strategy {
             c = c.claim_strategy(match s {
                 Strategy::PerRow => sea_orm_outbox::ClaimStrategy::PerRow,
@@ -303,9 +295,6 @@ impl RelayArgs {
         }
         if let Some(d) = self.send_timeout {
             c = c.send_timeout(d);
-        }
-        if let Some(d) = self.reclaim_interval {
-            c = c.reclaim_interval(d);
         }
         let mut retry = c.retry;
         if let Some(n) = self.max_retries {

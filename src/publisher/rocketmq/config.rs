@@ -722,7 +722,6 @@ mod tests {
             Err(OutboxError::InvalidConfig(_))
         ));
         let short_lease = WorkerConfig::default()
-            .lease_renewal(false)
             .lease(Duration::from_secs(6))
             .send_timeout(Duration::from_secs(3));
         let err = RocketMqConfig::default()

@@ -9,7 +9,7 @@ use crate::ops::Backlog;
 use crate::relay::{Observer, Op, WorkerSummary};
 use crate::store::RelayDb;
 
-pub use crate::config::DEFAULT_GAUGE_INTERVAL;
+pub use crate::config::GAUGE_INTERVAL;
 
 /// Refreshes `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` from
 /// [`crate::ops::backlog`] (counts over the status index; one index probe for the age), and
@@ -23,8 +23,7 @@ pub struct GaugeRefresher {
 }
 
 impl GaugeRefresher {
-    /// A refresher over `db`, every `interval` (a worker's `gauge_interval`, default
-    /// [`DEFAULT_GAUGE_INTERVAL`], 15 s).
+    /// A refresher over `db`, every `interval` (a worker's: [`GAUGE_INTERVAL`], 15 s).
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `interval` is zero.
@@ -59,10 +58,16 @@ impl GaugeRefresher {
     /// # Errors
     /// A database error (the gauges keep their last values).
     pub async fn run_once(&self) -> Result<Backlog, OutboxError> {
+        use crate::metrics::{BACKLOG, BLOCKED_KEYS, OLDEST_BLOCKED_AGE, OLDEST_WAIT_AGE};
         let b = crate::ops::backlog(&self.db).await?;
-        crate::metrics::backlog(&b);
+        metrics::gauge!(BACKLOG, "status" => "WAIT").set(b.wait as f64);
+        metrics::gauge!(BACKLOG, "status" => "SENDING").set(b.sending as f64);
+        metrics::gauge!(BACKLOG, "status" => "FAIL").set(b.fail as f64);
+        metrics::gauge!(OLDEST_WAIT_AGE).set(b.oldest_wait_age_seconds);
         if self.blocked {
-            crate::metrics::blocked_keys(&crate::ops::blocked_keys(&self.db).await?);
+            let k = crate::ops::blocked_keys(&self.db).await?;
+            metrics::gauge!(BLOCKED_KEYS).set(k.keys as f64);
+            metrics::gauge!(OLDEST_BLOCKED_AGE).set(k.oldest_age_seconds.unwrap_or(0.0));
         }
         Ok(b)
     }

@@ -10,7 +10,7 @@ mod gauges;
 mod reclaimer;
 mod renewer;
 
-pub use gauges::{GaugeRefresher, DEFAULT_GAUGE_INTERVAL};
+pub use gauges::{GaugeRefresher, GAUGE_INTERVAL};
 pub use reclaimer::{Reclaimer, ReclaimerConfig, DEFAULT_RECLAIM_BATCH};
 pub use renewer::{LeaseRenewer, LeaseRenewerConfig, Renewal, DEFAULT_RENEW_BATCH};
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{WorkerConfig, DEFAULT_RECLAIM_INTERVAL, MAX_BATCH_SIZE};
+use crate::config::{WorkerConfig, MAX_BATCH_SIZE, MAX_RECLAIM_INTERVAL};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
 use crate::store::{self, Reclaimed, RelayDb};
@@ -20,7 +20,7 @@ pub struct ReclaimerConfig {
     pub lease: Duration,
     /// Reclaims of an event past this many attempts make it a dead letter (`FAIL`).
     pub max_retries: u32,
-    /// Between passes (default [`DEFAULT_RECLAIM_INTERVAL`], 60 s).
+    /// Between passes (default [`MAX_RECLAIM_INTERVAL`], 60 s).
     pub interval: Duration,
     /// Expired leases per statement (default [`DEFAULT_RECLAIM_BATCH`]); a pass goes on until a
     /// batch comes back short.
@@ -34,15 +34,16 @@ impl ReclaimerConfig {
         ReclaimerConfig {
             lease,
             max_retries,
-            interval: DEFAULT_RECLAIM_INTERVAL,
+            interval: MAX_RECLAIM_INTERVAL,
             batch_size: DEFAULT_RECLAIM_BATCH,
         }
     }
 
-    /// The worker's settings: its lease, retry limit and `reclaim_interval`.
+    /// The worker's settings: its lease, retry limit, and a pass every tenth of the lease (at
+    /// most every [`MAX_RECLAIM_INTERVAL`]).
     pub fn for_worker(c: &WorkerConfig) -> Self {
         ReclaimerConfig {
-            interval: c.reclaim_interval,
+            interval: c.reclaim_interval(),
             ..Self::new(c.lease, c.retry.max_retries)
         }
     }
