@@ -31,6 +31,7 @@ empty_backend_tests!(
     producer_migrations_create_only_the_outbox_table,
     consumer_migrations_create_only_the_consumed_table,
     upgrade_adds_headers_and_keeps_the_events,
+    a_table_of_the_apps_naming_beside_the_default_one,
 );
 
 const APP_ORDER: &str = "m20250101_000001_create_t_order";
@@ -227,6 +228,42 @@ struct ConsumerMigrator;
 impl MigratorTrait for ConsumerMigrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         outbox_migration::consumer_migrations()
+    }
+}
+
+/// The application's migration creating an outbox table of its own naming, `outbox_events`.
+mod m20261206_000001_create_outbox_events {
+    use sea_orm_migration::prelude::*;
+
+    pub struct Migration;
+
+    impl MigrationName for Migration {
+        fn name(&self) -> &str {
+            "m20261206_000001_create_outbox_events"
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl MigrationTrait for Migration {
+        async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            sea_orm_outbox::migration::create_outbox_table(manager, "outbox_events").await
+        }
+
+        async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+            sea_orm_outbox::migration::drop_outbox_table(manager, "outbox_events").await
+        }
+    }
+}
+
+/// The default outbox and a second one of the application's naming, in one history.
+struct TwoOutboxesMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for TwoOutboxesMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        let mut all = outbox_migration::producer_migrations();
+        all.push(Box::new(m20261206_000001_create_outbox_events::Migration));
+        all
     }
 }
 
@@ -751,4 +788,59 @@ async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
         .await
         .expect("rows after down");
     assert_eq!(left.len(), 2);
+}
+
+/// `create_outbox_table` gives a table of the application's naming the schema the migrations
+/// give `t_event_record`: the same columns, and the three indexes named after the table.
+async fn a_table_of_the_apps_naming_beside_the_default_one(ctx: &TestContext) {
+    TwoOutboxesMigrator::up(&ctx.db, None).await.expect("up");
+    assert_tables(
+        ctx,
+        &[("t_event_record", true), ("outbox_events", true)],
+        "after up",
+    )
+    .await;
+    let manager = SchemaManager::new(&ctx.db);
+    for column in [
+        "id",
+        "biz_no",
+        "event_type",
+        "payload",
+        "status",
+        "retry_count",
+        "next_retry_time",
+        "claim_owner",
+        "claimed_at",
+        "last_error",
+        "create_time",
+        "update_time",
+        "headers",
+    ] {
+        for table in ["t_event_record", "outbox_events"] {
+            assert!(
+                manager.has_column(table, column).await.expect("has_column"),
+                "{:?}: {table}.{column}",
+                ctx.backend
+            );
+        }
+    }
+    for index in ["status_next_retry", "status_claimed_at", "biz_no_status_id"] {
+        for table in ["t_event_record", "outbox_events"] {
+            let name = format!("idx_{table}_{index}");
+            assert!(
+                manager.has_index(table, &name).await.expect("has_index"),
+                "{:?}: {name}",
+                ctx.backend
+            );
+        }
+    }
+    TwoOutboxesMigrator::down(&ctx.db, None)
+        .await
+        .expect("down");
+    assert_tables(
+        ctx,
+        &[("t_event_record", false), ("outbox_events", false)],
+        "after down",
+    )
+    .await;
 }

@@ -81,9 +81,57 @@
 //!   index.
 #![deny(missing_docs)]
 
-use sea_orm_migration::sea_orm::DynIden;
+use sea_orm_migration::sea_orm::{DbErr, DynIden};
 use sea_orm_migration::sea_query::{Alias, IntoIden};
-use sea_orm_migration::{MigrationTrait, MigratorTrait};
+use sea_orm_migration::{MigrationTrait, MigratorTrait, SchemaManager};
+
+mod table;
+
+/// The outbox table the migrations of this crate create and change: `t_event_record`.
+pub const TABLE: &str = "t_event_record";
+
+/// Creates an outbox table named `table`, in the schema the migrations of this crate give
+/// `t_event_record` (every column, the indexes `idx_<table>_status_next_retry`,
+/// `idx_<table>_status_claimed_at` and `idx_<table>_biz_no_status_id`), for a table of the
+/// application's naming. Call it from a migration of your own, and
+/// [`drop_outbox_table`] from its `down`:
+///
+/// ```ignore
+/// // migration/src/m20261206_000001_create_outbox_events.rs
+/// use sea_orm_migration::prelude::*;
+///
+/// #[derive(DeriveMigrationName)]
+/// pub struct Migration;
+///
+/// #[async_trait::async_trait]
+/// impl MigrationTrait for Migration {
+///     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+///         sea_orm_outbox_migration::create_outbox_table(manager, "outbox_events").await
+///     }
+///     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+///         sea_orm_outbox_migration::drop_outbox_table(manager, "outbox_events").await
+///     }
+/// }
+/// ```
+///
+/// A later release that changes the schema adds a function for the change beside the
+/// migration that makes it on `t_event_record`.
+///
+/// # Errors
+/// The database's error; for one, when `table` exists already with its indexes.
+pub async fn create_outbox_table(manager: &SchemaManager<'_>, table: &str) -> Result<(), DbErr> {
+    table::create(manager, table).await?;
+    table::add_headers(manager, table).await?;
+    table::add_biz_no_index(manager, table).await
+}
+
+/// Drops the outbox table `table` with its indexes (and the events in it).
+///
+/// # Errors
+/// The database's error.
+pub async fn drop_outbox_table(manager: &SchemaManager<'_>, table: &str) -> Result<(), DbErr> {
+    table::drop(manager, table).await
+}
 
 /// The migration `m20261130_000001_create_t_event_record`: the outbox table
 /// `t_event_record` with `idx_t_event_record_status_next_retry` and

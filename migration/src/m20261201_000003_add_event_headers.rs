@@ -8,6 +8,8 @@
 //! SQLite's `ADD COLUMN` never rewrites).
 use sea_orm_migration::prelude::*;
 
+use crate::{table, TABLE};
+
 /// The migration.
 pub struct Migration;
 
@@ -17,39 +19,13 @@ impl MigrationName for Migration {
     }
 }
 
-#[derive(DeriveIden)]
-enum TEventRecord {
-    Table,
-    Headers,
-}
-
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // Idempotent: a table that has the column already (added by hand, or by the other of
-        // the two ways to migrate) is left as it is.
-        if manager.has_column("t_event_record", "headers").await? {
-            return Ok(());
-        }
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(TEventRecord::Table)
-                    .add_column(ColumnDef::new(TEventRecord::Headers).text().null())
-                    .to_owned(),
-            )
-            .await
+        table::add_headers(manager, TABLE).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // SQLite drops a column since 3.35 (sqlx bundles a later one).
-        manager
-            .alter_table(
-                Table::alter()
-                    .table(TEventRecord::Table)
-                    .drop_column(TEventRecord::Headers)
-                    .to_owned(),
-            )
-            .await
+        table::drop_headers(manager, TABLE).await
     }
 }

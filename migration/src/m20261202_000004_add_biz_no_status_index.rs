@@ -10,10 +10,12 @@
 //! finds it and leaves it alone.
 use sea_orm_migration::prelude::*;
 
+use crate::{table, TABLE};
+
 /// The migration.
 pub struct Migration;
 
-/// The index this migration adds.
+/// The index's name.
 pub const INDEX: &str = "idx_t_event_record_biz_no_status_id";
 
 impl MigrationName for Migration {
@@ -22,46 +24,13 @@ impl MigrationName for Migration {
     }
 }
 
-#[derive(DeriveIden)]
-enum TEventRecord {
-    Table,
-    BizNo,
-    Status,
-    Id,
-}
-
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        // Idempotent: an index of that name made by hand (or by the other way to migrate) is
-        // left as it is.
-        if manager.has_index("t_event_record", INDEX).await? {
-            return Ok(());
-        }
-        manager
-            .create_index(
-                Index::create()
-                    .name(INDEX)
-                    .table(TEventRecord::Table)
-                    .col(TEventRecord::BizNo)
-                    .col(TEventRecord::Status)
-                    .col(TEventRecord::Id)
-                    .to_owned(),
-            )
-            .await
+        table::add_biz_no_index(manager, TABLE).await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        if !manager.has_index("t_event_record", INDEX).await? {
-            return Ok(());
-        }
-        manager
-            .drop_index(
-                Index::drop()
-                    .name(INDEX)
-                    .table(TEventRecord::Table)
-                    .to_owned(),
-            )
-            .await
+        table::drop_biz_no_index(manager, TABLE).await
     }
 }
