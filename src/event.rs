@@ -7,102 +7,21 @@ use serde::Serialize;
 
 use crate::error::EventError;
 
-/// Default largest payload: 4 MiB (4,194,304 bytes), RocketMQ's default `maxMessageSize`.
+/// Default largest payload: 4 MiB (4,194,304 bytes). A publisher crate states its broker's
+/// own limit in the [`EventLimits`] it supplies.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
-/// Largest size of an event's headers together: 16 KiB (16,384 bytes of their JSON form).
-///
-/// RocketMQ stores a message's properties (the broker's own and the user's) in at most
-/// 32,767 bytes (`MAX_PROPERTIES_SIZE`, rocketmq-rust 1.0 broker and Apache RocketMQ alike);
-/// half of that is left to the broker's and the outbox's own properties.
-pub const MAX_HEADERS_BYTES: usize = 16 * 1024;
+/// Default largest size of an event's headers together: 16 KiB (16,384 bytes of their JSON
+/// form).
+pub const DEFAULT_MAX_HEADERS_BYTES: usize = 16 * 1024;
 
 /// Longest header name, in characters.
 pub const HEADER_NAME_MAX_LEN: usize = 64;
 
-/// Header names an event may not use: the outbox's own properties (`eventId`, `eventType`,
-/// `bizNo`) and every system property name of RocketMQ (`MessageConst` of rocketmq-rust 1.0,
-/// `rocketmq-model` `common/message.rs`, the same names as Apache RocketMQ's Java client). Names
-/// starting with `__` are refused as well (RocketMQ's internal prefix, e.g.
-/// `__RMQ.TRANSIENT.`). A reserved name set as a header would change how the broker treats the
-/// message (delay, transaction, keys) or what consumers read as the event's id.
-pub const RESERVED_HEADER_NAMES: &[&str] = &[
-    // The outbox's own.
-    "eventId",
-    "eventType",
-    "bizNo",
-    // RocketMQ's system properties.
-    "TRACE_ON",
-    "MSG_REGION",
-    "KEYS",
-    "TAGS",
-    "WAIT",
-    "DELAY",
-    "RETRY_TOPIC",
-    "ORIGIN_GROUP",
-    "REAL_TOPIC",
-    "REAL_QID",
-    "TRAN_MSG",
-    "PGROUP",
-    "MIN_OFFSET",
-    "MAX_OFFSET",
-    "BUYER_ID",
-    "ORIGIN_MESSAGE_ID",
-    "TRANSFER_FLAG",
-    "CORRECTION_FLAG",
-    "MQ2_FLAG",
-    "RECONSUME_TIME",
-    "UNIQ_KEY",
-    "MAX_RECONSUME_TIMES",
-    "CONSUME_START_TIME",
-    "POP_CK",
-    "POP_CK_OFFSET",
-    "1ST_POP_TIME",
-    "TRAN_PREPARED_QUEUE_OFFSET",
-    "DUP_INFO",
-    "EXTEND_UNIQ_INFO",
-    "INSTANCE_ID",
-    "CORRELATION_ID",
-    "REPLY_TO_CLIENT",
-    "TTL",
-    "ARRIVE_TIME",
-    "PUSH_REPLY_TIME",
-    "CLUSTER",
-    "MSG_TYPE",
-    "INNER_MULTI_QUEUE_OFFSET",
-    "TIMER_DELAY_MS",
-    "TIMER_DELAY_SEC",
-    "TIMER_DELIVER_MS",
-    "TIMER_ENQUEUE_MS",
-    "TIMER_DEQUEUE_MS",
-    "TIMER_ROLL_TIMES",
-    "TIMER_OUT_MS",
-    "TIMER_DEL_UNIQKEY",
-    "TIMER_ORIGINAL_DELIVER_MS",
-    "TIMER_DELIVERY_TOKEN",
-    "TIMER_ID",
-    "TIMER_OWNER_EPOCH",
-    "TIMER_LANE",
-    "TIMER_GENERATION",
-    "E_T",
-    "TIMER_FORMAT_VERSION",
-    "TIMER_POLICY_FINGERPRINT",
-    "TIMER_DELAY_LEVEL",
-    "BORN_TIMESTAMP",
-    "DLQ_ORIGIN_TOPIC",
-    "DLQ_ORIGIN_MESSAGE_ID",
-    "_SYS_MSG_PRIORITY_",
-    "TRACE_CONTEXT",
-    "TRANSACTION_CHECK_TIMES",
-    "TRANS_OFFSET",
-    "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "INNER_BASE",
-    "INNER_NUM",
-    "INNER_MULTI_DISPATCH",
-    "PROPERTY_FORWARD_QUEUE_ID",
-    "REDIRECT",
-    "TIMER_ROLL_LABEL",
-];
+/// Header names no event may use, whatever the publisher: the outbox's own message properties
+/// ([`crate::OutboxMessage::properties`]), which consumers read as the event's id, type and
+/// business key.
+pub const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
 
 /// Default notify interval of an event ([`NewEvent::notify_interval`]): 10 milliseconds.
 ///
@@ -115,26 +34,90 @@ pub const RESERVED_HEADER_NAMES: &[&str] = &[
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Limits checked before an event is written.
+///
+/// The default is broker-neutral: payloads up to [`DEFAULT_MAX_PAYLOAD_BYTES`], headers up to
+/// [`DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names beyond
+/// [`OUTBOX_PROPERTY_NAMES`]. A publisher crate supplies the limits of its broker (its message
+/// size, the property names the broker keeps for itself); pass them to
+/// [`crate::OutboxExt::with_event_limited`] or [`crate::transactional_publish_limited`] so that
+/// an event the broker can never take is refused at write time.
+///
+/// ```
+/// use sea_orm_outbox::{EventLimits, NewEvent};
+/// const LIMITS: EventLimits = EventLimits::new(1024 * 1024)
+///     .with_max_headers_bytes(4096)
+///     .with_reserved_header_names(&["priority"])
+///     .with_reserved_header_prefixes(&["x-broker-"]);
+/// let event = NewEvent::raw("ORD-1", "ORDER_CREATED", "{}").header("priority", "high");
+/// assert!(event.validate(&LIMITS).is_err());
+/// assert!(event.validate(&EventLimits::default()).is_ok());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EventLimits {
     /// Largest payload in bytes (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 4 MiB). Set it to the
     /// broker's message size limit so an event that can never be sent is refused at write time.
     pub max_payload_bytes: usize,
+    /// Largest size of an event's headers together, in bytes of their JSON form (default
+    /// [`DEFAULT_MAX_HEADERS_BYTES`], 16 KiB).
+    pub max_headers_bytes: usize,
+    /// Header names the broker keeps for itself, refused besides [`OUTBOX_PROPERTY_NAMES`]
+    /// (default none).
+    pub reserved_header_names: &'static [&'static str],
+    /// Prefixes of header names the broker keeps for itself (default none).
+    pub reserved_header_prefixes: &'static [&'static str],
 }
 
 impl EventLimits {
-    /// Limits with the largest payload `max_payload_bytes` bytes.
+    /// The default limits with the largest payload `max_payload_bytes` bytes.
     pub const fn new(max_payload_bytes: usize) -> Self {
-        EventLimits { max_payload_bytes }
+        EventLimits {
+            max_payload_bytes,
+            max_headers_bytes: DEFAULT_MAX_HEADERS_BYTES,
+            reserved_header_names: &[],
+            reserved_header_prefixes: &[],
+        }
+    }
+
+    /// The limits with the headers' largest size `max_headers_bytes` bytes (of their JSON form).
+    #[must_use]
+    pub const fn with_max_headers_bytes(mut self, max_headers_bytes: usize) -> Self {
+        self.max_headers_bytes = max_headers_bytes;
+        self
+    }
+
+    /// The limits with `names` as the reserved header names (in place of the earlier ones).
+    #[must_use]
+    pub const fn with_reserved_header_names(mut self, names: &'static [&'static str]) -> Self {
+        self.reserved_header_names = names;
+        self
+    }
+
+    /// The limits with `prefixes` as the reserved prefixes of header names (in place of the
+    /// earlier ones).
+    #[must_use]
+    pub const fn with_reserved_header_prefixes(
+        mut self,
+        prefixes: &'static [&'static str],
+    ) -> Self {
+        self.reserved_header_prefixes = prefixes;
+        self
+    }
+
+    /// Whether `name` is one of the outbox's own property names or reserved by these limits.
+    pub fn is_reserved(&self, name: &str) -> bool {
+        OUTBOX_PROPERTY_NAMES.contains(&name)
+            || self.reserved_header_names.contains(&name)
+            || self
+                .reserved_header_prefixes
+                .iter()
+                .any(|p| name.starts_with(p))
     }
 }
 
 impl Default for EventLimits {
     fn default() -> Self {
-        EventLimits {
-            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
-        }
+        EventLimits::new(DEFAULT_MAX_PAYLOAD_BYTES)
     }
 }
 
@@ -189,14 +172,15 @@ impl NewEvent {
     }
 
     /// Adds the message header `name` = `value` (replacing an earlier value of that name).
-    /// The relay sends each header as a RocketMQ user property; a consumer reads it with
-    /// `MessageExt::property(name)` (Java: `getUserProperty`).
+    /// The relay hands the headers to the publisher ([`crate::OutboxMessage::headers`]), which
+    /// sends each as a message property or header of its broker.
     ///
     /// Checked when the event is written ([`NewEvent::validate`]): the name has 1 to
     /// [`HEADER_NAME_MAX_LEN`] characters out of ASCII letters, digits, `_`, `-` and `.`, and is
-    /// not one of [`RESERVED_HEADER_NAMES`] nor starts with `__`; the value has no control
-    /// character (RocketMQ separates properties with U+0001 and U+0002 and does not escape them);
-    /// all headers together take at most [`MAX_HEADERS_BYTES`] as JSON.
+    /// neither one of [`OUTBOX_PROPERTY_NAMES`] nor reserved by the [`EventLimits`]
+    /// ([`EventLimits::is_reserved`]); the value has no control character (brokers' property
+    /// encodings use some as separators); all headers together take at most
+    /// [`EventLimits::max_headers_bytes`] as JSON.
     ///
     /// ```
     /// use sea_orm_outbox::NewEvent;
@@ -350,7 +334,7 @@ impl NewEvent {
     /// in any field (Postgres text cannot store it), [`EventError::PayloadTooLarge`] past
     /// `limits.max_payload_bytes`, [`EventError::InvalidHeader`] for a header name or value
     /// [`NewEvent::header`] does not allow, [`EventError::HeadersTooLarge`] past
-    /// [`MAX_HEADERS_BYTES`].
+    /// `limits.max_headers_bytes`.
     pub fn validate(&self, limits: &EventLimits) -> Result<(), EventError> {
         check_text("biz_no", &self.biz_no, BIZ_NO_MAX_LEN)?;
         check_text("event_type", &self.event_type, EVENT_TYPE_MAX_LEN)?;
@@ -365,13 +349,13 @@ impl NewEvent {
             });
         }
         for (name, value) in &self.headers {
-            check_header(name, value)?;
+            check_header(name, value, limits)?;
         }
         if let Some(json) = self.headers_json() {
-            if json.len() > MAX_HEADERS_BYTES {
+            if json.len() > limits.max_headers_bytes {
                 return Err(EventError::HeadersTooLarge {
                     size: json.len(),
-                    max: MAX_HEADERS_BYTES,
+                    max: limits.max_headers_bytes,
                 });
             }
         }
@@ -379,8 +363,12 @@ impl NewEvent {
     }
 }
 
-/// The rules of [`NewEvent::header`] for one header.
-pub(crate) fn check_header(name: &str, value: &str) -> Result<(), EventError> {
+/// The rules of [`NewEvent::header`] for one header under `limits`.
+pub(crate) fn check_header(
+    name: &str,
+    value: &str,
+    limits: &EventLimits,
+) -> Result<(), EventError> {
     let refuse = |reason: String| {
         Err(EventError::InvalidHeader {
             name: name.chars().take(HEADER_NAME_MAX_LEN).collect(),
@@ -399,13 +387,15 @@ pub(crate) fn check_header(name: &str, value: &str) -> Result<(), EventError> {
     {
         return refuse("the name may hold only ASCII letters, digits, `_`, `-` and `.`".into());
     }
-    if name.starts_with("__") || RESERVED_HEADER_NAMES.contains(&name) {
-        return refuse("the name is reserved for RocketMQ's or the outbox's own properties".into());
+    if limits.is_reserved(name) {
+        return refuse(
+            "the name is reserved for the broker's or the outbox's own properties".into(),
+        );
     }
     if let Some(c) = value.chars().find(|c| c.is_control()) {
         return refuse(format!(
-            "the value holds the control character U+{:04X}, which RocketMQ's property \
-             encoding cannot carry",
+            "the value holds the control character U+{:04X}, which brokers' property \
+             encodings cannot carry",
             u32::from(c)
         ));
     }
@@ -456,9 +446,7 @@ mod tests {
         assert!(NewEvent::raw("é".repeat(64), "T", "{}")
             .validate(&limits)
             .is_ok());
-        let small = EventLimits {
-            max_payload_bytes: 3,
-        };
+        let small = EventLimits::new(3);
         assert!(matches!(
             NewEvent::raw("A", "T", "1234").validate(&small),
             Err(EventError::PayloadTooLarge { size: 4, max: 3 })
@@ -499,20 +487,24 @@ mod tests {
             Err(EventError::InvalidHeader { name, reason }) => (name, reason),
             other => panic!("expected InvalidHeader, got {other:?}"),
         };
-        for name in [
-            "",
-            "a b",
-            "é",
-            "a:b",
-            "__RMQ.TRANSIENT.x",
-            "KEYS",
-            "UNIQ_KEY",
-            "DELAY",
-            "eventId",
-            "bizNo",
-        ] {
+        for name in ["", "a b", "é", "a:b", "eventId", "eventType", "bizNo"] {
             let (n, reason) = refused(NewEvent::raw("A", "T", "{}").header(name, "v"));
             assert_eq!(n, name, "{reason}");
+        }
+        // A broker's reserved names and prefixes count only under its limits.
+        let broker = EventLimits::default()
+            .with_reserved_header_names(&["KEYS", "DELAY"])
+            .with_reserved_header_prefixes(&["__"]);
+        for name in ["KEYS", "DELAY", "__internal.x"] {
+            let event = NewEvent::raw("A", "T", "{}").header(name, "v");
+            assert!(event.validate(&limits).is_ok(), "{name}");
+            assert!(
+                matches!(
+                    event.validate(&broker),
+                    Err(EventError::InvalidHeader { .. })
+                ),
+                "{name}"
+            );
         }
         let (n, _) = refused(NewEvent::raw("A", "T", "{}").header("n".repeat(65), "v"));
         assert_eq!(n.len(), 64);
@@ -522,10 +514,13 @@ mod tests {
         }
         let big = NewEvent::raw("A", "T", "{}")
             .headers_from((0..20).map(|i| (format!("h{i}"), "v".repeat(1000))));
+        assert!(big
+            .validate(&EventLimits::default().with_max_headers_bytes(64 * 1024))
+            .is_ok());
         assert!(matches!(
             big.validate(&limits),
             Err(EventError::HeadersTooLarge {
-                max: MAX_HEADERS_BYTES,
+                max: DEFAULT_MAX_HEADERS_BYTES,
                 ..
             })
         ));

@@ -182,7 +182,7 @@ pub(crate) struct RelayArgs {
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
     pub(crate) rocketmq_namesrv: Option<String>,
     /// RocketMQ default topic: where events go whose type `--topic-map` does not list
-    /// [default: ORDER_EVENT_TOPIC].
+    /// [default: OUTBOX_EVENT_TOPIC].
     #[arg(long, env = "OUTBOX_TOPIC")]
     pub(crate) topic: Option<String>,
     /// The topic of each event type, `EVENT_TYPE=TOPIC[,EVENT_TYPE=TOPIC...]`, e.g.

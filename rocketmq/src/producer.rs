@@ -18,10 +18,11 @@ use super::errors::{
     classify_for, client_error_text, error_text, is_no_permission, no_permission_text, Signer,
     RESPONSE_NO_PERMISSION,
 };
+use super::limits;
 use super::routing::{queue_of_key, BrokerAvoidance, Failed};
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
-use crate::error::{OutboxError, PublishError, PublishErrorKind};
-use crate::publisher::{OutboxMessage, Publisher};
+use sea_orm_outbox::error::{OutboxError, PublishError, PublishErrorKind};
+use sea_orm_outbox::publisher::{OutboxMessage, Publisher};
 
 /// Publishes outbox events to RocketMQ with one shared producer.
 ///
@@ -140,7 +141,7 @@ impl RocketMqPublisher {
     /// credentials, and then `start` refuses to start. When no broker can be asked (no route
     /// for either topic, the broker does not answer), the check is skipped with an INFO line:
     /// a rejection found by a send later keeps the events `WAIT` without counting the attempt
-    /// ([`crate::PublishErrorKind::Configuration`]).
+    /// ([`sea_orm_outbox::PublishErrorKind::Configuration`]).
     ///
     /// A `NO_PERMISSION` answer is never retried on another broker (the client's default
     /// retries it).
@@ -208,14 +209,22 @@ impl RocketMqPublisher {
         &self.config
     }
 
+    /// RocketMQ's rules for an event under this publisher's configuration
+    /// ([`RocketMqConfig::event_limits`]): the limits to write its events with.
+    pub fn event_limits(&self) -> sea_orm_outbox::EventLimits {
+        self.config.event_limits()
+    }
+
     /// The message `event` becomes: the topic of its event type
     /// ([`RocketMqConfig::topic_of`]), tag = event type, keys = business key, user properties
     /// `eventId`, `eventType`, `bizNo` and one per header (the trace context among them),
     /// body = payload.
     ///
     /// # Errors
-    /// A permanent [`PublishError`] when the message cannot be built (a header name the client
-    /// reserves: [`crate::NewEvent::header`] refuses those at write time).
+    /// A permanent [`PublishError`] when the message cannot be built: a header named as one of
+    /// RocketMQ's own properties ([`crate::RESERVED_PROPERTY_NAMES`], refused at write time
+    /// under [`crate::EVENT_LIMITS`]; possible for a row written or edited outside the library,
+    /// or under other limits) or one the client refuses.
     pub fn to_message(&self, event: &OutboxMessage) -> Result<Message, PublishError> {
         build_message(self.config.topic_of(&event.event_type), event)
     }
@@ -857,6 +866,12 @@ fn build_message(topic: &str, event: &OutboxMessage) -> Result<Message, PublishE
         .tags(event.event_type.as_str())
         .key(event.biz_no.as_str())
         .body_slice(event.payload.as_bytes());
+    if let Some((name, _)) = event.headers.iter().find(|(n, _)| limits::is_reserved(n)) {
+        return Err(PublishError::permanent(format!(
+            "event {}: the header name {name} is reserved for RocketMQ's own properties",
+            event.event_id
+        )));
+    }
     let fixed = event.properties();
     let headers = event.headers.iter().map(|(n, v)| (n.as_str(), v.clone()));
     for (name, value) in fixed.into_iter().chain(headers) {
@@ -876,16 +891,15 @@ mod tests {
 
     #[test]
     fn message_carries_the_event() {
-        let event = OutboxMessage {
-            event_id: 42,
-            biz_no: "ORD-42".into(),
-            event_type: "ORDER_CREATED".into(),
-            payload: r#"{"a":1}"#.into(),
-            retry_count: 0,
-            headers: vec![("tenant".into(), "acme".into())],
-            ordered: false,
-        };
+        let event = OutboxMessage::new(42, "ORD-42", "ORDER_CREATED", r#"{"a":1}"#)
+            .with_header("tenant", "acme");
         let m = build_message("T", &event).expect("message");
+        // A row written outside the library with one of RocketMQ's own names is refused for good.
+        for name in ["DELAY", "__RMQ.TRANSIENT.x"] {
+            let bad = event.clone().with_header(name, "1");
+            let err = build_message("T", &bad).expect_err(name);
+            assert!(!err.is_retryable(), "{name}: {err}");
+        }
         assert_eq!(m.topic().as_str(), "T");
         assert_eq!(
             m.get_body().map(|b| b.as_ref()),

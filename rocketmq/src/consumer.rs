@@ -1,5 +1,5 @@
-//! [`RocketMqConsumer`], a small consumer for the crate's own tests, examples and demos (feature
-//! `test-support`; not an API), and the [`ReceivedMessage`]s it returns.
+//! [`RocketMqConsumer`], a small consumer for tests, examples and demos that read back what the
+//! relay sent, and the [`ReceivedMessage`]s it returns.
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +19,7 @@ use super::config::{check_name, RocketMqConfig, GROUP_MAX_LEN};
 use super::credentials::Credentials;
 use super::errors::client_error_text;
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
-use crate::error::OutboxError;
+use sea_orm_outbox::error::OutboxError;
 
 /// The broker names of `queues`.
 fn brokers_of(queues: &[MessageQueue]) -> BTreeSet<String> {
@@ -174,6 +174,23 @@ impl ReceivedMessage {
 /// reading each queue from its first offset, with its own client runtime: a lite pull
 /// consumer ([`RocketMqConsumer::start`]), or an orderly push consumer
 /// ([`RocketMqConsumer::start_orderly`]).
+///
+/// Meant for an application's own tests: publish through the relay, then read the messages
+/// back and check them (the `eventId` property, the headers, the order of a key). It creates
+/// the topic when missing. Not a production consumer: it keeps no offsets and has no retry or
+/// dead-letter handling.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), sea_orm_outbox::OutboxError> {
+/// use std::time::Duration;
+/// use sea_orm_outbox_rocketmq::RocketMqConsumer;
+///
+/// let consumer = RocketMqConsumer::start("127.0.0.1:9876", "my_test_cg", "ORDER_EVENT_TOPIC").await?;
+/// let got = consumer.collect_until(Duration::from_secs(30), |m| m.len() >= 10).await;
+/// assert!(got.iter().all(|m| m.event_id.is_some()));
+/// consumer.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct RocketMqConsumer {
     consumer: Box<dyn ConsumerHandle>,
     topic: String,

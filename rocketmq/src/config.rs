@@ -4,11 +4,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::credentials::{Credentials, SecretKey, ENV_ACCESS_KEY, ENV_SECRET_KEY};
-use crate::config::WorkerConfig;
-use crate::error::OutboxError;
+use sea_orm_outbox::config::WorkerConfig;
+use sea_orm_outbox::error::OutboxError;
 
-/// Default topic: `ORDER_EVENT_TOPIC`.
-pub const DEFAULT_TOPIC: &str = "ORDER_EVENT_TOPIC";
+/// Default topic: `OUTBOX_EVENT_TOPIC`, where an event goes when neither
+/// [`RocketMqConfig::topic`] nor `OUTBOX_TOPIC` names one. A service normally names its own
+/// (e.g. `ORDER_EVENT_TOPIC`).
+pub const DEFAULT_TOPIC: &str = "OUTBOX_EVENT_TOPIC";
 /// Default producer group: `outbox_producer_group`.
 pub const DEFAULT_PRODUCER_GROUP: &str = "outbox_producer_group";
 /// Default name server address: `127.0.0.1:9876`.
@@ -60,8 +62,8 @@ pub const DEFAULT_MAX_BATCH_BYTES: u32 = 1024 * 1024;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sea_orm_outbox::publisher::rocketmq::Failover;
-/// use sea_orm_outbox::RocketMqConfig;
+/// use sea_orm_outbox_rocketmq::Failover;
+/// use sea_orm_outbox_rocketmq::RocketMqConfig;
 /// let config = RocketMqConfig::new("10.0.0.1:9876;10.0.0.2:9876")
 ///     .failover(Failover::Outbox) // the default
 ///     .broker_avoidance(Duration::from_secs(30));
@@ -133,7 +135,7 @@ pub(super) const GROUP_MAX_LEN: usize = 255;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sea_orm_outbox::RocketMqConfig;
+/// use sea_orm_outbox_rocketmq::RocketMqConfig;
 /// let config = RocketMqConfig::new("127.0.0.1:9876")
 ///     .producer_group("order_service")
 ///     .topic("ORDER_EVENT_TOPIC")
@@ -301,7 +303,7 @@ impl RocketMqConfig {
     /// Sends events of type `event_type` to `topic` instead of the default topic.
     ///
     /// ```
-    /// use sea_orm_outbox::RocketMqConfig;
+    /// use sea_orm_outbox_rocketmq::RocketMqConfig;
     /// let config = RocketMqConfig::new("127.0.0.1:9876")
     ///     .topic("ORDER_EVENT_TOPIC")
     ///     .topic_for("ORDER_PAID", "PAYMENT_EVENT_TOPIC");
@@ -383,7 +385,7 @@ impl RocketMqConfig {
     /// credentials with a broker before it returns (default `true`). Turn it off for a user
     /// that may publish to the topic but not read its offsets (an ACL with `Pub` only and
     /// authorization on): a rejection is then found by the first send, and the events stay
-    /// `WAIT` uncounted ([`crate::PublishErrorKind::Configuration`]).
+    /// `WAIT` uncounted ([`sea_orm_outbox::PublishErrorKind::Configuration`]).
     pub fn verify_credentials(mut self, verify: bool) -> Self {
         self.verify_credentials = verify;
         self
@@ -411,6 +413,20 @@ impl RocketMqConfig {
     pub fn max_batch_bytes(mut self, bytes: u32) -> Self {
         self.max_batch_bytes = bytes;
         self
+    }
+
+    /// RocketMQ's rules for an event under this configuration: [`crate::EVENT_LIMITS`] with the
+    /// largest payload [`RocketMqConfig::max_message_bytes`]. Pass them to the core's
+    /// `with_event_limited` or `transactional_publish_limited` so that an event this publisher
+    /// can never send is refused at write time.
+    ///
+    /// ```
+    /// use sea_orm_outbox_rocketmq::RocketMqConfig;
+    /// let limits = RocketMqConfig::new("127.0.0.1:9876").max_message_bytes(1024).event_limits();
+    /// assert_eq!(limits.max_payload_bytes, 1024);
+    /// ```
+    pub fn event_limits(&self) -> sea_orm_outbox::EventLimits {
+        crate::limits::limits_for(self.max_message_bytes as usize)
     }
 
     /// The name server addresses, one per `;`-separated entry.
@@ -567,7 +583,7 @@ mod tests {
         ] {
             assert!(RocketMqConfig::new(addr).validate().is_ok(), "{addr}");
         }
-        assert_eq!(ok.topic, "ORDER_EVENT_TOPIC");
+        assert_eq!(ok.topic, "OUTBOX_EVENT_TOPIC");
         assert_eq!(ok.send_timeout, Duration::from_secs(3));
         for bad in [
             RocketMqConfig::new(" ; "),
