@@ -7,6 +7,9 @@ use serde::Serialize;
 
 use crate::error::EventError;
 
+mod limits;
+pub use limits::EventLimits;
+
 /// Default largest payload: 4 MiB (4,194,304 bytes). A publisher crate states its broker's
 /// own limit in the [`EventLimits`] it supplies.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
@@ -32,94 +35,6 @@ pub const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
 /// for at most 10 ms; the relays' follow-up round
 /// ([`crate::config::WAKE_FOLLOW_UP`]) is longer.
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
-
-/// Limits checked before an event is written.
-///
-/// The default is broker-neutral: payloads up to [`DEFAULT_MAX_PAYLOAD_BYTES`], headers up to
-/// [`DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names beyond
-/// [`OUTBOX_PROPERTY_NAMES`]. A publisher crate supplies the limits of its broker (its message
-/// size, the property names the broker keeps for itself); pass them to
-/// [`crate::OutboxExt::with_event_limited`] or [`crate::transactional_publish_limited`] so that
-/// an event the broker can never take is refused at write time.
-///
-/// ```
-/// use sea_orm_outbox::{EventLimits, NewEvent};
-/// const LIMITS: EventLimits = EventLimits::new(1024 * 1024)
-///     .with_max_headers_bytes(4096)
-///     .with_reserved_header_names(&["priority"])
-///     .with_reserved_header_prefixes(&["x-broker-"]);
-/// let event = NewEvent::raw("ORD-1", "ORDER_CREATED", "{}").header("priority", "high");
-/// assert!(event.validate(&LIMITS).is_err());
-/// assert!(event.validate(&EventLimits::default()).is_ok());
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EventLimits {
-    /// Largest payload in bytes (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 4 MiB). Set it to the
-    /// broker's message size limit so an event that can never be sent is refused at write time.
-    pub max_payload_bytes: usize,
-    /// Largest size of an event's headers together, in bytes of their JSON form (default
-    /// [`DEFAULT_MAX_HEADERS_BYTES`], 16 KiB).
-    pub max_headers_bytes: usize,
-    /// Header names the broker keeps for itself, refused besides [`OUTBOX_PROPERTY_NAMES`]
-    /// (default none).
-    pub reserved_header_names: &'static [&'static str],
-    /// Prefixes of header names the broker keeps for itself (default none).
-    pub reserved_header_prefixes: &'static [&'static str],
-}
-
-impl EventLimits {
-    /// The default limits with the largest payload `max_payload_bytes` bytes.
-    pub const fn new(max_payload_bytes: usize) -> Self {
-        EventLimits {
-            max_payload_bytes,
-            max_headers_bytes: DEFAULT_MAX_HEADERS_BYTES,
-            reserved_header_names: &[],
-            reserved_header_prefixes: &[],
-        }
-    }
-
-    /// The limits with the headers' largest size `max_headers_bytes` bytes (of their JSON form).
-    #[must_use]
-    pub const fn with_max_headers_bytes(mut self, max_headers_bytes: usize) -> Self {
-        self.max_headers_bytes = max_headers_bytes;
-        self
-    }
-
-    /// The limits with `names` as the reserved header names (in place of the earlier ones).
-    #[must_use]
-    pub const fn with_reserved_header_names(mut self, names: &'static [&'static str]) -> Self {
-        self.reserved_header_names = names;
-        self
-    }
-
-    /// The limits with `prefixes` as the reserved prefixes of header names (in place of the
-    /// earlier ones).
-    #[must_use]
-    pub const fn with_reserved_header_prefixes(
-        mut self,
-        prefixes: &'static [&'static str],
-    ) -> Self {
-        self.reserved_header_prefixes = prefixes;
-        self
-    }
-
-    /// Whether `name` is one of the outbox's own property names or reserved by these limits.
-    pub fn is_reserved(&self, name: &str) -> bool {
-        OUTBOX_PROPERTY_NAMES.contains(&name)
-            || self.reserved_header_names.contains(&name)
-            || self
-                .reserved_header_prefixes
-                .iter()
-                .any(|p| name.starts_with(p))
-    }
-}
-
-impl Default for EventLimits {
-    fn default() -> Self {
-        EventLimits::new(DEFAULT_MAX_PAYLOAD_BYTES)
-    }
-}
 
 /// An event to write into `t_event_record` in the business transaction.
 ///
@@ -417,112 +332,4 @@ fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), EventE
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn validates_fields() {
-        let limits = EventLimits::default();
-        assert!(NewEvent::raw("A", "T", "{}").validate(&limits).is_ok());
-        assert_eq!(
-            NewEvent::raw(" ", "T", "{}").validate(&limits),
-            Err(EventError::Empty { field: "biz_no" })
-        );
-        assert_eq!(
-            NewEvent::raw("A", "", "{}").validate(&limits),
-            Err(EventError::Empty {
-                field: "event_type"
-            })
-        );
-        assert!(matches!(
-            NewEvent::raw("x".repeat(65), "T", "{}").validate(&limits),
-            Err(EventError::TooLong {
-                field: "biz_no",
-                len: 65,
-                max: 64
-            })
-        ));
-        // 64 multi-byte characters fit a varchar(64).
-        assert!(NewEvent::raw("é".repeat(64), "T", "{}")
-            .validate(&limits)
-            .is_ok());
-        let small = EventLimits::new(3);
-        assert!(matches!(
-            NewEvent::raw("A", "T", "1234").validate(&small),
-            Err(EventError::PayloadTooLarge { size: 4, max: 3 })
-        ));
-        assert_eq!(
-            NewEvent::raw("A\0B", "T", "{}").validate(&limits),
-            Err(EventError::NulByte { field: "biz_no" })
-        );
-        assert_eq!(
-            NewEvent::raw("A", "T", "{\0}").validate(&limits),
-            Err(EventError::NulByte { field: "payload" })
-        );
-        assert!(matches!(
-            NewEvent::from_bytes("A", "T", vec![0xff, 0xfe]),
-            Err(EventError::InvalidUtf8(_))
-        ));
-    }
-
-    #[test]
-    fn validates_headers() {
-        let limits = EventLimits::default();
-        let ok = NewEvent::raw("A", "T", "{}")
-            .header("tenant", "acme")
-            .header(
-                "traceparent",
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            )
-            .header("x.y-z_1", "ünïcödé and spaces");
-        assert!(ok.validate(&limits).is_ok());
-        assert_eq!(
-            ok.headers_json().as_deref(),
-            Some(
-                r#"{"tenant":"acme","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","x.y-z_1":"ünïcödé and spaces"}"#
-            )
-        );
-        assert_eq!(NewEvent::raw("A", "T", "{}").headers_json(), None);
-        let refused = |e: NewEvent| match e.validate(&limits) {
-            Err(EventError::InvalidHeader { name, reason }) => (name, reason),
-            other => panic!("expected InvalidHeader, got {other:?}"),
-        };
-        for name in ["", "a b", "é", "a:b", "eventId", "eventType", "bizNo"] {
-            let (n, reason) = refused(NewEvent::raw("A", "T", "{}").header(name, "v"));
-            assert_eq!(n, name, "{reason}");
-        }
-        // A broker's reserved names and prefixes count only under its limits.
-        let broker = EventLimits::default()
-            .with_reserved_header_names(&["KEYS", "DELAY"])
-            .with_reserved_header_prefixes(&["__"]);
-        for name in ["KEYS", "DELAY", "__internal.x"] {
-            let event = NewEvent::raw("A", "T", "{}").header(name, "v");
-            assert!(event.validate(&limits).is_ok(), "{name}");
-            assert!(
-                matches!(
-                    event.validate(&broker),
-                    Err(EventError::InvalidHeader { .. })
-                ),
-                "{name}"
-            );
-        }
-        let (n, _) = refused(NewEvent::raw("A", "T", "{}").header("n".repeat(65), "v"));
-        assert_eq!(n.len(), 64);
-        for value in ["a\u{1}b", "a\u{2}", "line\nbreak", "nul\0"] {
-            let (_, reason) = refused(NewEvent::raw("A", "T", "{}").header("h", value));
-            assert!(reason.contains("control character"), "{reason}");
-        }
-        let big = NewEvent::raw("A", "T", "{}")
-            .headers_from((0..20).map(|i| (format!("h{i}"), "v".repeat(1000))));
-        assert!(big
-            .validate(&EventLimits::default().with_max_headers_bytes(64 * 1024))
-            .is_ok());
-        assert!(matches!(
-            big.validate(&limits),
-            Err(EventError::HeadersTooLarge {
-                max: DEFAULT_MAX_HEADERS_BYTES,
-                ..
-            })
-        ));
-    }
-}
+mod tests;
