@@ -1,7 +1,7 @@
 //! `outbox relay` and its RocketMQ name server: an address it cannot use (one that resolves
 //! nowhere, a malformed or an empty one) fails the start with a clear error (exit 1) and leaves
-//! the events alone (an empty address used to mean "relay to the log", which marks events
-//! delivered). Needs no broker; runs on Postgres (see the core's `tests/common`).
+//! the events alone (an empty address is never taken for "relay to the log", which would mark
+//! events delivered). Needs no broker; runs on Postgres (see the core's `tests/common`).
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
