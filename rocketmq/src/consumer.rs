@@ -42,7 +42,7 @@ use topic::ensure_topic;
 /// use std::time::Duration;
 /// use sea_orm_outbox_rocketmq::RocketMqConsumer;
 ///
-/// let consumer = RocketMqConsumer::start("127.0.0.1:9876", "my_test_cg", "ORDER_EVENT_TOPIC").await?;
+/// let consumer = RocketMqConsumer::start("127.0.0.1:9876", "my_test_cg", "ORDERS").await?;
 /// let got = consumer.collect_until(Duration::from_secs(30), |m| m.len() >= 10).await;
 /// assert!(got.iter().all(|m| m.event_id.is_some()));
 /// consumer.shutdown().await;

@@ -92,14 +92,13 @@ pub(super) fn client_error_text(e: &ClientError) -> String {
 
 /// Decides whether a failed send may succeed later, as the [`PublishError`] the relay records.
 ///
-/// Configuration ([`sea_orm_outbox::PublishErrorKind::Configuration`], the attempt is not
-/// counted): the broker answered `NO_PERMISSION` (code 16): credentials rejected or missing, or the user
-/// may not publish to the topic. Permanent: the client or broker refused the message itself
-/// (response code `MESSAGE_ILLEGAL`: body too large or empty), the catalog says the message is
-/// too large or invalid, or the topic name is illegal or forbidden. Everything else (connection
-/// refused, time-outs, no route yet, broker busy, broker errors) is retryable. The message
-/// carries the error's code, public message, cause detail, broker response code and broker
-/// address.
+/// Configuration ([`sea_orm_outbox::PublishErrorKind::Configuration`], the attempt is not counted):
+/// the broker answered `NO_PERMISSION` (code 16): credentials rejected or missing, or the user may
+/// not publish to the topic. Permanent: the client or broker refused the message itself (response
+/// code `MESSAGE_ILLEGAL`: body too large or empty), the catalog says the message is too large or
+/// invalid, or the topic name is illegal or forbidden. Everything else (connection refused,
+/// time-outs, no route yet, broker busy, broker errors) is retryable. The message carries the
+/// error's code, public message, cause detail, broker response code and broker address.
 pub fn classify(e: &ClientError) -> PublishError {
     classify_for(e, Signer::Unknown)
 }

@@ -31,10 +31,10 @@ pub enum Failover {
     /// The publisher chooses each send's queue from the client's route itself, round robin
     /// over the brokers that have not failed lately: a broker whose send failed (refused,
     /// timed out, closed, an error response) is avoided for
-    /// [`RocketMqConfig::broker_avoidance`]; then one send tries it again (the others still
-    /// avoid it) and a success brings it back. When every broker is avoided, sends go to the
-    /// one whose avoidance ends first. The client's latency fault tolerance is on as well. The
-    /// default.
+    /// [`RocketMqConfig::broker_avoidance`](crate::RocketMqConfig::broker_avoidance); then one
+    /// send tries it again (the others still avoid it) and a success brings it back. When every
+    /// broker is avoided, sends go to the one whose avoidance ends first. The client's latency
+    /// fault tolerance is on as well. The default.
     #[default]
     Outbox,
     /// The client chooses the queue with its latency fault tolerance and fault detector on
