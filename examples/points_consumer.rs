@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, Statement};
-use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::{consume_once, Consumed, Migrator, MigratorTrait, OutboxError};
+use sea_orm_outbox_rocketmq::RocketMqConsumer;
 
 #[derive(Parser, Debug)]
 #[command(about = "Add points once per ORDER_CREATED event, whatever the redeliveries")]

@@ -154,7 +154,7 @@ pub struct WorkerConfig {
     /// else, so one slot means that one hung send stops the worker for its whole send
     /// timeout. With a publisher that sends one message per call, the worker claims only as
     /// many events as it has free slots; with one that batches ([`crate::Publisher::batches`],
-    /// as RocketMQ's does), a claim's events go out in one call that occupies one slot, so up
+    /// as a broker's batch request does), a claim's events go out in one call that occupies one slot, so up
     /// to `send_concurrency × batch_size` events are in flight. After a claim that got all it
     /// asked for the next one follows as soon as slots are free; the poll delay applies once
     /// the backlog is drained.
@@ -361,15 +361,16 @@ impl WorkerConfig {
     /// The longest a publisher's own send timeout may be under this worker: the worker's
     /// `send_timeout`, and at most a third of the lease ([`MAX_SEND_TIMEOUT_SHARE_OF_LEASE`]).
     ///
-    /// This is the one send-timeout rule; the worker ([`WorkerConfig::validate`]), the RocketMQ
-    /// publisher (`RocketMqConfig::validate_for`) and the `outbox` tool all apply it:
+    /// This is the one send-timeout rule; the worker ([`WorkerConfig::validate`]), a broker's
+    /// publisher (when it checks its own timeout against the worker) and the `outbox` tool all
+    /// apply it:
     /// - over the worker's `send_timeout`, the worker gives up first and records a send that
     ///   then succeeds as a failure (the event is sent again);
     /// - over a third of the lease, a send still running when the lease ends is sent again by
     ///   another instance. The worker renews its leases, so a lease ends only when renewals fail
     ///   (the database unreachable for a while); a send whose client gives up within a third of
     ///   the lease is over before that. The worker's own `send_timeout` may be longer (it only
-    ///   bounds how long the worker waits); the `outbox` tool, whose RocketMQ client uses that
+    ///   bounds how long the worker waits); the `outbox` tool, whose broker client uses that
     ///   timeout, applies the rule to it.
     pub fn publisher_send_timeout_limit(&self) -> Duration {
         self.send_timeout

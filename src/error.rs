@@ -55,7 +55,7 @@ pub enum EventError {
     HeadersTooLarge {
         /// Their size in bytes, as stored (a JSON object).
         size: usize,
-        /// The limit in bytes ([`crate::MAX_HEADERS_BYTES`]).
+        /// The limit in bytes ([`crate::EventLimits::max_headers_bytes`]).
         max: usize,
     },
 }
@@ -111,7 +111,7 @@ pub enum OutboxError {
     #[error("database error: {0}")]
     Db(#[source] DbErr),
     /// The message broker could not be reached or its client could not be set up (for example
-    /// no RocketMQ name server answers at the configured address).
+    /// no name server or bootstrap server answers at the configured address).
     #[error("broker error: {0}")]
     Broker(String),
 }
@@ -184,9 +184,8 @@ pub enum PublishErrorKind {
     Retryable,
     /// Can never succeed (message too large, bad topic name): the event goes straight to `FAIL`.
     Permanent,
-    /// The publisher's own configuration or permissions are wrong (for RocketMQ: the broker
-    /// answered `NO_PERMISSION`, code 16, because the credentials were rejected or the user
-    /// may not publish to the topic). The event is not at fault, so the attempt is not
+    /// The publisher's own configuration or permissions are wrong (the broker rejected the
+    /// credentials, or the user may not publish to the topic). The event is not at fault, so the attempt is not
     /// counted: the relay puts it back to `WAIT` with `retry_count` unchanged, `last_error`
     /// set, due again after a delay (the retry policy's `max_backoff`, at most 60 s), and logs
     /// ERROR (at most one line per worker every 10 s, with the count). It never becomes a dead

@@ -7,102 +7,24 @@ use serde::Serialize;
 
 use crate::error::EventError;
 
-/// Default largest payload: 4 MiB (4,194,304 bytes), RocketMQ's default `maxMessageSize`.
+mod limits;
+pub use limits::EventLimits;
+
+/// Default largest payload: 4 MiB (4,194,304 bytes). A publisher crate states its broker's
+/// own limit in the [`EventLimits`] it supplies.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
 
-/// Largest size of an event's headers together: 16 KiB (16,384 bytes of their JSON form).
-///
-/// RocketMQ stores a message's properties (the broker's own and the user's) in at most
-/// 32,767 bytes (`MAX_PROPERTIES_SIZE`, rocketmq-rust 1.0 broker and Apache RocketMQ alike);
-/// half of that is left to the broker's and the outbox's own properties.
-pub const MAX_HEADERS_BYTES: usize = 16 * 1024;
+/// Default largest size of an event's headers together: 16 KiB (16,384 bytes of their JSON
+/// form).
+pub const DEFAULT_MAX_HEADERS_BYTES: usize = 16 * 1024;
 
 /// Longest header name, in characters.
 pub const HEADER_NAME_MAX_LEN: usize = 64;
 
-/// Header names an event may not use: the outbox's own properties (`eventId`, `eventType`,
-/// `bizNo`) and every system property name of RocketMQ (`MessageConst` of rocketmq-rust 1.0,
-/// `rocketmq-model` `common/message.rs`, the same names as Apache RocketMQ's Java client). Names
-/// starting with `__` are refused as well (RocketMQ's internal prefix, e.g.
-/// `__RMQ.TRANSIENT.`). A reserved name set as a header would change how the broker treats the
-/// message (delay, transaction, keys) or what consumers read as the event's id.
-pub const RESERVED_HEADER_NAMES: &[&str] = &[
-    // The outbox's own.
-    "eventId",
-    "eventType",
-    "bizNo",
-    // RocketMQ's system properties.
-    "TRACE_ON",
-    "MSG_REGION",
-    "KEYS",
-    "TAGS",
-    "WAIT",
-    "DELAY",
-    "RETRY_TOPIC",
-    "ORIGIN_GROUP",
-    "REAL_TOPIC",
-    "REAL_QID",
-    "TRAN_MSG",
-    "PGROUP",
-    "MIN_OFFSET",
-    "MAX_OFFSET",
-    "BUYER_ID",
-    "ORIGIN_MESSAGE_ID",
-    "TRANSFER_FLAG",
-    "CORRECTION_FLAG",
-    "MQ2_FLAG",
-    "RECONSUME_TIME",
-    "UNIQ_KEY",
-    "MAX_RECONSUME_TIMES",
-    "CONSUME_START_TIME",
-    "POP_CK",
-    "POP_CK_OFFSET",
-    "1ST_POP_TIME",
-    "TRAN_PREPARED_QUEUE_OFFSET",
-    "DUP_INFO",
-    "EXTEND_UNIQ_INFO",
-    "INSTANCE_ID",
-    "CORRELATION_ID",
-    "REPLY_TO_CLIENT",
-    "TTL",
-    "ARRIVE_TIME",
-    "PUSH_REPLY_TIME",
-    "CLUSTER",
-    "MSG_TYPE",
-    "INNER_MULTI_QUEUE_OFFSET",
-    "TIMER_DELAY_MS",
-    "TIMER_DELAY_SEC",
-    "TIMER_DELIVER_MS",
-    "TIMER_ENQUEUE_MS",
-    "TIMER_DEQUEUE_MS",
-    "TIMER_ROLL_TIMES",
-    "TIMER_OUT_MS",
-    "TIMER_DEL_UNIQKEY",
-    "TIMER_ORIGINAL_DELIVER_MS",
-    "TIMER_DELIVERY_TOKEN",
-    "TIMER_ID",
-    "TIMER_OWNER_EPOCH",
-    "TIMER_LANE",
-    "TIMER_GENERATION",
-    "E_T",
-    "TIMER_FORMAT_VERSION",
-    "TIMER_POLICY_FINGERPRINT",
-    "TIMER_DELAY_LEVEL",
-    "BORN_TIMESTAMP",
-    "DLQ_ORIGIN_TOPIC",
-    "DLQ_ORIGIN_MESSAGE_ID",
-    "_SYS_MSG_PRIORITY_",
-    "TRACE_CONTEXT",
-    "TRANSACTION_CHECK_TIMES",
-    "TRANS_OFFSET",
-    "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "INNER_BASE",
-    "INNER_NUM",
-    "INNER_MULTI_DISPATCH",
-    "PROPERTY_FORWARD_QUEUE_ID",
-    "REDIRECT",
-    "TIMER_ROLL_LABEL",
-];
+/// Header names no event may use, whatever the publisher: the outbox's own message properties
+/// ([`crate::OutboxMessage::properties`]), which consumers read as the event's id, type and
+/// business key.
+pub const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
 
 /// Default notify interval of an event ([`NewEvent::notify_interval`]): 10 milliseconds.
 ///
@@ -113,30 +35,6 @@ pub const RESERVED_HEADER_NAMES: &[&str] = &[
 /// for at most 10 ms; the relays' follow-up round
 /// ([`crate::config::WAKE_FOLLOW_UP`]) is longer.
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
-
-/// Limits checked before an event is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EventLimits {
-    /// Largest payload in bytes (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 4 MiB). Set it to the
-    /// broker's message size limit so an event that can never be sent is refused at write time.
-    pub max_payload_bytes: usize,
-}
-
-impl EventLimits {
-    /// Limits with the largest payload `max_payload_bytes` bytes.
-    pub const fn new(max_payload_bytes: usize) -> Self {
-        EventLimits { max_payload_bytes }
-    }
-}
-
-impl Default for EventLimits {
-    fn default() -> Self {
-        EventLimits {
-            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
-        }
-    }
-}
 
 /// An event to write into `t_event_record` in the business transaction.
 ///
@@ -189,14 +87,15 @@ impl NewEvent {
     }
 
     /// Adds the message header `name` = `value` (replacing an earlier value of that name).
-    /// The relay sends each header as a RocketMQ user property; a consumer reads it with
-    /// `MessageExt::property(name)` (Java: `getUserProperty`).
+    /// The relay hands the headers to the publisher ([`crate::OutboxMessage::headers`]), which
+    /// sends each as a message property or header of its broker.
     ///
     /// Checked when the event is written ([`NewEvent::validate`]): the name has 1 to
     /// [`HEADER_NAME_MAX_LEN`] characters out of ASCII letters, digits, `_`, `-` and `.`, and is
-    /// not one of [`RESERVED_HEADER_NAMES`] nor starts with `__`; the value has no control
-    /// character (RocketMQ separates properties with U+0001 and U+0002 and does not escape them);
-    /// all headers together take at most [`MAX_HEADERS_BYTES`] as JSON.
+    /// neither one of [`OUTBOX_PROPERTY_NAMES`] nor reserved by the [`EventLimits`]
+    /// ([`EventLimits::is_reserved`]); the value has no control character (brokers' property
+    /// encodings use some as separators); all headers together take at most
+    /// [`EventLimits::max_headers_bytes`] as JSON.
     ///
     /// ```
     /// use sea_orm_outbox::NewEvent;
@@ -350,7 +249,7 @@ impl NewEvent {
     /// in any field (Postgres text cannot store it), [`EventError::PayloadTooLarge`] past
     /// `limits.max_payload_bytes`, [`EventError::InvalidHeader`] for a header name or value
     /// [`NewEvent::header`] does not allow, [`EventError::HeadersTooLarge`] past
-    /// [`MAX_HEADERS_BYTES`].
+    /// `limits.max_headers_bytes`.
     pub fn validate(&self, limits: &EventLimits) -> Result<(), EventError> {
         check_text("biz_no", &self.biz_no, BIZ_NO_MAX_LEN)?;
         check_text("event_type", &self.event_type, EVENT_TYPE_MAX_LEN)?;
@@ -365,13 +264,13 @@ impl NewEvent {
             });
         }
         for (name, value) in &self.headers {
-            check_header(name, value)?;
+            check_header(name, value, limits)?;
         }
         if let Some(json) = self.headers_json() {
-            if json.len() > MAX_HEADERS_BYTES {
+            if json.len() > limits.max_headers_bytes {
                 return Err(EventError::HeadersTooLarge {
                     size: json.len(),
-                    max: MAX_HEADERS_BYTES,
+                    max: limits.max_headers_bytes,
                 });
             }
         }
@@ -379,8 +278,12 @@ impl NewEvent {
     }
 }
 
-/// The rules of [`NewEvent::header`] for one header.
-pub(crate) fn check_header(name: &str, value: &str) -> Result<(), EventError> {
+/// The rules of [`NewEvent::header`] for one header under `limits`.
+pub(crate) fn check_header(
+    name: &str,
+    value: &str,
+    limits: &EventLimits,
+) -> Result<(), EventError> {
     let refuse = |reason: String| {
         Err(EventError::InvalidHeader {
             name: name.chars().take(HEADER_NAME_MAX_LEN).collect(),
@@ -399,13 +302,15 @@ pub(crate) fn check_header(name: &str, value: &str) -> Result<(), EventError> {
     {
         return refuse("the name may hold only ASCII letters, digits, `_`, `-` and `.`".into());
     }
-    if name.starts_with("__") || RESERVED_HEADER_NAMES.contains(&name) {
-        return refuse("the name is reserved for RocketMQ's or the outbox's own properties".into());
+    if limits.is_reserved(name) {
+        return refuse(
+            "the name is reserved for the broker's or the outbox's own properties".into(),
+        );
     }
     if let Some(c) = value.chars().find(|c| c.is_control()) {
         return refuse(format!(
-            "the value holds the control character U+{:04X}, which RocketMQ's property \
-             encoding cannot carry",
+            "the value holds the control character U+{:04X}, which brokers' property \
+             encodings cannot carry",
             u32::from(c)
         ));
     }
@@ -427,107 +332,4 @@ fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), EventE
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn validates_fields() {
-        let limits = EventLimits::default();
-        assert!(NewEvent::raw("A", "T", "{}").validate(&limits).is_ok());
-        assert_eq!(
-            NewEvent::raw(" ", "T", "{}").validate(&limits),
-            Err(EventError::Empty { field: "biz_no" })
-        );
-        assert_eq!(
-            NewEvent::raw("A", "", "{}").validate(&limits),
-            Err(EventError::Empty {
-                field: "event_type"
-            })
-        );
-        assert!(matches!(
-            NewEvent::raw("x".repeat(65), "T", "{}").validate(&limits),
-            Err(EventError::TooLong {
-                field: "biz_no",
-                len: 65,
-                max: 64
-            })
-        ));
-        // 64 multi-byte characters fit a varchar(64).
-        assert!(NewEvent::raw("é".repeat(64), "T", "{}")
-            .validate(&limits)
-            .is_ok());
-        let small = EventLimits {
-            max_payload_bytes: 3,
-        };
-        assert!(matches!(
-            NewEvent::raw("A", "T", "1234").validate(&small),
-            Err(EventError::PayloadTooLarge { size: 4, max: 3 })
-        ));
-        assert_eq!(
-            NewEvent::raw("A\0B", "T", "{}").validate(&limits),
-            Err(EventError::NulByte { field: "biz_no" })
-        );
-        assert_eq!(
-            NewEvent::raw("A", "T", "{\0}").validate(&limits),
-            Err(EventError::NulByte { field: "payload" })
-        );
-        assert!(matches!(
-            NewEvent::from_bytes("A", "T", vec![0xff, 0xfe]),
-            Err(EventError::InvalidUtf8(_))
-        ));
-    }
-
-    #[test]
-    fn validates_headers() {
-        let limits = EventLimits::default();
-        let ok = NewEvent::raw("A", "T", "{}")
-            .header("tenant", "acme")
-            .header(
-                "traceparent",
-                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            )
-            .header("x.y-z_1", "ünïcödé and spaces");
-        assert!(ok.validate(&limits).is_ok());
-        assert_eq!(
-            ok.headers_json().as_deref(),
-            Some(
-                r#"{"tenant":"acme","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","x.y-z_1":"ünïcödé and spaces"}"#
-            )
-        );
-        assert_eq!(NewEvent::raw("A", "T", "{}").headers_json(), None);
-        let refused = |e: NewEvent| match e.validate(&limits) {
-            Err(EventError::InvalidHeader { name, reason }) => (name, reason),
-            other => panic!("expected InvalidHeader, got {other:?}"),
-        };
-        for name in [
-            "",
-            "a b",
-            "é",
-            "a:b",
-            "__RMQ.TRANSIENT.x",
-            "KEYS",
-            "UNIQ_KEY",
-            "DELAY",
-            "eventId",
-            "bizNo",
-        ] {
-            let (n, reason) = refused(NewEvent::raw("A", "T", "{}").header(name, "v"));
-            assert_eq!(n, name, "{reason}");
-        }
-        let (n, _) = refused(NewEvent::raw("A", "T", "{}").header("n".repeat(65), "v"));
-        assert_eq!(n.len(), 64);
-        for value in ["a\u{1}b", "a\u{2}", "line\nbreak", "nul\0"] {
-            let (_, reason) = refused(NewEvent::raw("A", "T", "{}").header("h", value));
-            assert!(reason.contains("control character"), "{reason}");
-        }
-        let big = NewEvent::raw("A", "T", "{}")
-            .headers_from((0..20).map(|i| (format!("h{i}"), "v".repeat(1000))));
-        assert!(matches!(
-            big.validate(&limits),
-            Err(EventError::HeadersTooLarge {
-                max: MAX_HEADERS_BYTES,
-                ..
-            })
-        ));
-    }
-}
+mod tests;

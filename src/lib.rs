@@ -4,17 +4,16 @@
 //!
 //! Write the business row and its event in ONE transaction ([`OutboxExt::with_event`],
 //! [`transactional_publish`]); a [`Worker`] in every instance of the service relays the events
-//! to the broker. Many workers scan the same table safely: each event is claimed by one
-//! conditional `UPDATE` decided by `rows_affected`, leased for a while, and reclaimed if its
-//! sender dies. Delivery is at-least-once, so consumers must be idempotent (deduplicate on the
+//! to the broker through a [`Publisher`]: the one of a broker's own crate (the README lists
+//! them), the in-memory and logging ones here, or your own. Many workers scan the same table
+//! safely: each event is claimed by one conditional `UPDATE` decided by `rows_affected`, leased
+//! for a while, and reclaimed if its sender dies. Delivery is at-least-once, so consumers must be idempotent (deduplicate on the
 //! `eventId` property).
 //!
 //! The design follows a Java/Spring write-up of the pattern (the seed design restated in the
 //! repository's design notes); the table, statements and most defaults (poll 5 s, batch 20,
 //! n² × 5 s back-off, lease 10 min, reclaim every 60 s, send timeout 3 s) are that design's.
 #![deny(missing_docs)]
-// The rocketmq-rust client's futures are deep; its own examples raise the limit the same way.
-#![recursion_limit = "512"]
 #![warn(clippy::unwrap_used)]
 
 pub mod config;
@@ -56,16 +55,14 @@ pub use consumer::{consume_once, Consumed};
 pub use db_error::{db_error_kind, DbErrorKind};
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{
-    EventLimits, NewEvent, DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_NOTIFY_INTERVAL, HEADER_NAME_MAX_LEN,
-    MAX_HEADERS_BYTES, RESERVED_HEADER_NAMES,
+    EventLimits, NewEvent, DEFAULT_MAX_HEADERS_BYTES, DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_NOTIFY_INTERVAL, HEADER_NAME_MAX_LEN, OUTBOX_PROPERTY_NAMES,
 };
 pub use ext::{begin_write, transactional_publish, transactional_publish_limited, OutboxExt};
 pub use instance::instance_id;
 pub use ops::{BlockedKeys, DeadLetterOutcome, OutboxStats};
 pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
-#[cfg(feature = "rocketmq")]
-pub use publisher::{RocketMqConfig, RocketMqPublisher};
 pub use redact::{redact_secrets, redact_url};
 pub use relay::{maintenance, Worker, WorkerSummary};
 pub use retry::{RetryDecision, RetryPolicy};

@@ -10,7 +10,7 @@
 //! | `outbox_reclaimed_total` | counter | expired leases reclaimed |
 //! | `outbox_late_acks_total` | counter | outcomes dropped because the lease was lost |
 //! | `outbox_released_total` | counter | claimed events handed back to `WAIT` unsent (shutdown, or too little lease left) |
-//! | `outbox_config_faults_total` | counter | sends refused because of the publisher's own configuration or permissions (e.g. RocketMQ credentials), put back to `WAIT` uncounted |
+//! | `outbox_config_faults_total` | counter | sends refused because of the publisher's own configuration or permissions (e.g. the broker's credentials), put back to `WAIT` uncounted |
 //! | `outbox_leaked_transactions_total` | counter | connections of a guarded pool (the relay's, or one built with `guarded_pool`) found inside an open transaction before use, closed (see [`crate::pool`]) |
 //! | `outbox_errors_total{op}` | counter | errors met by the relay, per step (`claim`, `record`, `renew`, `reclaim`, `gauges`; `send` for a send task that died) |
 //! | `outbox_send_duration_seconds` | histogram | one publish call, seconds |

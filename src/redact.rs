@@ -5,7 +5,7 @@
 //! (a driver's error, for example: SeaORM puts the whole connection string into its "no
 //! supporting driver" error) through [`redact_secrets`] before it is logged or shown.
 //!
-//! Secrets that are not part of a URL (a RocketMQ secret key) are kept in a [`SecretKey`],
+//! Secrets that are not part of a URL (a broker's secret key) are kept in a [`SecretKey`],
 //! whose `Debug` and `Display` print `<redacted>`.
 //!
 //! Beware of DEBUG logs in services: SeaORM's `Database::connect` is instrumented and its span
@@ -21,7 +21,7 @@ pub const REDACTED: &str = "***";
 /// What a redacted secret prints as.
 pub const SECRET_REDACTED: &str = "<redacted>";
 
-/// A secret (a RocketMQ secret key, say): `Debug` and `Display` print [`SECRET_REDACTED`],
+/// A secret (a broker's secret key, say): `Debug` and `Display` print [`SECRET_REDACTED`],
 /// never the value. Read it with [`SecretKey::expose`], only to hand it to the client that
 /// signs requests.
 ///

@@ -8,14 +8,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use common::{count, event, insert_keys, new_event, Fleet, TestContext};
+use common::ordered::{flaky, ordered_config, OrderCheck};
+use common::{count, event, insert_keys, Fleet, TestContext};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use sea_orm_outbox::test_support::wait_until;
-use sea_orm_outbox::{
-    ops, store::HeadScan, EventStatus, InMemoryPublisher, OrderedPolicy, OutboxMessage,
-    PublishError, Publisher, RetryPolicy, WorkerConfig,
-};
+use sea_orm_outbox::{ops, store::HeadScan, EventStatus, InMemoryPublisher, OrderedPolicy};
 
 backend_tests!(
     three_relays_deliver_every_key_in_id_order,
@@ -23,7 +20,6 @@ backend_tests!(
     a_reclaimed_head_stays_the_head_of_its_key,
     racing_claims_never_hold_two_events_of_one_key,
     a_dead_letter_retried_under_skip_waits_for_the_event_out,
-    block_holds_a_key_behind_its_dead_letter_until_retried,
     skip_lets_a_key_go_on_past_its_dead_letter,
     a_hot_key_drains_without_waiting_for_the_poll_delay,
     a_head_behind_a_full_window_is_found_by_a_deep_scan,
@@ -35,155 +31,6 @@ backend_test! {
     postgres_ordered_claim_uses_the_biz_no_index: Postgres, "ordered_explain" => ordered_claim_uses_the_biz_no_index;
     /// The predecessor check of the ordered claim reads `idx_t_event_record_biz_no_status_id`.
     mariadb_ordered_claim_uses_the_biz_no_index: MySql, "ordered_explain" => ordered_claim_uses_the_biz_no_index;
-}
-
-/// Whether event `id` is one of the ~10 % whose first attempt fails (a hash of the id, so the
-/// same events fail on every run and backend).
-fn flaky(id: i64) -> bool {
-    ((id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32).is_multiple_of(10)
-}
-
-/// Publishes into memory and checks, as it goes, what ordered mode promises: never two sends
-/// of one key at once, and no event delivered before every earlier (known) event of its key
-/// was delivered. Optionally fails the first attempt of the [`flaky`] events (retryably) and
-/// refuses the `poison` ids for good.
-#[derive(Default)]
-struct OrderCheck {
-    sent: InMemoryPublisher,
-    flaky: bool,
-    attempts: Mutex<HashMap<i64, u32>>,
-    poison: Mutex<HashSet<i64>>,
-    /// The ids of each key the test wrote, ascending.
-    keys: Mutex<HashMap<String, Vec<i64>>>,
-    delivered: Mutex<HashMap<String, HashSet<i64>>>,
-    in_flight: Mutex<HashSet<String>>,
-    violations: Mutex<Vec<String>>,
-    /// Batch sends: `publish_batch` sends its messages one by one and stops at the first
-    /// failure (the rest fail unsent), as one RocketMQ batch request succeeds or fails whole.
-    batching: bool,
-    /// The messages of each `publish_batch` call (key, id).
-    calls: Mutex<Vec<Vec<(String, i64)>>>,
-}
-
-impl OrderCheck {
-    fn violation(&self, what: String) {
-        self.violations.lock().unwrap().push(what);
-    }
-
-    fn outcome(&self, m: &OutboxMessage) -> Result<(), PublishError> {
-        let attempt = {
-            let mut a = self.attempts.lock().unwrap();
-            let n = a.entry(m.event_id).or_default();
-            *n += 1;
-            *n
-        };
-        if self.poison.lock().unwrap().contains(&m.event_id) {
-            return Err(PublishError::permanent("scripted: refused for good"));
-        }
-        if self.flaky && attempt == 1 && flaky(m.event_id) {
-            return Err(PublishError::retryable("scripted: first attempt fails"));
-        }
-        Ok(())
-    }
-
-    /// Records a delivery of `m`, checking that the earlier events of its key were delivered.
-    fn delivered(&self, m: &OutboxMessage) {
-        let missing = {
-            let keys = self.keys.lock().unwrap();
-            let mut delivered = self.delivered.lock().unwrap();
-            let done = delivered.entry(m.biz_no.clone()).or_default();
-            let missing = keys.get(&m.biz_no).and_then(|ids| {
-                ids.iter()
-                    .take_while(|&&id| id < m.event_id)
-                    .find(|id| !done.contains(id))
-                    .copied()
-            });
-            done.insert(m.event_id);
-            missing
-        };
-        if let Some(earlier) = missing {
-            self.violation(format!(
-                "event {} of {} delivered before event {earlier}",
-                m.event_id, m.biz_no
-            ));
-        }
-    }
-
-    /// For each key of `keys`: its events in the order of their first delivery.
-    fn first_deliveries(&self) -> HashMap<String, Vec<i64>> {
-        let mut seen = HashSet::new();
-        let mut out: HashMap<String, Vec<i64>> = HashMap::new();
-        for m in self.sent.messages() {
-            if seen.insert(m.event_id) {
-                out.entry(m.biz_no.clone()).or_default().push(m.event_id);
-            }
-        }
-        out
-    }
-
-    /// Asserts that no send broke the order (showing the first ten that did).
-    fn assert_in_order(&self) {
-        let v = self.violations.lock().unwrap();
-        assert!(
-            v.is_empty(),
-            "{} order violations, the first: {:?}",
-            v.len(),
-            &v[..v.len().min(10)]
-        );
-    }
-}
-
-#[async_trait]
-impl Publisher for OrderCheck {
-    async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
-        if !self.in_flight.lock().unwrap().insert(m.biz_no.clone()) {
-            self.violation(format!("two sends of key {} at once", m.biz_no));
-        }
-        // Let other sends run meanwhile, so that overlapping sends of one key would show.
-        tokio::task::yield_now().await;
-        let result = self.outcome(m);
-        if result.is_ok() {
-            self.delivered(m);
-            self.sent.publish(m).await?;
-        }
-        self.in_flight.lock().unwrap().remove(&m.biz_no);
-        result
-    }
-
-    async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
-        self.calls.lock().unwrap().push(
-            messages
-                .iter()
-                .map(|m| (m.biz_no.clone(), m.event_id))
-                .collect(),
-        );
-        let mut results = Vec::with_capacity(messages.len());
-        for m in messages {
-            if results.iter().any(Result::is_err) {
-                results.push(Err(PublishError::retryable("scripted: batch stopped")));
-                continue;
-            }
-            results.push(self.publish(m).await);
-        }
-        results
-    }
-
-    fn batches(&self) -> bool {
-        self.batching
-    }
-}
-
-/// The suites' settings in ordered mode: 4 send slots, claims of 20, back-off 50 ms.
-fn ordered_config(owner: &str, policy: OrderedPolicy) -> WorkerConfig {
-    common::test_config(owner)
-        .ordered(Some(policy))
-        .send_concurrency(4)
-        .batch_size(20)
-        .retry(RetryPolicy::new(
-            3,
-            Duration::from_millis(50),
-            Duration::from_secs(1),
-        ))
 }
 
 /// Acceptance 1: 3 relays, 200 keys × 25 events, the first attempt of ~10 % of the events
@@ -510,147 +357,6 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
         [a0],
         "then the retried dead letter goes"
     );
-}
-
-/// Runs `outbox args` against the test database; returns stdout (the command must succeed).
-fn outbox(ctx: &TestContext, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(args)
-        .env("DATABASE_URL", &ctx.url)
-        .env_remove("RUST_LOG")
-        .env_remove("ROCKETMQ_NAMESRV_ADDR")
-        .output()
-        .expect("run outbox");
-    assert!(
-        out.status.success(),
-        "outbox {args:?}: {:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The value of gauge `name` in `snap`.
-fn gauge(
-    snap: &[(
-        metrics_util::CompositeKey,
-        Option<metrics::Unit>,
-        Option<metrics::SharedString>,
-        metrics_util::debugging::DebugValue,
-    )],
-    name: &str,
-) -> Option<f64> {
-    snap.iter().find_map(|(key, _, _, value)| match value {
-        metrics_util::debugging::DebugValue::Gauge(v) if key.key().name() == name => {
-            Some(v.into_inner())
-        }
-        _ => None,
-    })
-}
-
-/// Acceptance 3, `Block`: the first event of key A is refused for good (FAIL): nothing more
-/// of A is sent while B, C and keys written later go on; `ops::blocked_keys`, the gauge and
-/// `outbox stats` show one blocked key; `outbox dead retry` unblocks it and A follows in order.
-async fn block_holds_a_key_behind_its_dead_letter_until_retried(ctx: &TestContext) {
-    let db = &ctx.db;
-    let keys: Vec<String> = ["A", "B", "C"].iter().map(|k| k.to_string()).collect();
-    let ids = insert_keys(db, &keys, 5).await;
-    let dead = ids["A"][0];
-    let publisher = Arc::new(OrderCheck {
-        keys: Mutex::new(ids.clone()),
-        poison: Mutex::new([dead].into()),
-        ..Default::default()
-    });
-    let configs = (0..2).map(|w| ordered_config(&format!("block-{w}"), OrderedPolicy::Block));
-    let fleet = Fleet::start(ctx, 4, publisher.clone(), configs).await;
-    let others: Vec<i64> = ids["B"].iter().chain(&ids["C"]).copied().collect();
-    let settled = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(20),
-        || async {
-            count(db, EventStatus::Success).await == others.len() as u64
-                && event(db, dead).await.status == EventStatus::Fail
-        },
-    )
-    .await;
-    assert!(settled, "B and C delivered, A's head a dead letter");
-    // Keys written after the block go on too (the relays keep claiming).
-    let later = [new_event(db, "D").await, new_event(db, "D").await];
-    let delivered = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(20),
-        || async {
-            let mut all = true;
-            for id in later {
-                all &= event(db, id).await.status == EventStatus::Success;
-            }
-            all
-        },
-    )
-    .await;
-    assert!(delivered, "D delivered while A is blocked");
-    for id in &ids["A"][1..] {
-        assert_eq!(event(db, *id).await.status, EventStatus::Wait, "{id}");
-    }
-    let sent = publisher.sent.distinct_ids();
-    assert!(
-        ids["A"].iter().all(|id| !sent.contains(id)),
-        "A sent nothing"
-    );
-
-    let blocked = ops::blocked_keys(db).await.expect("blocked keys");
-    assert_eq!(blocked.keys, 1, "{blocked:?}");
-    assert!(
-        blocked.oldest_age_seconds.is_some_and(|a| a >= 0.0),
-        "{blocked:?}"
-    );
-    // The gauge a worker in ordered mode with Block refreshes.
-    let recorder = metrics_util::debugging::DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    {
-        let _guard = metrics::set_default_local_recorder(&recorder);
-        sea_orm_outbox::maintenance::GaugeRefresher::new(db.clone(), Duration::from_secs(1))
-            .expect("gauges")
-            .blocked_keys(true)
-            .run_once()
-            .await
-            .expect("refresh");
-    }
-    let snap = snapshotter.snapshot().into_vec();
-    assert_eq!(
-        gauge(&snap, sea_orm_outbox::metrics::BLOCKED_KEYS),
-        Some(1.0)
-    );
-    assert!(gauge(&snap, sea_orm_outbox::metrics::OLDEST_BLOCKED_AGE).is_some_and(|a| a >= 0.0));
-    let stats: serde_json::Value =
-        serde_json::from_str(&outbox(ctx, &["stats", "--json"])).expect("json");
-    assert_eq!(stats["blocked_keys"], 1, "{stats}");
-    assert!(stats["oldest_blocked_age_seconds"].is_f64(), "{stats}");
-    let text = outbox(ctx, &["stats"]);
-    assert!(
-        text.contains("keys blocked behind a dead letter (ordered, block policy): 1"),
-        "{text}"
-    );
-
-    // The cause is fixed; a person retries the dead letter and the key follows in order.
-    publisher.poison.lock().unwrap().clear();
-    let out = outbox(ctx, &["dead", "retry", &dead.to_string()]);
-    assert!(out.contains("will be sent again"), "{out}");
-    let unblocked = wait_until(
-        Duration::from_secs(60),
-        Duration::from_millis(20),
-        || async { count(db, EventStatus::Success).await == 15 + 2 },
-    )
-    .await;
-    fleet.stop().await;
-    assert!(
-        unblocked,
-        "SUCCESS {}",
-        count(db, EventStatus::Success).await
-    );
-    publisher.assert_in_order();
-    assert_eq!(publisher.first_deliveries()["A"], ids["A"]);
-    assert_eq!(ops::blocked_keys(db).await.expect("blocked").keys, 0);
 }
 
 /// Acceptance 3, `Skip`: the dead letter stays FAIL and the rest of its key goes on, in order.

@@ -21,11 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sea_orm::DatabaseConnection;
-use sea_orm_outbox::publisher::RocketMqConsumer;
-use sea_orm_outbox::{
-    CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, RocketMqConfig,
-    RocketMqPublisher,
-};
+use sea_orm_outbox::{CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher};
+use sea_orm_outbox_rocketmq::RocketMqConsumer;
+use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};
 
 use crate::cpu::{CpuMark, CpuUse};
 use crate::figures::{f1, f3, percentile, Figures};

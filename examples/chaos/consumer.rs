@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sea_orm_outbox::publisher::RocketMqConsumer;
+use sea_orm_outbox_rocketmq::RocketMqConsumer;
 
 use crate::scratch::BoxError;
 use crate::Run;

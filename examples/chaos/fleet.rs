@@ -24,7 +24,7 @@ pub fn relay_bin(given: Option<&Path>) -> Result<PathBuf, BoxError> {
     };
     if !relay_bin.is_file() {
         return Err(format!(
-            "{} not found: build it first (`cargo build --release --features chaos-testing --bin outbox`) or pass --relay-bin",
+            "{} not found: build it first (`cargo build --release -p sea-orm-outbox-cli --features chaos-testing --bin outbox`) or pass --relay-bin",
             relay_bin.display()
         )
         .into());
@@ -94,7 +94,7 @@ impl Fleet {
                 ),
                 (
                     "RUST_LOG".into(),
-                    "warn,outbox=info,sea_orm_outbox::publisher::rocketmq=debug".into(),
+                    "warn,outbox=info,sea_orm_outbox_rocketmq=debug".into(),
                 ),
             ],
             log_dir: run.log_dir.clone(),

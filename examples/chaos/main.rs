@@ -2,7 +2,8 @@
 //! while faults are injected under them; a real consumer counts what arrived.
 //!
 //! ```text
-//! cargo build --release --features chaos-testing --bin outbox --example chaos
+//! cargo build --release -p sea-orm-outbox-cli --features chaos-testing --bin outbox
+//! cargo build --release --example chaos
 //! cargo run --release --example chaos -- --backend postgres --kill-every 2s
 //! cargo run --release --example chaos -- --backend mysql --events 5000 --db-restart-at 10s
 //! cargo run --release --example chaos -- --broker-down 10s..25s --slow-send

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QuerySelect};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::publisher::RocketMqConsumer;
+use sea_orm_outbox_rocketmq::RocketMqConsumer;
 
 use crate::consumer::Received;
 use crate::fleet::{count_in_logs, grep_logs, sum_from_logs, Fleet};

@@ -1,20 +1,12 @@
 //! Where the relay sends events: the [`Publisher`] trait and the publishers that ship with the
-//! crate.
+//! crate. A broker's publisher lives in a crate of its own (see the README's list).
 mod logging;
 mod memory;
-#[cfg(feature = "rocketmq")]
-pub mod rocketmq;
 
 use async_trait::async_trait;
 
 pub use logging::LoggingPublisher;
 pub use memory::InMemoryPublisher;
-#[cfg(feature = "rocketmq")]
-pub use rocketmq::{Credentials, RocketMqConfig, RocketMqPublisher, SecretKey};
-// The test consumer: for the crate's own tests and examples only (not an API).
-#[cfg(all(feature = "rocketmq", feature = "test-support"))]
-#[doc(hidden)]
-pub use rocketmq::{ReceivedMessage, RocketMqConsumer};
 
 use crate::error::PublishError;
 
@@ -36,12 +28,12 @@ pub struct OutboxMessage {
     pub retry_count: i32,
     /// The event's headers (`t_event_record.headers`, see [`crate::NewEvent::header`]) in name
     /// order, including the recorded trace context (`traceparent`, `tracestate`) when there is
-    /// one; RocketMQ sends each as a user property.
+    /// one; a publisher sends each as a message property or header of its broker.
     pub headers: Vec<(String, String)>,
     /// The relay runs in ordered mode ([`crate::WorkerConfig::ordered`]): the message is one
     /// of its key's events sent in id order, and a publisher that can keep one key's messages
-    /// in order must do so (e.g. [`RocketMqPublisher`] sends every message of one `biz_no` to
-    /// one queue). `false` by default and for every message of an unordered relay.
+    /// in order must do so (e.g. by sending every message of one `biz_no` to one partition or
+    /// queue). `false` by default and for every message of an unordered relay.
     pub ordered: bool,
 }
 
@@ -105,8 +97,10 @@ impl TryFrom<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
     ///
     /// # Errors
     /// A permanent [`PublishError`] when the row's `headers` is not a JSON object of strings or
-    /// holds a header [`crate::NewEvent::header`] refuses (possible only for a row written or
-    /// edited outside the library): sending the event without them would drop them silently.
+    /// holds a header [`crate::NewEvent::header`] refuses under the default
+    /// [`crate::EventLimits`] (possible only for a row written or edited outside the library):
+    /// sending the event without them would drop them silently. A publisher checks its broker's
+    /// own reserved names itself.
     fn try_from(m: &sea_orm_outbox_entity::event_record::Model) -> Result<Self, PublishError> {
         let headers = m.header_pairs().map_err(|e| {
             PublishError::permanent(format!(
@@ -115,7 +109,7 @@ impl TryFrom<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
             ))
         })?;
         for (name, value) in &headers {
-            crate::event::check_header(name, value)
+            crate::event::check_header(name, value, &crate::EventLimits::default())
                 .map_err(|e| PublishError::permanent(format!("event {}: {e}", m.id)))?;
         }
         Ok(OutboxMessage {
@@ -158,7 +152,7 @@ pub trait Publisher: Send + Sync {
     ///
     /// A batch the broker refused for good because of one of its messages must not fail the
     /// others for good: send them alone, or return a retryable error for them
-    /// ([`RocketMqPublisher`] sends them alone).
+    /// (a publisher whose broker refuses a whole batch for one message sends the others alone).
     ///
     /// In ordered mode (messages with [`OutboxMessage::ordered`]; the relay then hands over one
     /// key's run, in id order) a publisher must stop a key at its first failure: the messages

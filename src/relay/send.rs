@@ -229,7 +229,7 @@ impl SendContext {
 
 /// `done` (one key's run) in id order, every event after the first one not delivered turned
 /// into [`Sent::Skipped`]: it goes back to `WAIT` uncounted and is sent again after the failed
-/// one (a publisher whose batch stops at its first failure, as a RocketMQ batch, which is one
+/// one (a publisher whose batch stops at its first failure, as a broker's batch, which is one
 /// request, does, sent nothing of it).
 fn stop_at_first_failure(mut done: Vec<Done>) -> Vec<Done> {
     done.sort_by_key(|d| d.event.id);

@@ -11,6 +11,7 @@ pub mod events;
 pub mod fleet;
 pub mod hooked_order;
 pub mod order;
+pub mod ordered;
 
 // Each suite uses a part of these (and of the rest of this module, see `allow(dead_code)`).
 #[allow(unused_imports)]

@@ -110,7 +110,7 @@ impl Drop for TempDb {
 /// them and stops it. Returns (distinct events of this run delivered, duplicate deliveries).
 async fn run(db: &DatabaseConnection, orders: usize) -> Result<(usize, usize), Box<dyn Error>> {
     // The relay: in a real service one per instance, publishing to RocketMQ
-    // (`RocketMqPublisher`, the library's default feature); here in memory, polling fast.
+    // (`RocketMqPublisher` of the crate `sea-orm-outbox-rocketmq`); here in memory, polling fast.
     let publisher = Arc::new(InMemoryPublisher::new());
     let worker = Worker::new(
         db.clone(),

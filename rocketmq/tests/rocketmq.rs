@@ -4,6 +4,7 @@
 //! against one broker. The broker-outage test lives in `tests/rocketmq_outage.rs` with a broker
 //! of its own. The tests of name servers that cannot be reached (nothing listening, a name that
 //! resolves nowhere) need no broker and always run.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 mod rmq_support;
 
@@ -17,12 +18,13 @@ use common::{
 };
 use rmq_support::{count, receive_all, unique, worker_config, Clients};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
-use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
     transactional_publish, EventStatus, NewEvent, OutboxError, OutboxExt, Publisher, RetryPolicy,
-    RocketMqConfig, RocketMqPublisher, DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_PAYLOAD_BYTES,
 };
+use sea_orm_outbox_rocketmq::RocketMqConsumer;
+use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};
 
 use rmq_support::run_on;
 
@@ -434,10 +436,8 @@ backend_test!(
     /// and closes them at once (a stand-in in this test: no broker needed), through a real worker:
     /// the client marks the unresolvable one unavailable (no panic), the send fails with a
     /// retryable error within the send timeout, and the event is back in `WAIT` with `retry_count`
-    /// 1, its lease cleared and the reason recorded; nothing else moved. Then `outbox relay` with
-    /// the unresolvable name server alone, a malformed or an empty one, exits 1 at start with a
-    /// clear error and leaves the event alone (an empty address used to mean "relay to the log",
-    /// which marks events delivered).
+    /// 1, its lease cleared and the reason recorded; nothing else moved. (`outbox relay` with
+    /// such a name server is the cli crate's `tests/rocketmq.rs`.)
     send_through_an_unresolvable_name_server_keeps_the_event_waiting:
         Postgres, "rmq_unresolvable_name_server_send" => unresolvable_name_server_send;
 );
@@ -506,51 +506,6 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
     eprintln!("unresolvable name server: send failed after {took:?} with: {reason}");
     assert_eq!(count(&ctx.db, EventStatus::Success).await, 0);
     assert_eq!(count(&ctx.db, EventStatus::Sending).await, 0);
-
-    for (namesrv, expected) in [
-        (
-            "nonexistent.invalid:9876",
-            "no RocketMQ name server reachable (nonexistent.invalid:9876: ",
-        ),
-        (
-            "localhost",
-            "invalid configuration: RocketMQ name server address `localhost` is not host:port",
-        ),
-        ("http://namesrv:9876", "is not host:port"),
-        ("", "ROCKETMQ_NAMESRV_ADDR is set but empty"),
-        ("  ", "ROCKETMQ_NAMESRV_ADDR is set but empty"),
-    ] {
-        let out = tokio::task::spawn_blocking({
-            let url = ctx.url.clone();
-            move || {
-                std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
-                    .args([
-                        "relay",
-                        "--poll-delay",
-                        "50ms",
-                        "--rocketmq-namesrv",
-                        namesrv,
-                    ])
-                    .env("DATABASE_URL", url)
-                    .env_remove("RUST_LOG")
-                    .stdin(std::process::Stdio::null())
-                    .output()
-                    .expect("run outbox relay")
-            }
-        });
-        let out = tokio::time::timeout(Duration::from_secs(30), out)
-            .await
-            .expect("the relay exits at start")
-            .expect("join");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{namesrv}: {err}");
-        assert!(err.contains(expected), "{namesrv}: {err}");
-        let e = store::find_event(&ctx.db, id)
-            .await
-            .expect("read")
-            .expect("row");
-        assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 1), "{e:?}");
-    }
 }
 
 /// What `clients`' consumer receives until event `id` arrived (at most 90 s), and `linger`

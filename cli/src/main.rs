@@ -1,4 +1,5 @@
-//! `outbox`: the operator's tool for sea-orm-outbox.
+//! `outbox`: the operator's tool for sea-orm-outbox (crate `sea-orm-outbox-cli`; install it
+//! with `cargo install --locked sea-orm-outbox-cli`).
 //!
 //! ```text
 //! outbox migrate up|down|status          apply / roll back / list the migrations

@@ -19,7 +19,9 @@
 //!    no error text, no `Debug` output, no output of the `outbox` tool (a relay with a wrong
 //!    secret, and `--help` with the secret in the environment), no output of the script and
 //!    no broker log.
+#[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "../../rocketmq/tests/rmq_support/mod.rs"]
 mod rmq_support;
 
 use std::collections::HashSet;
@@ -32,11 +34,10 @@ use common::{insert_many, Backend, Fleet, TestContext};
 use rmq_support::{count, in_ci, receive_all, script, unique, worker_config};
 use sea_orm::EntityTrait;
 use sea_orm_outbox::event_record::Entity as Events;
-use sea_orm_outbox::publisher::RocketMqConsumer;
 use sea_orm_outbox::test_support::wait_until;
-use sea_orm_outbox::{
-    EventStatus, OutboxError, RetryPolicy, RocketMqConfig, RocketMqPublisher, WorkerSummary,
-};
+use sea_orm_outbox::{EventStatus, OutboxError, RetryPolicy, WorkerSummary};
+use sea_orm_outbox_rocketmq::RocketMqConsumer;
+use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer as _;

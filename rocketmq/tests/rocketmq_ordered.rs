@@ -6,6 +6,7 @@
 //! queue (the one Java's `SelectMessageQueueByHash` picks), and no event is received before
 //! every earlier event of its key was received at least once. Postgres, MariaDB and SQLite,
 //! with batch sends on (the default) and off. Each test has its own topic and groups.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 mod rmq_support;
 
@@ -16,12 +17,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::{Backend, Fleet, TestContext};
 use rmq_support::{count, shutdown_publisher, unique};
-use sea_orm_outbox::publisher::{ReceivedMessage, RocketMqConsumer};
 use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
-    EventStatus, OrderedPolicy, OutboxMessage, PublishError, Publisher, RetryPolicy,
-    RocketMqConfig, RocketMqPublisher, WorkerConfig,
+    EventStatus, OrderedPolicy, OutboxMessage, PublishError, Publisher, RetryPolicy, WorkerConfig,
 };
+use sea_orm_outbox_rocketmq::{ReceivedMessage, RocketMqConsumer};
+use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};
 
 use rmq_support::run_on;
 

@@ -9,6 +9,7 @@
 //!
 //! The whole drill is one test function that runs Postgres, then MariaDB, one after the other
 //! on the one private broker.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 mod rmq_support;
 

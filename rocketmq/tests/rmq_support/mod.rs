@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm_outbox::publisher::{ReceivedMessage, RocketMqConsumer};
-use sea_orm_outbox::{RetryPolicy, RocketMqConfig, RocketMqPublisher, WorkerConfig, WorkerSummary};
+use sea_orm_outbox::{RetryPolicy, WorkerConfig, WorkerSummary};
+use sea_orm_outbox_rocketmq::{ReceivedMessage, RocketMqConsumer};
+use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};
 
 use crate::common::Fleet;
 
@@ -217,7 +218,7 @@ impl Clients {
 
 /// `scripts/rocketmq.sh` in this repository.
 pub fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/rocketmq.sh")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/rocketmq.sh")
 }
 
 /// Runs `f` on a fresh database of `backend` with the shared broker's name server, unless the

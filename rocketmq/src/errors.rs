@@ -5,7 +5,7 @@
 //! code and response code, never by `Display`.
 use rocketmq_client_rust::{ClientError, MQClientException};
 
-use crate::error::PublishError;
+use sea_orm_outbox::error::PublishError;
 
 /// RocketMQ's `MESSAGE_ILLEGAL` response code (too large, empty body, bad property).
 const RESPONSE_MESSAGE_ILLEGAL: i32 = 13;
@@ -92,14 +92,13 @@ pub(super) fn client_error_text(e: &ClientError) -> String {
 
 /// Decides whether a failed send may succeed later, as the [`PublishError`] the relay records.
 ///
-/// Configuration ([`crate::PublishErrorKind::Configuration`], the attempt is not counted):
-/// the broker answered `NO_PERMISSION` (code 16): credentials rejected or missing, or the user
-/// may not publish to the topic. Permanent: the client or broker refused the message itself
-/// (response code `MESSAGE_ILLEGAL`: body too large or empty), the catalog says the message is
-/// too large or invalid, or the topic name is illegal or forbidden. Everything else (connection
-/// refused, time-outs, no route yet, broker busy, broker errors) is retryable. The message
-/// carries the error's code, public message, cause detail, broker response code and broker
-/// address.
+/// Configuration ([`sea_orm_outbox::PublishErrorKind::Configuration`], the attempt is not counted):
+/// the broker answered `NO_PERMISSION` (code 16): credentials rejected or missing, or the user may
+/// not publish to the topic. Permanent: the client or broker refused the message itself (response
+/// code `MESSAGE_ILLEGAL`: body too large or empty), the catalog says the message is too large or
+/// invalid, or the topic name is illegal or forbidden. Everything else (connection refused,
+/// time-outs, no route yet, broker busy, broker errors) is retryable. The message carries the
+/// error's code, public message, cause detail, broker response code and broker address.
 pub fn classify(e: &ClientError) -> PublishError {
     classify_for(e, Signer::Unknown)
 }
@@ -133,7 +132,7 @@ pub(super) fn classify_for(e: &ClientError, signer: Signer<'_>) -> PublishError 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::PublishErrorKind;
+    use sea_orm_outbox::error::PublishErrorKind;
 
     fn kind(e: ClientError) -> (PublishErrorKind, String) {
         let p = classify(&e);

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use rocketmq_client_rust::{AclClientRPCHook, SessionCredentials};
 
-use crate::error::OutboxError;
-pub use crate::redact::SecretKey;
+use sea_orm_outbox::error::OutboxError;
+pub use sea_orm_outbox::redact::SecretKey;
 
 /// The environment variable with the RocketMQ access key (the broker's user name).
 pub const ENV_ACCESS_KEY: &str = "ROCKETMQ_ACCESS_KEY";
@@ -21,7 +21,7 @@ pub const ENV_SECRET_KEY: &str = "ROCKETMQ_SECRET_KEY";
 /// `Debug` shows the access key and `<redacted>` for the secret.
 ///
 /// ```
-/// use sea_orm_outbox::publisher::Credentials;
+/// use sea_orm_outbox_rocketmq::Credentials;
 /// let c = Credentials::new("order-service", "s3cret");
 /// assert_eq!(c.access_key(), "order-service");
 /// assert!(!format!("{c:?}").contains("s3cret"));

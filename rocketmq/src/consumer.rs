@@ -1,5 +1,5 @@
-//! [`RocketMqConsumer`], a small consumer for the crate's own tests, examples and demos (feature
-//! `test-support`; not an API), and the [`ReceivedMessage`]s it returns.
+//! [`RocketMqConsumer`], a small consumer for tests, examples and demos that read back what the
+//! relay sent, and the [`ReceivedMessage`]s it returns.
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,161 +19,35 @@ use super::config::{check_name, RocketMqConfig, GROUP_MAX_LEN};
 use super::credentials::Credentials;
 use super::errors::client_error_text;
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
-use crate::error::OutboxError;
+use sea_orm_outbox::error::OutboxError;
 
-/// The broker names of `queues`.
-fn brokers_of(queues: &[MessageQueue]) -> BTreeSet<String> {
-    queues
-        .iter()
-        .map(|q| q.broker_name().as_str().to_owned())
-        .collect()
-}
+mod received;
+mod topic;
 
-/// Creates `topic` (4 queues per broker) unless its route already lists every broker master of
-/// the `TBW102` template's route (every broker that auto-creates topics: a topic auto-created
-/// by a send lives only on the broker that got the send), and waits until its route does.
-async fn ensure_topic(
-    host: &ClientHost,
-    namesrv_addr: &str,
-    topic: &str,
-    credentials: Option<&Credentials>,
-) -> Result<(), String> {
-    const ROUTE_DEADLINE: Duration = Duration::from_secs(15);
-    let group = format!(
-        "outbox_topic_init_{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let mut builder = DefaultMQProducer::builder(host.runtime.clone())
-        .producer_group(group)
-        .name_server_addr(namesrv_addr)
-        .send_msg_timeout(3_000);
-    if let Some(c) = credentials {
-        builder = builder.rpc_hook(c.rpc_hook());
-    }
-    let mut producer = builder.build();
-    Box::pin(producer.start())
-        .await
-        .map_err(|e| client_error_text(&e))?;
-    let result = Box::pin(async {
-        // The brokers the topic must be on (none known: any route will do).
-        let wanted = match Box::pin(
-            producer.fetch_publish_message_queues(TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC),
-        )
-        .await
-        {
-            Ok(queues) => brokers_of(&queues),
-            Err(_) => BTreeSet::new(),
-        };
-        let covered = |queues: &[MessageQueue]| {
-            let has = brokers_of(queues);
-            !has.is_empty() && wanted.is_subset(&has)
-        };
-        let mut last = match Box::pin(producer.fetch_publish_message_queues(topic)).await {
-            Ok(queues) if covered(&queues) => return Ok(()),
-            Ok(queues) => format!("on brokers {:?} of {wanted:?}", brokers_of(&queues)),
-            Err(e) => client_error_text(&e),
-        };
-        if let Err(e) = Box::pin(producer.create_topic(
-            TopicValidator::AUTO_CREATE_TOPIC_KEY_TOPIC,
-            topic,
-            4,
-            HashMap::new(),
-        ))
-        .await
-        {
-            last = client_error_text(&e);
-        }
-        let end = tokio::time::Instant::now() + ROUTE_DEADLINE;
-        while tokio::time::Instant::now() < end {
-            match Box::pin(producer.fetch_publish_message_queues(topic)).await {
-                Ok(queues) if covered(&queues) => return Ok(()),
-                Ok(queues) => last = format!("on brokers {:?} of {wanted:?}", brokers_of(&queues)),
-                Err(e) => last = client_error_text(&e),
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        Err(format!(
-            "topic {topic} has no route on every broker after {} s: {last}",
-            ROUTE_DEADLINE.as_secs()
-        ))
-    })
-    .await;
-    Box::pin(producer.shutdown()).await;
-    result
-}
-
-/// One message as a consumer received it, reduced to what the outbox sets (fields may be
-/// added: construct it only through the consumer).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReceivedMessage {
-    /// The broker's message id.
-    pub msg_id: String,
-    /// The `eventId` user property parsed as a number (`None` when absent or not a number).
-    pub event_id: Option<i64>,
-    /// Message keys (the outbox's `biz_no`).
-    pub keys: Option<String>,
-    /// Message tag (the outbox's `event_type`).
-    pub tag: Option<String>,
-    /// Body as text (lossy UTF-8).
-    pub body: String,
-    /// Every property of the message, system ones included.
-    pub properties: HashMap<String, String>,
-    /// The queue the message was read from.
-    pub queue_id: i32,
-    /// Its offset in that queue (the broker's consume-queue index).
-    pub queue_offset: i64,
-    /// Its byte offset in the broker's commit log.
-    pub commit_log_offset: i64,
-    /// The broker the queue is on.
-    pub broker_name: String,
-    /// Its place in the order this consumer handed messages out (0, 1, 2, ...; a redelivered
-    /// message gets a new one).
-    pub received_seq: u64,
-}
-
-impl ReceivedMessage {
-    /// The outbox's view of a message the client returned.
-    fn from_ext(m: &MessageExt) -> Self {
-        let properties: HashMap<String, String> = m
-            .properties()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_owned(), v.as_str().to_owned()))
-            .collect();
-        ReceivedMessage {
-            msg_id: m.msg_id().as_str().to_owned(),
-            event_id: properties.get("eventId").and_then(|v| v.parse().ok()),
-            keys: m.get_keys().map(|k| k.as_str().to_owned()),
-            tag: m.get_tags().map(|t| t.as_str().to_owned()),
-            body: m
-                .get_body()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-                .unwrap_or_default(),
-            properties,
-            queue_id: m.queue_id(),
-            queue_offset: m.queue_offset(),
-            commit_log_offset: m.commit_log_offset(),
-            broker_name: m.broker_name().to_string(),
-            received_seq: 0,
-        }
-    }
-
-    /// The message with [`ReceivedMessage::received_seq`] taken from `counter`.
-    fn numbered(mut self, counter: &AtomicU64) -> Self {
-        self.received_seq = counter.fetch_add(1, Ordering::Relaxed);
-        self
-    }
-
-    /// The user property `name`.
-    pub fn property(&self, name: &str) -> Option<&str> {
-        self.properties.get(name).map(String::as_str)
-    }
-}
+pub use received::ReceivedMessage;
+use topic::ensure_topic;
 
 /// A small consumer for tests and demos on one topic (all tags) in its own consumer group,
 /// reading each queue from its first offset, with its own client runtime: a lite pull
 /// consumer ([`RocketMqConsumer::start`]), or an orderly push consumer
 /// ([`RocketMqConsumer::start_orderly`]).
+///
+/// Meant for an application's own tests: publish through the relay, then read the messages
+/// back and check them (the `eventId` property, the headers, the order of a key). It creates
+/// the topic when missing. Not a production consumer: it keeps no offsets and has no retry or
+/// dead-letter handling.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), sea_orm_outbox::OutboxError> {
+/// use std::time::Duration;
+/// use sea_orm_outbox_rocketmq::RocketMqConsumer;
+///
+/// let consumer = RocketMqConsumer::start("127.0.0.1:9876", "my_test_cg", "ORDERS").await?;
+/// let got = consumer.collect_until(Duration::from_secs(30), |m| m.len() >= 10).await;
+/// assert!(got.iter().all(|m| m.event_id.is_some()));
+/// consumer.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct RocketMqConsumer {
     consumer: Box<dyn ConsumerHandle>,
     topic: String,

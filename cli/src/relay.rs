@@ -129,13 +129,12 @@ async fn relay_on(
 }
 
 /// `outbox relay` publishing to RocketMQ.
-#[cfg(feature = "rocketmq")]
 mod rmq {
     use std::sync::Arc;
 
-    use sea_orm_outbox::publisher::{Credentials, SecretKey};
-    pub use sea_orm_outbox::RocketMqConfig;
-    use sea_orm_outbox::{OutboxError, Publisher, RocketMqPublisher, WorkerConfig};
+    use sea_orm_outbox::{OutboxError, Publisher, WorkerConfig};
+    pub use sea_orm_outbox_rocketmq::RocketMqConfig;
+    use sea_orm_outbox_rocketmq::{Credentials, RocketMqPublisher, SecretKey};
 
     use crate::args::RelayArgs;
 
@@ -214,45 +213,6 @@ mod rmq {
                 Err(_) => tracing::warn!("RocketMQ publisher still shared at exit; not flushed"),
             }
         }
-    }
-}
-
-/// Built without the `rocketmq` feature: asking for RocketMQ is a configuration error.
-#[cfg(not(feature = "rocketmq"))]
-mod rmq {
-    use std::sync::Arc;
-
-    use sea_orm_outbox::{OutboxError, Publisher, WorkerConfig};
-
-    use crate::args::RelayArgs;
-
-    /// No configuration can exist without the feature.
-    pub enum RocketMqConfig {}
-
-    /// Never made: there is no producer to stop.
-    pub struct Handle;
-
-    /// Always the error that the feature is off.
-    pub fn config(
-        _addr: &str,
-        _args: &RelayArgs,
-        _worker: &WorkerConfig,
-    ) -> Result<RocketMqConfig, OutboxError> {
-        Err(OutboxError::InvalidConfig(
-            "this outbox binary was built without the `rocketmq` feature".into(),
-        ))
-    }
-
-    /// Unreachable: no configuration exists to start from.
-    pub async fn start(
-        config: RocketMqConfig,
-    ) -> Result<(Arc<dyn Publisher>, Handle, String), OutboxError> {
-        match config {}
-    }
-
-    impl Handle {
-        /// Nothing to stop.
-        pub async fn shutdown(self) {}
     }
 }
 

@@ -1,0 +1,90 @@
+//! [`EventLimits`]: what a write refuses before anything reaches the database.
+use super::{DEFAULT_MAX_HEADERS_BYTES, DEFAULT_MAX_PAYLOAD_BYTES, OUTBOX_PROPERTY_NAMES};
+
+/// Limits checked before an event is written.
+///
+/// The default is broker-neutral: payloads up to [`DEFAULT_MAX_PAYLOAD_BYTES`], headers up to
+/// [`DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names beyond
+/// [`OUTBOX_PROPERTY_NAMES`]. A publisher crate supplies the limits of its broker (its message
+/// size, the property names the broker keeps for itself); pass them to
+/// [`crate::OutboxExt::with_event_limited`] or [`crate::transactional_publish_limited`] so that
+/// an event the broker can never take is refused at write time.
+///
+/// ```
+/// use sea_orm_outbox::{EventLimits, NewEvent};
+/// const LIMITS: EventLimits = EventLimits::new(1024 * 1024)
+///     .with_max_headers_bytes(4096)
+///     .with_reserved_header_names(&["priority"])
+///     .with_reserved_header_prefixes(&["x-broker-"]);
+/// let event = NewEvent::raw("ORD-1", "ORDER_CREATED", "{}").header("priority", "high");
+/// assert!(event.validate(&LIMITS).is_err());
+/// assert!(event.validate(&EventLimits::default()).is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EventLimits {
+    /// Largest payload in bytes (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 4 MiB). Set it to the
+    /// broker's message size limit so an event that can never be sent is refused at write time.
+    pub max_payload_bytes: usize,
+    /// Largest size of an event's headers together, in bytes of their JSON form (default
+    /// [`DEFAULT_MAX_HEADERS_BYTES`], 16 KiB).
+    pub max_headers_bytes: usize,
+    /// Header names the broker keeps for itself, refused besides [`OUTBOX_PROPERTY_NAMES`]
+    /// (default none).
+    pub reserved_header_names: &'static [&'static str],
+    /// Prefixes of header names the broker keeps for itself (default none).
+    pub reserved_header_prefixes: &'static [&'static str],
+}
+
+impl EventLimits {
+    /// The default limits with the largest payload `max_payload_bytes` bytes.
+    pub const fn new(max_payload_bytes: usize) -> Self {
+        EventLimits {
+            max_payload_bytes,
+            max_headers_bytes: DEFAULT_MAX_HEADERS_BYTES,
+            reserved_header_names: &[],
+            reserved_header_prefixes: &[],
+        }
+    }
+
+    /// The limits with the headers' largest size `max_headers_bytes` bytes (of their JSON form).
+    #[must_use]
+    pub const fn with_max_headers_bytes(mut self, max_headers_bytes: usize) -> Self {
+        self.max_headers_bytes = max_headers_bytes;
+        self
+    }
+
+    /// The limits with `names` as the reserved header names (in place of the earlier ones).
+    #[must_use]
+    pub const fn with_reserved_header_names(mut self, names: &'static [&'static str]) -> Self {
+        self.reserved_header_names = names;
+        self
+    }
+
+    /// The limits with `prefixes` as the reserved prefixes of header names (in place of the
+    /// earlier ones).
+    #[must_use]
+    pub const fn with_reserved_header_prefixes(
+        mut self,
+        prefixes: &'static [&'static str],
+    ) -> Self {
+        self.reserved_header_prefixes = prefixes;
+        self
+    }
+
+    /// Whether `name` is one of the outbox's own property names or reserved by these limits.
+    pub fn is_reserved(&self, name: &str) -> bool {
+        OUTBOX_PROPERTY_NAMES.contains(&name)
+            || self.reserved_header_names.contains(&name)
+            || self
+                .reserved_header_prefixes
+                .iter()
+                .any(|p| name.starts_with(p))
+    }
+}
+
+impl Default for EventLimits {
+    fn default() -> Self {
+        EventLimits::new(DEFAULT_MAX_PAYLOAD_BYTES)
+    }
+}
