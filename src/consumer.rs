@@ -12,7 +12,7 @@ use sea_orm::{TransactionSession, TransactionTrait};
 use sea_orm_outbox_entity::consumed_message::{CONSUMER_GROUP_MAX_LEN, MSG_ID_MAX_LEN};
 
 use crate::error::OutboxError;
-use crate::store::consumed;
+use crate::driver::consumed;
 
 /// What [`consume_once`] did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use sea_orm::{
 
 use crate::error::OutboxError;
 use crate::event::{EventLimits, NewEvent};
-use crate::store;
+use crate::driver;
 
 /// Adds outbox writes to any SeaORM connection: a `DatabaseTransaction` (the normal case), a
 /// `DatabaseConnection`, or the `db` an `ActiveModelBehavior` hook receives.
@@ -63,7 +63,7 @@ pub trait OutboxExt: ConnectionTrait + Sized {
             event
         };
         event.validate(limits)?;
-        Ok(store::insert_event(self, &event).await?)
+        Ok(driver::insert_event(self, &event).await?)
     }
 }
 

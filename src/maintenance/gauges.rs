@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::OutboxError;
 use crate::ops::Backlog;
 use crate::relay::{Observer, Op, WorkerSummary};
-use crate::store::RelayDb;
+use crate::driver::RelayDb;
 
 pub use crate::config::DEFAULT_GAUGE_INTERVAL;
 

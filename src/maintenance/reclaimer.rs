@@ -7,10 +7,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{WorkerConfig, DEFAULT_RECLAIM_INTERVAL, MAX_BATCH_SIZE};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
-use crate::store::{self, Reclaimed, RelayDb};
+use crate::driver::{self, Reclaimed, RelayDb};
 
 /// Default expired leases per statement: 1,000.
-pub const DEFAULT_RECLAIM_BATCH: u64 = store::RECLAIM_BATCH;
+pub const DEFAULT_RECLAIM_BATCH: u64 = driver::RECLAIM_BATCH;
 
 /// What the [`Reclaimer`] does and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +111,7 @@ impl Reclaimer {
     /// A database error (batches done before it stay done).
     pub async fn run_once(&self) -> Result<Reclaimed, OutboxError> {
         let c = &self.config;
-        Ok(store::reclaim_stuck(&self.db, c.lease, c.max_retries, c.batch_size).await?)
+        Ok(driver::reclaim_stuck(&self.db, c.lease, c.max_retries, c.batch_size).await?)
     }
 
     /// Passes every `interval` (the first at once) until `cancel` fires; errors are logged and

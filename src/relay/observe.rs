@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::error::OutboxError;
 use crate::metrics as m;
 use crate::relay::WorkerSummary;
-use crate::store::Reclaimed;
+use crate::driver::Reclaimed;
 use sea_orm_outbox_entity::event_record::Model;
 
 /// The step that met a database error: the `op` label of `outbox_errors_total`.
