@@ -37,10 +37,7 @@ pub async fn mark_success<C: ConnectionTrait>(
 /// The statement of [`mark_success`].
 pub fn mark_success_statement(driver: Driver, id: i64, owner: &str) -> ByIds {
     owned(driver, id, owner)
-        .set(
-            Column::Status,
-            status_literal(EventStatus::Success),
-        )
+        .set(Column::Status, status_literal(EventStatus::Success))
         .set(Column::UpdateTime, driver.now())
 }
 
@@ -140,12 +137,7 @@ pub async fn mark_fail<C: ConnectionTrait>(
 }
 
 /// The statement of [`mark_fail`].
-pub fn mark_fail_statement(
-    driver: Driver,
-    id: i64,
-    owner: &str,
-    reason: &str,
-) -> ByIds {
+pub fn mark_fail_statement(driver: Driver, id: i64, owner: &str, reason: &str) -> ByIds {
     owned(driver, id, owner)
         .set(Column::Status, status_literal(EventStatus::Fail))
         .set(Column::RetryCount, retry_count_plus_one())
@@ -187,16 +179,9 @@ pub async fn mark_success_many<C: ConnectionTrait>(
 }
 
 /// The statement of [`mark_success_many`].
-pub fn mark_success_many_statement(
-    driver: Driver,
-    ids: &[i64],
-    owner: &str,
-) -> ByIds {
+pub fn mark_success_many_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
     owned_many(driver, ids, owner)
-        .set(
-            Column::Status,
-            status_literal(EventStatus::Success),
-        )
+        .set(Column::Status, status_literal(EventStatus::Success))
         .set(Column::UpdateTime, driver.now())
 }
 
@@ -217,11 +202,7 @@ pub async fn release_unsent<C: ConnectionTrait>(
 }
 
 /// The statement of [`release_unsent`].
-pub fn release_unsent_statement(
-    driver: Driver,
-    ids: &[i64],
-    owner: &str,
-) -> ByIds {
+pub fn release_unsent_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
     owned_many(driver, ids, owner)
         .set(Column::Status, status_literal(EventStatus::Wait))
         .set(Column::ClaimOwner, Expr::cust("NULL"))

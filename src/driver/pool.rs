@@ -68,4 +68,3 @@ pub(super) fn dead(e: &sea_orm::sqlx::Error) -> bool {
     tracing::debug!(error = %e, "a pooled relay connection failed its check; closing it");
     false
 }
-

@@ -66,9 +66,13 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let mut claimed = match Driver::of_db(db)? {
-        Driver::Postgres => postgres::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?,
+        Driver::Postgres => {
+            postgres::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?
+        }
         Driver::MySql => mysql::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?,
-        Driver::Sqlite => sqlite::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?,
+        Driver::Sqlite => {
+            sqlite::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?
+        }
     };
     sort_by_due(&mut claimed);
     let budget = total.saturating_sub(claimed.len() as u64);
@@ -192,4 +196,3 @@ async fn claim_runs<C: ConnectionTrait>(
     }
     Ok(by_key)
 }
-

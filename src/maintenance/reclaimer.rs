@@ -5,9 +5,9 @@ use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{WorkerConfig, DEFAULT_RECLAIM_INTERVAL, MAX_BATCH_SIZE};
+use crate::driver::{self, Reclaimed, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
-use crate::driver::{self, Reclaimed, RelayDb};
 
 /// Default expired leases per statement: 1,000.
 pub const DEFAULT_RECLAIM_BATCH: u64 = driver::RECLAIM_BATCH;

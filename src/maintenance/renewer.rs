@@ -6,9 +6,9 @@ use std::time::Duration;
 use sea_orm::DatabaseConnection;
 
 use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
+use crate::driver::{self, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Inflight, Observer, Op, WorkerSummary};
-use crate::driver::{self, RelayDb};
 
 /// Default leases renewed per statement: 1,000.
 pub const DEFAULT_RENEW_BATCH: u64 = 1000;

@@ -7,10 +7,10 @@ use sea_orm_outbox_entity::event_record::Model;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ClaimStrategy;
+use crate::driver::{self, Claim};
 use crate::error::OutboxError;
 use crate::relay::outcome::Recorder;
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
-use crate::driver::{self, Claim};
 
 /// What one claim got.
 pub(crate) struct Claimed {

@@ -20,13 +20,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::WorkerConfig;
+use crate::driver::{Driver, RelayDb};
 use crate::error::OutboxError;
 use crate::instance::instance_id;
 use crate::maintenance::{
     GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig,
 };
 use crate::publisher::Publisher;
-use crate::driver::{Driver, RelayDb};
 use crate::wake::Wake;
 
 mod claim;
@@ -284,9 +284,7 @@ fn check_shared_pool(
     db: &DatabaseConnection,
     config: &WorkerConfig,
 ) -> Result<(), OutboxError> {
-    if config.relay_pool != crate::RelayPool::Shared
-        || !config.wake_on_commit
-        || !driver.listens()
+    if config.relay_pool != crate::RelayPool::Shared || !config.wake_on_commit || !driver.listens()
     {
         return Ok(());
     }

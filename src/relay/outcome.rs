@@ -10,12 +10,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::db_error::DbErrorKind;
+use crate::driver::{self, Driver, Transition};
 use crate::error::{OutboxError, PublishError};
 use crate::relay::inflight::owner_of;
 use crate::relay::send::{Done, Sent};
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 use crate::retry::RetryDecision;
-use crate::driver::{self, Driver, Transition};
 use sea_orm_outbox_entity::event_record::Model;
 
 /// Longest a delivered event waits for others before the group is marked `SUCCESS`.
@@ -283,8 +283,8 @@ impl<'w> Recorder<'w> {
         let t = match decision {
             RetryDecision::Retry(backoff) => {
                 let owner = owner_of(event);
-                let t =
-                    driver::release_for_retry(&w.db, event.id, owner, backoff, &err.message).await?;
+                let t = driver::release_for_retry(&w.db, event.id, owner, backoff, &err.message)
+                    .await?;
                 if t == Transition::Applied {
                     w.observer.retried(s, event, n, backoff, &err.message);
                 }

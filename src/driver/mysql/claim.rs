@@ -2,14 +2,16 @@
 //! subquery, so one short `READ COMMITTED` transaction: a locking read, then the update by ids.
 use sea_orm::sea_query::{Expr, LockBehavior, LockType};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, FromQueryResult, IsolationLevel,
-    QuerySelect, QueryTrait, Select, Statement, TransactionSession, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, FromQueryResult, IsolationLevel, QuerySelect,
+    QueryTrait, Select, Statement, TransactionSession, TransactionTrait,
 };
 use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use crate::config::OrderedPolicy;
-use crate::driver::{candidates_query, ordered_heads_query, retry_transient, ByIds, Driver, HeadScan};
+use crate::driver::{
+    candidates_query, ordered_heads_query, retry_transient, ByIds, Driver, HeadScan,
+};
 
 /// The batch claim: one short `READ COMMITTED` transaction (MariaDB has no `UPDATE ...
 /// RETURNING` and no `LIMIT` in an `IN` subquery), see [`claim_locked`].
@@ -40,7 +42,8 @@ pub(crate) async fn claim_ordered_heads<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let locking = DbBackend::MySql.build(&ordered_heads_query(Driver::MySql, policy, n, true, scan));
+    let locking =
+        DbBackend::MySql.build(&ordered_heads_query(Driver::MySql, policy, n, true, scan));
     retry_transient(|| claim_locked(db, owner, locking.clone())).await
 }
 

@@ -17,7 +17,11 @@ pub(crate) fn window_columns(c: &mut SelectStatement) {
 /// `FROM (<c>) AS w STRAIGHT_JOIN t_event_record AS e ON e.id = w.id ... ORDER BY
 /// w.next_retry_time` for a window (the derived table is sorted first and joined in that
 /// order), `INNER JOIN` and `ORDER BY e.next_retry_time` for the deep candidates.
-pub(crate) fn from_candidates(q: &mut SelectStatement, c: SelectStatement, window: bool) -> HeadsFrom {
+pub(crate) fn from_candidates(
+    q: &mut SelectStatement,
+    c: SelectStatement,
+    window: bool,
+) -> HeadsFrom {
     let (e, w) = (Alias::new(CANDIDATE), Alias::new(WINDOW));
     let (join, ordered_by) = if window {
         (JoinType::StraightJoin, w.clone())

@@ -1,7 +1,9 @@
 //! The Postgres batch claim: one `UPDATE ... RETURNING` whose ids come from `FOR UPDATE SKIP
 //! LOCKED` inside `id = ANY(ARRAY(..))`, and the statement that marks one claim's deliveries
 //! and claims the next batch at once.
-use sea_orm::sea_query::{Expr, ExprTrait, Query, SelectStatement, SubQueryStatement, UpdateStatement};
+use sea_orm::sea_query::{
+    Expr, ExprTrait, Query, SelectStatement, SubQueryStatement, UpdateStatement,
+};
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, Value};
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
@@ -36,7 +38,7 @@ use crate::driver::{ordered_heads_statement, retry_transient, Driver, HeadScan};
 /// A generic plan cannot see its parameters: with `status = $1 ... LIMIT $2` Postgres finds it
 /// far dearer than a custom plan and plans the claim anew at every execution
 /// (`choose_custom_plan` in `plancache.c`). With the literal bucket the estimates agree and the
-/// connection reuses one plan after five executions (measured: BENCHMARKS.md). The outer
+/// connection reuses one plan after five executions. The outer
 /// `LIMIT` stops pulling rows after `n`, and rows are locked only as they are pulled, so no more
 /// than `n` rows are locked or claimed, oldest due first. A connection's statement cache holds
 /// one statement per bucket: eight up to 128, fifteen up to
@@ -94,7 +96,7 @@ pub(crate) fn claim_of(owner: &str, due: SelectStatement) -> UpdateStatement {
 /// break the state machine's guards anyway).
 ///
 /// Not `RETURNING *`: ten columns decoded by position cost the relay less CPU per event than
-/// thirteen by name (BENCHMARKS.md).
+/// thirteen by name.
 pub(crate) const CLAIM_RETURNING: [Column; 10] = [
     Column::Id,
     Column::BizNo,
@@ -275,8 +277,8 @@ mod tests {
 
     #[test]
     fn batch_claim_sql() {
-        let sql = claim_batch_statement("me", 20)
-            .to_string(sea_orm::sea_query::PostgresQueryBuilder);
+        let sql =
+            claim_batch_statement("me", 20).to_string(sea_orm::sea_query::PostgresQueryBuilder);
         assert!(
             sql.contains(r#""id" = ANY(ARRAY(SELECT "id" FROM (SELECT"#),
             "{sql}"

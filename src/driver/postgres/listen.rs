@@ -66,7 +66,9 @@ impl Listener {
                     Ok(Some(n)) if n.payload() == payload => return Ok(()),
                     // Commits' notifications meanwhile: the round after this attempt covers them.
                     Ok(Some(_)) => continue,
-                    Ok(None) => return Err(ListenFailure::Unreachable("the connection closed".into())),
+                    Ok(None) => {
+                        return Err(ListenFailure::Unreachable("the connection closed".into()))
+                    }
                     Err(e) => return Err(unreachable(e)),
                 }
             }
@@ -100,7 +102,6 @@ impl Listener {
             }
         }
     }
-
 }
 
 /// Whether the pool's connections share server sessions (a pooler in transaction or

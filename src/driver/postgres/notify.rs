@@ -36,7 +36,10 @@ pub const NOTIFY_SLOT_LOCK_CLASS: i32 = 0x4F42_4F58;
 /// after the notify lock (`ProcReleaseLocks` releases the regular locks first), so the next
 /// slot holder never queues behind this one's commit. The insert's `RETURNING` list becomes
 /// `"id"` and the notification.
-pub(crate) fn with_wakeup(mut insert: InsertStatement, notify: Option<Duration>) -> InsertStatement {
+pub(crate) fn with_wakeup(
+    mut insert: InsertStatement,
+    notify: Option<Duration>,
+) -> InsertStatement {
     let Some(interval) = notify else {
         return insert;
     };
@@ -54,7 +57,10 @@ pub(crate) fn with_wakeup(mut insert: InsertStatement, notify: Option<Duration>)
         // A clock before 1970 would give every slot one key: notify on its own instead.
         None => return with_wakeup(insert, Some(Duration::ZERO)),
     };
-    insert.returning(ReturningClause::Exprs(vec![Expr::col(Column::Id), notified]));
+    insert.returning(ReturningClause::Exprs(vec![
+        Expr::col(Column::Id),
+        notified,
+    ]));
     insert
 }
 
@@ -131,7 +137,8 @@ mod tests {
                 .returning_col(Column::Id)
                 .to_owned()
         };
-        let stmt = DbBackend::Postgres.build(&with_wakeup(insert(), Some(Duration::from_millis(10))));
+        let stmt =
+            DbBackend::Postgres.build(&with_wakeup(insert(), Some(Duration::from_millis(10))));
         assert_eq!(
             stmt.sql,
             r#"INSERT INTO "t" ("a") VALUES ($1) RETURNING "id", CASE WHEN pg_try_advisory_xact_lock(1329745752, $2::int) THEN pg_notify('sea_orm_outbox', '') IS NOT NULL ELSE false END AS notified"#
@@ -149,6 +156,9 @@ mod tests {
             r#"INSERT INTO "t" ("a") VALUES ($1) RETURNING "id", pg_notify('sea_orm_outbox', '') IS NOT NULL AS notified"#
         );
         let stmt = DbBackend::Postgres.build(&with_wakeup(insert(), None));
-        assert_eq!(stmt.sql, r#"INSERT INTO "t" ("a") VALUES ($1) RETURNING "id""#);
+        assert_eq!(
+            stmt.sql,
+            r#"INSERT INTO "t" ("a") VALUES ($1) RETURNING "id""#
+        );
     }
 }

@@ -61,7 +61,10 @@ pub(crate) fn from_candidates(
     };
     q.from_as(Entity, e.clone()).and_where(Expr::cust_with_expr(
         r#""e"."id" = ANY(ARRAY($1))"#,
-        Expr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(candidates))),
+        Expr::SubQuery(
+            None,
+            Box::new(SubQueryStatement::SelectStatement(candidates)),
+        ),
     ));
     HeadsFrom {
         checks_here: !window,

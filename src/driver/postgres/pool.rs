@@ -7,11 +7,7 @@ use sea_orm::sqlx::{self, Row};
 use sea_orm::{DatabaseConnection, SqlxPostgresConnector};
 
 /// See [`crate::guarded_pool`].
-pub(crate) fn pool(
-    db: &DatabaseConnection,
-    max: u32,
-    name: Option<&str>,
-) -> DatabaseConnection {
+pub(crate) fn pool(db: &DatabaseConnection, max: u32, name: Option<&str>) -> DatabaseConnection {
     let app = db.get_postgres_connection_pool();
     let mut connect = (*app.connect_options()).clone();
     if let Some(name) = name {
@@ -54,5 +50,9 @@ pub(crate) fn size(db: &DatabaseConnection) -> Option<u32> {
     if sea_orm::ConnectionTrait::is_mock_connection(db) {
         return None;
     }
-    Some(db.get_postgres_connection_pool().options().get_max_connections())
+    Some(
+        db.get_postgres_connection_pool()
+            .options()
+            .get_max_connections(),
+    )
 }

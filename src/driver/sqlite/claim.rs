@@ -5,7 +5,9 @@ use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
 
 use crate::config::OrderedPolicy;
 use crate::driver::claim::claim_returning;
-use crate::driver::{candidates_query, claim_batch_statement, ordered_heads_statement, Driver, HeadScan};
+use crate::driver::{
+    candidates_query, claim_batch_statement, ordered_heads_statement, Driver, HeadScan,
+};
 
 /// `SELECT id FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
 /// next_retry_time LIMIT 1`: whether anything is due, read without a lock (WAL mode) through

@@ -52,11 +52,20 @@ mod tests {
             kind(1, "table t_event_record has no column named headers"),
             DbErrorKind::MissingColumn
         );
-        assert_eq!(kind(1, "no such column: headers"), DbErrorKind::MissingColumn);
+        assert_eq!(
+            kind(1, "no such column: headers"),
+            DbErrorKind::MissingColumn
+        );
         assert_eq!(kind(5, "database is locked"), DbErrorKind::LockTimeout);
         assert_eq!(kind(517, "database is locked"), DbErrorKind::LockTimeout);
-        assert_eq!(kind(6, "database table is locked"), DbErrorKind::LockTimeout);
-        assert_eq!(kind(1, "no such table: t_event_record"), DbErrorKind::MissingTable);
+        assert_eq!(
+            kind(6, "database table is locked"),
+            DbErrorKind::LockTimeout
+        );
+        assert_eq!(
+            kind(1, "no such table: t_event_record"),
+            DbErrorKind::MissingTable
+        );
         assert_eq!(kind(1, "near \"x\": syntax error"), DbErrorKind::Other);
         assert_eq!(kind(2067, "UNIQUE constraint failed"), DbErrorKind::Other);
     }
