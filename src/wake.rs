@@ -17,7 +17,7 @@
 //!   no `LISTEN` is sent (through such a pooler it would leave a server connection subscribed,
 //!   breaking the statements of whichever client gets it next). Then the new `LISTEN`
 //!   connection sends itself a `NOTIFY` from the other connection, with a payload of its own
-//!   (a prefix of its own and a random token; never a wake reason), and expects it within
+//!   (the self-check's prefix and a random token; never a wake reason), and expects it within
 //!   2 seconds. When either step fails (a pooler in transaction mode such as
 //!   PgBouncer, a read replica behind a proxy), the worker logs a WARN once, gives the
 //!   connections back and polls; it checks again every [`SELF_CHECK_RETRY`] (quietly, at

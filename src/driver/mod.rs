@@ -175,15 +175,6 @@ impl Driver {
         }
     }
 
-    /// Whether a locking read can skip rows other transactions hold (`SKIP LOCKED`).
-    pub fn skip_locked(self) -> bool {
-        match self {
-            Driver::Postgres => postgres::SKIP_LOCKED,
-            Driver::MySql => mysql::SKIP_LOCKED,
-            Driver::Sqlite => sqlite::SKIP_LOCKED,
-        }
-    }
-
     /// Whether relays can be woken by `LISTEN`/`NOTIFY` on commit in this build (Postgres with
     /// the `postgres` feature).
     pub fn listens(self) -> bool {

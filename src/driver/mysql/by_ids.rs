@@ -34,24 +34,24 @@ pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
     let table = Entity.into_iden();
     match stmt.assignments() {
         Some(set) => {
-            sql.write_str("UPDATE ").ok();
+            push(&mut sql, "UPDATE ");
             q.prepare_iden(&table, &mut sql);
-            sql.write_str(" FORCE INDEX (PRIMARY) SET ").ok();
+            push(&mut sql, " FORCE INDEX (PRIMARY) SET ");
             for (i, (column, value)) in set.iter().enumerate() {
                 if i > 0 {
-                    sql.write_str(", ").ok();
+                    push(&mut sql, ", ");
                 }
                 q.prepare_iden(&column.into_iden(), &mut sql);
-                sql.write_str(" = ").ok();
+                push(&mut sql, " = ");
                 q.prepare_expr(value, &mut sql);
             }
         }
         None => {
-            sql.write_str("DELETE ").ok();
+            push(&mut sql, "DELETE ");
             q.prepare_iden(&table, &mut sql);
-            sql.write_str(" FROM ").ok();
+            push(&mut sql, " FROM ");
             q.prepare_iden(&table, &mut sql);
-            sql.write_str(" FORCE INDEX (PRIMARY)").ok();
+            push(&mut sql, " FORCE INDEX (PRIMARY)");
         }
     }
     if !stmt.conditions().is_empty() {
@@ -59,7 +59,7 @@ pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
             .conditions()
             .iter()
             .fold(Condition::all(), |all, c| all.add(c.clone()));
-        sql.write_str(" WHERE ").ok();
+        push(&mut sql, " WHERE ");
         q.prepare_expr(&Expr::from(all), &mut sql);
     }
     statement(sql)
@@ -72,24 +72,29 @@ pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
 pub(crate) fn insert_ignore(insert: &InsertIfAbsent) -> Statement {
     let q = MysqlQueryBuilder;
     let mut sql = writer();
-    sql.write_str("INSERT IGNORE INTO ").ok();
+    push(&mut sql, "INSERT IGNORE INTO ");
     q.prepare_iden(insert.table(), &mut sql);
-    sql.write_str(" (").ok();
+    push(&mut sql, " (");
     for (i, column) in insert.columns().iter().enumerate() {
         if i > 0 {
-            sql.write_str(", ").ok();
+            push(&mut sql, ", ");
         }
         q.prepare_iden(column, &mut sql);
     }
-    sql.write_str(") VALUES (").ok();
+    push(&mut sql, ") VALUES (");
     for (i, value) in insert.values().iter().enumerate() {
         if i > 0 {
-            sql.write_str(", ").ok();
+            push(&mut sql, ", ");
         }
         q.prepare_expr(value, &mut sql);
     }
-    sql.write_str(")").ok();
+    push(&mut sql, ")");
     statement(sql)
+}
+
+/// Appends `text` to `sql` (a writer in memory: it cannot fail).
+fn push(sql: &mut SqlWriterValues, text: &str) {
+    let _ = sql.write_str(text);
 }
 
 /// A writer of MySQL's SQL text that collects the values to bind (`?` placeholders).

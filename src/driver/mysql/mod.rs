@@ -17,8 +17,6 @@ pub(super) const FEATURE: (&str, bool) = ("mysql", cfg!(feature = "mysql"));
 /// No `UPDATE ... RETURNING` (MariaDB) and no `INSERT ... RETURNING` on MySQL: ids come from
 /// `LAST_INSERT_ID()` (sea-orm's `mariadb-use-returning` must stay off).
 pub(super) const RETURNING: bool = false;
-/// `FOR UPDATE SKIP LOCKED` exists (MySQL 8, MariaDB 10.6).
-pub(super) const SKIP_LOCKED: bool = true;
 
 /// `UTC_TIMESTAMP(6)` (every session time zone agrees; sqlx sets `+00:00`, other clients the
 /// server's zone), or `(UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND)`.

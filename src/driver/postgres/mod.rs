@@ -25,8 +25,6 @@ pub use notify::WAKE_CHANNEL;
 pub(super) const FEATURE: (&str, bool) = ("postgres", cfg!(feature = "postgres"));
 /// `INSERT`/`UPDATE ... RETURNING` exist.
 pub(super) const RETURNING: bool = true;
-/// `FOR UPDATE SKIP LOCKED` exists.
-pub(super) const SKIP_LOCKED: bool = true;
 
 /// `CURRENT_TIMESTAMP` (`timestamptz`, microseconds), or `(CURRENT_TIMESTAMP ± INTERVAL 'n
 /// microseconds')`. `CURRENT_TIMESTAMP` is the start of the transaction; the relay's

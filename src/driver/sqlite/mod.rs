@@ -18,8 +18,6 @@ use std::time::Duration;
 pub(super) const FEATURE: (&str, bool) = ("sqlite", cfg!(feature = "sqlite"));
 /// `INSERT`/`UPDATE ... RETURNING` exist (3.35+).
 pub(super) const RETURNING: bool = true;
-/// No row locks to skip: SQLite has one writer at a time.
-pub(super) const SKIP_LOCKED: bool = false;
 
 /// SQLite keeps time as text: every value the outbox writes has the one fixed-width form
 /// `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` (SQLite's clock has milliseconds; the last three digits
