@@ -34,12 +34,14 @@
 //!
 //! The statements common to every backend are built once with sea-query and rendered per
 //! backend: `insert` (the event insert), `claim` (candidates, per-row and batch claims),
-//! `ordered` (the ordered claim: heads of their keys and their runs), `marks` (the
-//! owner-guarded transitions and lease renewal), `reclaim` (expired leases), `admin` (the
-//! statements of [`crate::ops`]), `consumed` (the idempotent consumer's record), `by_ids` (the
-//! form of every statement that names its rows by id), and `relay_db` (the relay's
-//! connection). Each statement is built by one function and executed by another, so its SQL is
-//! rendered per backend without a database (`tests/statements.rs`).
+//! `ordered` (the ordered claim's heads of their keys), `runs` (the runs behind the heads),
+//! `marks` (the owner-guarded transitions and lease renewal), `reclaim` (expired leases),
+//! `admin` (the statements of [`crate::ops`]), `consumed` (the idempotent consumer's record),
+//! and `by_ids` (the form of every statement that names its rows by id, which each backend
+//! writes its own way). Each statement is built by one function and executed by another, so
+//! its SQL is rendered per backend without a database (`tests/statements.rs`). The rest is
+//! shared machinery: `exec` (transient retries, the outcomes, the schema check), `relay_db`
+//! (the relay's connection), and the backend-neutral halves of `error`, `pool` and `listen`.
 pub mod admin;
 mod by_ids;
 mod claim;
