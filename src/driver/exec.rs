@@ -63,7 +63,7 @@ pub async fn exec_by_ids<C: ConnectionTrait>(db: &C, stmt: &ByIds) -> Result<u64
         .rows_affected())
 }
 
-/// Outcome of [`claim()`].
+/// Outcome of [`super::claim()`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Claim {
@@ -74,8 +74,8 @@ pub enum Claim {
     Lost,
 }
 
-/// Outcome of an owner-guarded transition ([`mark_success`], [`release_for_retry`],
-/// [`mark_fail`]).
+/// Outcome of an owner-guarded transition ([`super::mark_success`],
+/// [`super::release_for_retry`], [`super::mark_fail`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Transition {
