@@ -11,8 +11,8 @@
 use sea_orm::{TransactionSession, TransactionTrait};
 use sea_orm_outbox_entity::consumed_message::{CONSUMER_GROUP_MAX_LEN, MSG_ID_MAX_LEN};
 
+use crate::driver::consumed;
 use crate::error::OutboxError;
-use crate::store::consumed;
 
 /// What [`consume_once`] did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,12 +52,20 @@ impl<T> Consumed<T> {
 /// message id (see the [module documentation](self)).
 ///
 /// ```no_run
+/// # async fn award_points(
+/// #     txn: &sea_orm::DatabaseTransaction,
+/// #     user_id: i64,
+/// #     points: i64,
+/// # ) -> Result<(), sea_orm::DbErr> {
+/// #     let _ = (txn, user_id, points);
+/// #     Ok(())
+/// # }
 /// # async fn demo(db: &sea_orm::DatabaseConnection, event_id: &str) -> Result<(), sea_orm_outbox::OutboxError> {
-/// use sea_orm::ConnectionTrait;
 /// use sea_orm_outbox::consumer::{consume_once, Consumed};
 ///
+/// // The consumer's own writes, in the transaction that records the message id.
 /// let outcome = consume_once(db, "points", event_id, async |txn| {
-///     txn.execute_unprepared("UPDATE points SET total = total + 10 WHERE user_id = 7").await?;
+///     award_points(txn, 7, 10).await?;
 ///     Ok::<_, sea_orm_outbox::OutboxError>(())
 /// })
 /// .await?;

@@ -5,9 +5,9 @@ use sea_orm::{
     SqliteTransactionMode, TransactionOptions, TransactionSession, TransactionTrait, TryIntoModel,
 };
 
+use crate::driver;
 use crate::error::OutboxError;
 use crate::event::{EventLimits, NewEvent};
-use crate::store;
 
 /// Adds outbox writes to any SeaORM connection: a `DatabaseTransaction` (the normal case), a
 /// `DatabaseConnection`, or the `db` an `ActiveModelBehavior` hook receives.
@@ -63,7 +63,7 @@ pub trait OutboxExt: ConnectionTrait + Sized {
             event
         };
         event.validate(limits)?;
-        Ok(store::insert_event(self, &event).await?)
+        Ok(driver::insert_event(self, &event).await?)
     }
 }
 

@@ -13,6 +13,13 @@
 //! The design follows a Java/Spring write-up of the pattern (the seed design restated in the
 //! repository's design notes); the table, statements and most defaults (poll 5 s, batch 20,
 //! n² × 5 s back-off, lease 10 min, reclaim every 60 s, send timeout 3 s) are that design's.
+//!
+//! Where the code lives: every statement and everything a backend does (its SQL, its clock,
+//! its batch claim, wake-on-commit, the pool's leaked-transaction check, its error codes) is
+//! the driver's, `src/driver/` with one directory per backend (`postgres/`, `mysql/`,
+//! `sqlite/`). The write path ([`OutboxExt`]), the relay ([`Worker`]), the wake-up, the pools
+//! ([`pool`]) and [`ops`] ask the driver; none of them holds SQL text or branches on the
+//! backend.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
@@ -32,14 +39,15 @@ pub mod publisher;
 pub mod redact;
 pub mod relay;
 pub mod retry;
-// The statements and the dialect are the crate's insides: crate-private, reachable by the
-// crate's own tests and examples through the `test-support` feature (not an API).
+// The driver (every statement, every backend's SQL and behaviour) is the crate's insides:
+// crate-private, reachable by the crate's own tests and examples through the `test-support`
+// feature (not an API).
 #[cfg(not(feature = "test-support"))]
 #[allow(dead_code, unreachable_pub)]
-mod store;
+mod driver;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
-pub mod store;
+pub mod driver;
 #[cfg(feature = "test-support")]
 #[doc(hidden)]
 pub mod test_support;

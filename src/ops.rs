@@ -2,7 +2,7 @@
 //!
 //! The library side of the `outbox` command-line tool; services can call the same functions
 //! (from an admin endpoint, a scheduled job). Every time compared is the database's clock
-//! (`dialect`), like the relay's. Every function returns
+//! (the driver's `now`), like the relay's. Every function returns
 //! [`OutboxError::TableMissing`] when the migration has not been run.
 //!
 //! Dead letters are `FAIL` rows: events whose retries ran out or whose error was permanent.
@@ -12,15 +12,13 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ConnectionTrait, DbErr, PaginatorTrait, QueryTrait, TransactionSession, TransactionTrait,
-};
+use sea_orm::{ConnectionTrait, DbErr, PaginatorTrait, TransactionSession, TransactionTrait};
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 use serde::Serialize;
 
+use crate::driver::{admin, exec_by_ids, Driver, RECLAIM_BATCH};
 use crate::error::{is_transient, OutboxError};
-use crate::store::{self, admin, dialect};
 
 /// A snapshot of the outbox table, from [`stats`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,7 +77,7 @@ pub struct BlockedKeys {
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn blocked_keys<C: ConnectionTrait>(db: &C) -> Result<BlockedKeys, OutboxError> {
     let row = db
-        .query_one(&admin::blocked_keys_query(db.get_database_backend()))
+        .query_one(&admin::blocked_keys_query(Driver::of_db(db)?))
         .await?;
     let Some(row) = row else {
         return Ok(BlockedKeys::default());
@@ -114,11 +112,11 @@ pub async fn stats<C: ConnectionTrait>(
     db: &C,
     lease: Duration,
 ) -> Result<OutboxStats, OutboxError> {
-    let backend = db.get_database_backend();
+    let driver = Driver::of_db(db)?;
     let counts = count_by_status(db, None).await?;
     let count = |status: EventStatus| counts.get(status);
     let oldest_wait_age_seconds = oldest_wait_age(db, Column::CreateTime).await?;
-    let sending_over_lease = admin::sending_over_lease_query(backend, lease)
+    let sending_over_lease = admin::sending_over_lease_query(driver, lease)
         .count(db)
         .await?;
     let fail = count(EventStatus::Fail);
@@ -210,7 +208,7 @@ async fn oldest_wait_age<C: ConnectionTrait>(
     column: Column,
 ) -> Result<Option<f64>, OutboxError> {
     let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> =
-        admin::oldest_wait_query(db.get_database_backend(), column)
+        admin::oldest_wait_query(Driver::of_db(db)?, column)
             .into_tuple()
             .one(db)
             .await?;
@@ -229,15 +227,7 @@ async fn oldest_wait_age<C: ConnectionTrait>(
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), OutboxError> {
-    let backend = db.get_database_backend();
-    if backend == sea_orm::DbBackend::Postgres {
-        let stmt = admin::check_table_query().build(backend);
-        db.execute_unprepared(&store::inline_postgres(&stmt))
-            .await?;
-    } else {
-        let _: Option<i64> = admin::check_table_query().into_tuple().one(db).await?;
-    }
-    Ok(())
+    Ok(admin::check_table(db).await?)
 }
 
 /// The dead letters (`FAIL` rows), oldest id first, at most `limit`.
@@ -285,8 +275,8 @@ pub async fn retry_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let update = admin::retry_dead_statement(db.get_database_backend(), &[id]);
-    Ok(outcome(store::exec_by_ids(db, &update).await?))
+    let update = admin::retry_dead_statement(Driver::of_db(db)?, &[id]);
+    Ok(outcome(exec_by_ids(db, &update).await?))
 }
 
 /// [`retry_dead`] for every dead letter; returns how many were retried.
@@ -300,8 +290,8 @@ pub async fn retry_dead<C: ConnectionTrait>(
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxError> {
-    let backend = db.get_database_backend();
-    let batch = store::RECLAIM_BATCH;
+    let driver = Driver::of_db(db)?;
+    let batch = RECLAIM_BATCH;
     let mut total = 0;
     // Paged by id: a retried event that fails again while this runs is not retried twice, and
     // the loop ends even while relays keep dead-lettering.
@@ -314,8 +304,8 @@ pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxErr
         let Some(&last) = ids.last() else { break };
         after = last;
         let n = ids.len() as u64;
-        let update = admin::retry_dead_statement(backend, &ids);
-        total += store::exec_by_ids(db, &update).await?;
+        let update = admin::retry_dead_statement(driver, &ids);
+        total += exec_by_ids(db, &update).await?;
         if n < batch {
             break;
         }
@@ -334,8 +324,8 @@ pub async fn discard_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let delete = admin::discard_dead_statement(id);
-    Ok(outcome(store::exec_by_ids(db, &delete).await?))
+    let delete = admin::discard_dead_statement(Driver::of_db(db)?, id);
+    Ok(outcome(exec_by_ids(db, &delete).await?))
 }
 
 /// Attempts [`purge_delivered`] makes at one batch that meets a transient conflict (deadlock,
@@ -348,11 +338,11 @@ async fn purge_batch<C>(db: &C, older_than: Duration, batch: u64) -> Result<(u64
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let backend = db.get_database_backend();
+    let driver = Driver::of_db(db)?;
     // Reads, then deletes: `BEGIN IMMEDIATE` on SQLite, or the delete fails at once with
     // `database is locked` whenever a relay or writer committed since the read.
     let txn = crate::ext::begin_write(db).await?;
-    let ids: Vec<i64> = admin::purge_ids_query(backend, older_than, batch)
+    let ids: Vec<i64> = admin::purge_ids_query(driver, older_than, batch)
         .into_tuple()
         .all(&txn)
         .await?;
@@ -360,11 +350,9 @@ where
     let deleted = if ids.is_empty() {
         0
     } else {
-        let delete = admin::purge_statement(&ids);
+        let delete = admin::purge_statement(driver, &ids);
         // Not retried inside the transaction (a MySQL deadlock ends it): the whole batch is.
-        txn.execute_raw(dialect::by_primary_key(backend, delete.build(backend))?)
-            .await?
-            .rows_affected()
+        txn.execute_raw(delete.build(driver)).await?.rows_affected()
     };
     txn.commit().await?;
     Ok((selected, deleted))

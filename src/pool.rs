@@ -22,12 +22,14 @@
 //!   answer it (out of step after a command cancelled mid-answer) is closed rather than left
 //!   holding its place in the pool. A connection idle for [`IDLE_RECHECK`] or longer is checked
 //!   again before it is handed out (in place of sqlx's ping before acquire), so that one that
-//!   died while idle is replaced instead of failing a statement.
+//!   died while idle is replaced instead of failing a statement. Each backend's check is its
+//!   driver's (`src/driver/<backend>/pool.rs`).
 //!
 //! An application can build its own pool the same way (`guarded_pool(&db, n)`), so that its
 //! handlers never inherit a leaked transaction either.
 use sea_orm::DatabaseConnection;
 
+use crate::driver::Driver;
 use crate::error::OutboxError;
 
 /// Connections of the relay's own pool by default: a round, the outcome marks, the lease
@@ -179,198 +181,15 @@ fn relay_pool(db: &DatabaseConnection, max: u32) -> Result<DatabaseConnection, O
 fn guarded(
     db: &DatabaseConnection,
     max_connections: u32,
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] name: Option<&str>,
+    name: Option<&str>,
 ) -> Result<DatabaseConnection, OutboxError> {
-    #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql")),
-        allow(unused_variables)
-    )]
-    let max = max_connections.max(1);
-    match db.get_database_backend() {
-        #[cfg(feature = "postgres")]
-        sea_orm::DbBackend::Postgres => Ok(postgres::pool(db, max, name)),
-        #[cfg(feature = "mysql")]
-        sea_orm::DbBackend::MySql => Ok(mysql::pool(db, max)),
-        sea_orm::DbBackend::Sqlite => Ok(db.clone()),
-        other => Err(OutboxError::InvalidConfig(format!(
-            "cannot open a relay pool of its own for this {other:?} connection (built without \
-             its feature); use RelayPool::Shared"
-        ))),
-    }
-}
-
-/// Logs and counts a connection found inside a transaction when it was given back (or before
-/// it was handed out).
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-fn leaked() {
-    crate::metrics::leaked_transaction();
-    tracing::warn!(
-        "a pooled connection is inside an open transaction it did not open (a cancelled \
-         begin(), or a transaction left unfinished); closing it, the server rolls the \
-         transaction back"
-    );
-}
-
-/// The pool options of the relay's pool, from the application's `app`: at most `max`
-/// connections, opened lazily, closed after 60 s idle, sqlx's ping before acquire off (the
-/// caller's checks replace it).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn relay_options<DB: sea_orm::sqlx::Database>(
-    app: &sea_orm::sqlx::pool::PoolOptions<DB>,
-    max: u32,
-) -> sea_orm::sqlx::pool::PoolOptions<DB> {
-    app.clone()
-        .max_connections(max)
-        .min_connections(0)
-        .idle_timeout(std::time::Duration::from_secs(60))
-        .test_before_acquire(false)
-}
-
-/// How long a connection of a [`guarded_pool`] may take to answer its check (10 s). A
-/// connection whose command was cancelled halfway through reading its answer (a dropped
-/// `begin()`) can be out of step with the server and never answer; without this bound its
-/// check would hold its place in the pool for ever, and a small pool would run out of
-/// connections. One that does not answer in time is closed without a goodbye and replaced.
-/// Long, because the check first waits for the rest of any abandoned query's answer: a healthy
-/// connection closed early would leave that query running on the server while the pool opens
-/// another.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Runs a connection's `check` within [`CHECK_TIMEOUT`]: `Ok(keep)` with its verdict, or an
-/// error (sqlx then closes the connection without a goodbye) when it does not answer in time.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-async fn bounded(
-    check: impl std::future::Future<Output = bool>,
-) -> Result<bool, sea_orm::sqlx::Error> {
-    tokio::time::timeout(CHECK_TIMEOUT, check)
-        .await
-        .map_err(|_| {
-            sea_orm::sqlx::Error::Protocol(format!(
-                "a pooled connection did not answer the outbox's check within {CHECK_TIMEOUT:?} \
-                 (a command cancelled mid-answer leaves it out of step); closing it"
+    let backend = db.get_database_backend();
+    Driver::of(backend)
+        .and_then(|driver| driver.guarded_pool(db, max_connections.max(1), name))
+        .ok_or_else(|| {
+            OutboxError::InvalidConfig(format!(
+                "cannot open a relay pool of its own for this {backend:?} connection (built \
+                 without its feature); use RelayPool::Shared"
             ))
         })
-}
-
-/// The check's verdict on a connection found `open` (inside a transaction) or not: a leaked
-/// one is logged, counted and closed; returns whether to keep it.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn verdict(open: bool) -> bool {
-    if open {
-        leaked();
-    }
-    !open
-}
-
-/// A connection whose check failed for another reason (it died while idle, say): closed, like
-/// sqlx's own ping would (and another is taken). Returns false (do not keep it).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn dead(e: &sea_orm::sqlx::Error) -> bool {
-    tracing::debug!(error = %e, "a pooled relay connection failed its check; closing it");
-    false
-}
-
-#[cfg(feature = "postgres")]
-mod postgres {
-    use sea_orm::sqlx::postgres::PgPoolOptions;
-    use sea_orm::sqlx::{self, Row};
-    use sea_orm::{DatabaseConnection, SqlxPostgresConnector};
-
-    /// See [`super::guarded_pool`].
-    pub(super) fn pool(
-        db: &DatabaseConnection,
-        max: u32,
-        name: Option<&str>,
-    ) -> DatabaseConnection {
-        let app = db.get_postgres_connection_pool();
-        let mut connect = (*app.connect_options()).clone();
-        if let Some(name) = name {
-            connect = connect.application_name(name);
-        }
-        let options: PgPoolOptions = super::relay_options(app.options(), max)
-            .after_release(|conn, _| Box::pin(super::bounded(check(conn))))
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for < super::IDLE_RECHECK {
-                        return Ok(true);
-                    }
-                    super::bounded(check(conn)).await
-                })
-            });
-        SqlxPostgresConnector::from_sqlx_postgres_pool(options.connect_lazy_with(connect))
-    }
-
-    /// The check of [`super::guarded_pool`] on one connection: whether to keep it.
-    async fn check(conn: &mut sqlx::PgConnection) -> bool {
-        let checked = sqlx::raw_sql("SELECT transaction_timestamp() = statement_timestamp()")
-            .fetch_one(&mut *conn)
-            .await;
-        match checked {
-            Ok(row) => match row.try_get::<bool, _>(0) {
-                Ok(clean) => super::verdict(!clean),
-                Err(e) => super::dead(&e),
-            },
-            // Inside a transaction that already failed: every statement is refused.
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("25P02") => {
-                super::verdict(true)
-            }
-            Err(e) => super::dead(&e),
-        }
-    }
-}
-
-#[cfg(feature = "mysql")]
-mod mysql {
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    use sea_orm::sqlx::mysql::MySqlPoolOptions;
-    use sea_orm::sqlx::{self, Row};
-    use sea_orm::{DatabaseConnection, SqlxMySqlConnector};
-
-    /// Whether a server without `@@in_transaction` was met (warned once per process).
-    static UNCHECKABLE: AtomicBool = AtomicBool::new(false);
-
-    /// See [`super::guarded_pool`].
-    pub(super) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
-        let app = db.get_mysql_connection_pool();
-        let connect = (*app.connect_options()).clone();
-        let options: MySqlPoolOptions = super::relay_options(app.options(), max)
-            .after_release(|conn, _| Box::pin(super::bounded(check(conn))))
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for < super::IDLE_RECHECK {
-                        return Ok(true);
-                    }
-                    super::bounded(check(conn)).await
-                })
-            });
-        SqlxMySqlConnector::from_sqlx_mysql_pool(options.connect_lazy_with(connect))
-    }
-
-    /// The check of [`super::guarded_pool`] on one connection: whether to keep it.
-    async fn check(conn: &mut sqlx::MySqlConnection) -> bool {
-        let checked = sqlx::raw_sql("SELECT CAST(@@in_transaction AS SIGNED)")
-            .fetch_one(&mut *conn)
-            .await;
-        match checked {
-            Ok(row) => match row.try_get::<i64, _>(0) {
-                Ok(open) => super::verdict(open != 0),
-                Err(e) => super::dead(&e),
-            },
-            // MySQL proper has no `@@in_transaction` (MariaDB has): nothing to check with;
-            // say so once and keep the connection.
-            Err(sqlx::Error::Database(e)) if e.message().contains("in_transaction") => {
-                if !UNCHECKABLE.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        error = %e,
-                        "this MySQL server has no @@in_transaction: relay connections are not \
-                         checked for leaked transactions"
-                    );
-                }
-                true
-            }
-            Err(e) => super::dead(&e),
-        }
-    }
 }

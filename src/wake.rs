@@ -1,5 +1,6 @@
-//! What a worker waits on between rounds: the poll delay, and on Postgres also a `LISTEN` on
-//! [`crate::store::dialect::WAKE_CHANNEL`], notified by every committed
+//! What a worker waits on between rounds: the poll delay, and where the driver listens
+//! ([`crate::driver::Driver::listens`]: Postgres) also a `LISTEN` on
+//! [`crate::driver::WAKE_CHANNEL`], notified by every committed
 //! [`crate::OutboxExt::with_event`] whose event keeps [`crate::NewEvent::notify_relays`] on.
 //! Polling stays as the safety net: a notification lost while the listener reconnects only
 //! delays an event until the next poll (and not even that: a round follows every reconnect).
@@ -16,11 +17,12 @@
 //!   no `LISTEN` is sent (through such a pooler it would leave a server connection subscribed,
 //!   breaking the statements of whichever client gets it next). Then the new `LISTEN`
 //!   connection sends itself a `NOTIFY` from the other connection, with a payload of its own
-//!   ([`SELF_CHECK_PREFIX`] and a random token; never a wake reason), and expects it within
-//!   [`SELF_CHECK_TIMEOUT`]. When either step fails (a pooler in transaction mode such as
+//!   (the self-check's prefix and a random token; never a wake reason), and expects it within
+//!   2 seconds. When either step fails (a pooler in transaction mode such as
 //!   PgBouncer, a read replica behind a proxy), the worker logs a WARN once, gives the
 //!   connections back and polls; it checks again every [`SELF_CHECK_RETRY`] (quietly, at
 //!   DEBUG) in case the path to the database changed, and logs at INFO when a check passes.
+//!   The connections and the check are the driver's ([`crate::driver::Listener`]).
 //!
 //! **Follow-up round.** Concurrent writers share notifications ([`crate::NewEvent::notify_interval`]):
 //! an insert skips its own `NOTIFY` while another open transaction holds the current slot, and
@@ -42,38 +44,16 @@
 //! follow-up of the series (more than half the poll delay after the wake-up).
 //!
 //! The gauge [`crate::metrics::WAKE_LISTENING`] tells whether wake-on-commit is live.
-// Without the `postgres` feature the listener half is compiled out.
-#![cfg_attr(not(feature = "postgres"), allow(dead_code))]
 use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 use tokio::time::Instant;
 
-#[cfg(feature = "postgres")]
-use crate::store::dialect::WAKE_CHANNEL;
-#[cfg(feature = "postgres")]
-use crate::store::Dialect;
-#[cfg(feature = "postgres")]
-use sea_orm::sqlx::postgres::PgListener;
-#[cfg(feature = "postgres")]
-use sea_orm::sqlx::{AssertSqlSafe, Executor};
-
-/// Without the `postgres` feature there is nothing to listen with: the worker polls.
-#[cfg(not(feature = "postgres"))]
-type PgListener = std::convert::Infallible;
-
-/// Longest the set-up of a `LISTEN` connection may take (taking a connection from the pool and
-/// running `LISTEN`; also sending the self-check's `NOTIFY`): 2 seconds. A database that is
-/// down must not hold up the rounds or a shutdown for longer.
-const LISTEN_SETUP_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Longest the self-check's own `NOTIFY` may take to come back to the new `LISTEN` connection
-/// before the check fails: 2 seconds.
-pub(crate) const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+use crate::driver::{Driver, Heard, ListenFailure, Listener};
 
 /// After a failed self-check, how long the worker polls before it checks again: 5 minutes. A
 /// pooler or a replica does not go away by itself, so the check is repeated rarely (each
-/// repetition holds two connections for up to [`SELF_CHECK_TIMEOUT`]) and only at DEBUG.
+/// repetition holds two connections for up to 2 seconds) and only at DEBUG.
 pub(crate) const SELF_CHECK_RETRY: Duration = Duration::from_secs(300);
 
 /// Pause before the second attempt to re-establish a lost `LISTEN` connection (the first is
@@ -83,10 +63,6 @@ pub(crate) const RECONNECT_BACKOFF_FIRST: Duration = Duration::from_millis(500);
 
 /// Longest pause between attempts to re-establish a lost `LISTEN` connection: 30 seconds.
 pub(crate) const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-/// The payload prefix of the self-check's `NOTIFY` (followed by a random token). A
-/// notification with it is never a wake reason, whichever worker sent it.
-pub(crate) const SELF_CHECK_PREFIX: &str = "sea_orm_outbox:self-check:";
 
 /// Why the wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +83,7 @@ enum Mode {
     /// Wake-on-commit is off, or the backend cannot notify: the poll delay only.
     Off,
     /// A `LISTEN` connection whose self-check passed.
-    Listening(PgListener),
+    Listening(Listener),
     /// Polling until the next attempt to listen, at `retry_at`.
     Polling {
         /// When the next attempt may start.
@@ -115,21 +91,9 @@ enum Mode {
     },
 }
 
-/// Why an attempt to listen failed.
-enum Failure {
-    /// The database could not be reached, or a statement failed (the error's text).
-    Unreachable(String),
-    /// Listening works, but the self-check's `NOTIFY` did not come back within
-    /// [`SELF_CHECK_TIMEOUT`].
-    NotDelivered,
-    /// Two connections of the pool shared one server session: a pooler in transaction mode
-    /// (found before any `LISTEN` was sent).
-    SharedSessions,
-}
-
 /// The between-rounds wait of one worker.
 pub(crate) struct Wake {
-    /// The pool to listen through: `Some` on Postgres with wake-on-commit on.
+    /// The pool to listen through: `Some` where the driver listens and wake-on-commit is on.
     db: Option<DatabaseConnection>,
     mode: Mode,
     /// Failed attempts since the connection was last lost (or since the start): sets the
@@ -149,17 +113,12 @@ pub(crate) struct Wake {
 }
 
 impl Wake {
-    /// Listens on Postgres when `enabled`; polls otherwise. Nothing is connected here: the
+    /// Listens when `enabled` where the driver can ([`Driver::listens`]); polls otherwise. Nothing is connected here: the
     /// first wait sets up the `LISTEN` connection (one connection of `db`'s pool, held while
     /// listening) and its self-check, so the worker's first round is not delayed by them.
     pub(crate) fn new(db: &DatabaseConnection, enabled: bool) -> Self {
-        #[cfg(feature = "postgres")]
-        let db = (enabled && Dialect::of(db.get_database_backend()).listen()).then(|| db.clone());
-        #[cfg(not(feature = "postgres"))]
-        let db = {
-            let _ = (db, enabled);
-            None
-        };
+        let listens = Driver::of(db.get_database_backend()).is_some_and(Driver::listens);
+        let db = (enabled && listens).then(|| db.clone());
         let mode = match db {
             Some(_) => Mode::Polling {
                 retry_at: Instant::now(),
@@ -233,8 +192,9 @@ impl Wake {
                     }
                 }
                 Mode::Listening(listener) => {
-                    let lost = match Self::wait_listening(listener, deadline).await {
-                        Ok(woken) => return woken,
+                    let lost = match listener.wait_until(deadline).await {
+                        Ok(Heard::Timer) => return Woken::Timer,
+                        Ok(Heard::Notified) => return Woken::Notified,
                         Err(lost) => lost,
                     };
                     tracing::warn!(
@@ -256,33 +216,6 @@ impl Wake {
                 }
             }
         }
-    }
-
-    /// Waits on `listener` until `deadline` or a notification (other than a self-check's).
-    /// `Err` with the reason when the connection was lost.
-    #[cfg(feature = "postgres")]
-    async fn wait_listening(listener: &mut PgListener, deadline: Instant) -> Result<Woken, String> {
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(deadline) => return Ok(Woken::Timer),
-                got = listener.try_recv() => match got {
-                    Ok(Some(n)) if is_self_check(n.payload()) => continue,
-                    Ok(Some(_)) => {
-                        while listener.next_buffered().is_some() {}
-                        return Ok(Woken::Notified);
-                    }
-                    // `try_recv` says `None` when the connection closed (it does not
-                    // reconnect: `eager_reconnect(false)`).
-                    Ok(None) => return Err("the connection closed".to_owned()),
-                    Err(e) => return Err(e.to_string()),
-                },
-            }
-        }
-    }
-
-    #[cfg(not(feature = "postgres"))]
-    async fn wait_listening(listener: &mut PgListener, _: Instant) -> Result<Woken, String> {
-        match *listener {}
     }
 
     /// One attempt to listen (connect, `LISTEN`, self-check); logs and records its outcome and
@@ -312,7 +245,7 @@ impl Wake {
                 self.set_live(true);
                 true
             }
-            Err(Failure::Unreachable(error)) => {
+            Err(ListenFailure::Unreachable(error)) => {
                 self.failures += 1;
                 let pause = backoff(self.failures);
                 if self.failures == 1 {
@@ -334,9 +267,9 @@ impl Wake {
                 };
                 false
             }
-            Err(failure @ (Failure::NotDelivered | Failure::SharedSessions)) => {
+            Err(failure @ (ListenFailure::NotDelivered | ListenFailure::SharedSessions)) => {
                 let reason = match failure {
-                    Failure::SharedSessions => {
+                    ListenFailure::SharedSessions => {
                         "two connections of the pool shared one server session: a pooler in \
                          transaction mode (PgBouncer?); no LISTEN was sent. Through such a \
                          pooler the relay's prepared statements fail too: configure \
@@ -371,77 +304,13 @@ impl Wake {
     }
 
     /// A new `LISTEN` connection that passed the self-check.
-    #[cfg(feature = "postgres")]
-    async fn listen(&self) -> Result<PgListener, Failure> {
-        let Some(db) = &self.db else {
-            return Err(Failure::Unreachable("wake-on-commit is off".to_owned()));
-        };
-        let pool = db.get_postgres_connection_pool();
-        let unreachable = |e: sea_orm::sqlx::Error| Failure::Unreachable(e.to_string());
-        let timed_out = |what: &str| Failure::Unreachable(format!("{what} timed out"));
-        // Two connections of the pool, both listeners: the one that will LISTEN, and `other`,
-        // which probes for a transaction pooler and sends the self-check's NOTIFY (as a
-        // commit's would come, from another connection). `other` never LISTENs, but it is a
-        // listener too: behind a transaction pooler it may get a server connection that a
-        // `LISTEN` left subscribed, and a plain sqlx connection fails its statement on a
-        // notification it did not ask for ("expected ReadyForQuery, got NotificationResponse");
-        // a listener buffers (and here drops) it.
-        let setup = async {
-            let mut l = PgListener::connect_with(pool).await?;
-            // A lost connection must surface as `Ok(None)` from `try_recv`, not be replaced
-            // behind the worker's back (which would skip the self-check and the WARN).
-            l.eager_reconnect(false);
-            let mut other = PgListener::connect_with(pool).await?;
-            let shared = shares_sessions(&mut l, &mut other).await?;
-            Ok::<_, sea_orm::sqlx::Error>((l, other, shared))
-        };
-        let (mut listener, mut other, shared) = tokio::time::timeout(LISTEN_SETUP_TIMEOUT, setup)
-            .await
-            .map_err(|_| timed_out("LISTEN set-up"))?
-            .map_err(unreachable)?;
-        if shared {
-            // No LISTEN at all: through a transaction pooler it would leave a server connection
-            // subscribed, whose notifications then reach (and break the statements of) whichever
-            // client gets that server connection next.
-            return Err(Failure::SharedSessions);
+    async fn listen(&self) -> Result<Listener, ListenFailure> {
+        match &self.db {
+            Some(db) => Listener::open(db).await,
+            None => Err(ListenFailure::Unreachable(
+                "wake-on-commit is off".to_owned(),
+            )),
         }
-        let payload = format!("{SELF_CHECK_PREFIX}{}", uuid::Uuid::new_v4().simple());
-        let send = async {
-            listener.listen(WAKE_CHANNEL).await?;
-            (&mut other)
-                .execute(AssertSqlSafe(self_check_sql(&payload)))
-                .await?;
-            Ok::<_, sea_orm::sqlx::Error>(())
-        };
-        tokio::time::timeout(LISTEN_SETUP_TIMEOUT, send)
-            .await
-            .map_err(|_| timed_out("LISTEN and the self-check's NOTIFY"))?
-            .map_err(unreachable)?;
-        drop(other);
-        let arrived = async {
-            loop {
-                match listener.try_recv().await {
-                    Ok(Some(n)) if n.payload() == payload => return Ok(()),
-                    // Commits' notifications meanwhile: the round after this attempt covers them.
-                    Ok(Some(_)) => continue,
-                    Ok(None) => return Err(Failure::Unreachable("the connection closed".into())),
-                    Err(e) => return Err(unreachable(e)),
-                }
-            }
-        };
-        match tokio::time::timeout(SELF_CHECK_TIMEOUT, arrived).await {
-            Ok(Ok(())) => Ok(listener),
-            Ok(Err(failure)) => Err(failure),
-            // Dropping the listener gives its connection back to the pool (after `UNLISTEN *`).
-            Err(_) => Err(Failure::NotDelivered),
-        }
-    }
-
-    #[cfg(not(feature = "postgres"))]
-    async fn listen(&self) -> Result<PgListener, Failure> {
-        Err(Failure::Unreachable(
-            "built without the postgres feature".to_owned(),
-        ))
     }
 
     /// Moves the [`crate::metrics::WAKE_LISTENING`] gauge when this wait starts or stops
@@ -460,57 +329,6 @@ impl Drop for Wake {
         self.set_live(false);
     }
 }
-
-/// Whether the pool's connections share server sessions (a pooler in transaction or
-/// statement mode), found before any `LISTEN` is sent: `mine` asks for its backend's pid,
-/// `other` opens a transaction and asks for its own, then `mine` asks again. On their own
-/// sessions (Postgres itself, a session-mode pooler) two connections never report the same pid
-/// and one connection never changes its pid. Behind a transaction pooler the transaction of
-/// `other` usually gets the server connection that `mine` just released (PgBouncer reuses the
-/// most recent one), and `mine` then gets another: either pid betrays the sharing. When neither
-/// does (the pooler handed out other server connections), the `NOTIFY` of the self-check
-/// still finds it out.
-#[cfg(feature = "postgres")]
-async fn shares_sessions(
-    mine: &mut PgListener,
-    other: &mut PgListener,
-) -> Result<bool, sea_orm::sqlx::Error> {
-    use sea_orm::sqlx::{Acquire, Row};
-    // Simple-protocol statements (no parameters), so that a transaction pooler runs them.
-    // language=SQL
-    const PID: &str = "SELECT pg_backend_pid()";
-    let first: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
-    let mut txn = (&mut *other).begin().await?;
-    let theirs: i32 = (&mut *txn).fetch_one(PID).await?.try_get(0)?;
-    let again: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
-    txn.rollback().await?;
-    Ok(pids_show_sharing(first, theirs, again))
-}
-
-/// The verdict of [`shares_sessions`] on the pids it saw: `first` and `again` of one
-/// connection, `theirs` of another one in between.
-fn pids_show_sharing(first: i32, theirs: i32, again: i32) -> bool {
-    theirs == first || again != first
-}
-
-/// Whether `payload` is a self-check's (of this worker or another): never a wake reason.
-fn is_self_check(payload: &str) -> bool {
-    payload.starts_with(SELF_CHECK_PREFIX)
-}
-
-/// The self-check's `NOTIFY` (simple protocol, so that it passes any pooler). `payload` is
-/// [`SELF_CHECK_PREFIX`] and a hexadecimal token: nothing to escape.
-fn self_check_sql(payload: &str) -> String {
-    debug_assert!(payload.bytes().all(|b| b != b'\''));
-    // language=SQL
-    format!("NOTIFY {WAKE_CHANNEL_SQL}, '{payload}'")
-}
-
-/// [`crate::store::dialect::WAKE_CHANNEL`] as an SQL identifier (lower case, so unquoted).
-#[cfg(feature = "postgres")]
-const WAKE_CHANNEL_SQL: &str = WAKE_CHANNEL;
-#[cfg(not(feature = "postgres"))]
-const WAKE_CHANNEL_SQL: &str = "sea_orm_outbox";
 
 /// The pause after `failures` failed attempts to re-establish a lost `LISTEN` connection:
 /// [`RECONNECT_BACKOFF_FIRST`] doubled per further failure, at most [`RECONNECT_BACKOFF_MAX`],
@@ -545,27 +363,5 @@ mod tests {
         for n in [7, 8, 20, u32::MAX] {
             assert!((27_000..=33_000).contains(&ms(n)), "{n}: {}", ms(n));
         }
-    }
-
-    #[test]
-    fn pids_tell_shared_sessions() {
-        // Own sessions (Postgres itself, a session-mode pooler): distinct, stable pids.
-        assert!(!pids_show_sharing(10, 11, 10));
-        // A transaction pooler gave the other connection this one's server session...
-        assert!(pids_show_sharing(10, 10, 11));
-        assert!(pids_show_sharing(10, 10, 10));
-        // ... or this connection a different one the second time.
-        assert!(pids_show_sharing(10, 11, 12));
-    }
-
-    #[test]
-    fn self_check_payloads_are_no_wake_reason() {
-        assert!(is_self_check(&format!("{SELF_CHECK_PREFIX}0123abcd")));
-        assert!(!is_self_check(""), "a commit's notification wakes");
-        assert!(!is_self_check("sentinel"));
-        assert_eq!(
-            self_check_sql("sea_orm_outbox:self-check:ab12"),
-            "NOTIFY sea_orm_outbox, 'sea_orm_outbox:self-check:ab12'"
-        );
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::TestContext;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, TransactionTrait};
+use sea_orm_outbox::driver::{self, Claim};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::store::{self, dialect, Claim};
 use sea_orm_outbox::{
     CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt, RetryPolicy,
     WorkerConfig,
@@ -170,7 +170,9 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
             Events::update_many()
                 .col_expr(
                     Column::NextRetryTime,
-                    dialect::now_plus(backend, Duration::from_secs(86_400)),
+                    driver::Driver::of(backend)
+                        .expect("a known backend")
+                        .now_plus(Duration::from_secs(86_400)),
                 )
                 .filter(Column::Id.eq(not_due))
                 .exec(db)
@@ -212,7 +214,7 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
     for i in 0..3 {
         let id = new_event(db, &format!("ORPHAN-{i}")).await;
         assert_eq!(
-            store::claim(db, id, 0, "died").await.expect("claim"),
+            driver::claim(db, id, 0, "died").await.expect("claim"),
             Claim::Won
         );
         age(db, id, Column::ClaimedAt, Duration::from_secs(11 * 60)).await;

@@ -12,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::{ScriptedPublisher, TestContext};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
+use sea_orm_outbox::driver::{self, Transition};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::store::{self, Transition};
 use sea_orm_outbox::{
     CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
     OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
@@ -66,8 +66,8 @@ async fn batch_race_publishes_each_event_once(ctx: &TestContext) {
 async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     let db = &ctx.db;
     let ids = insert_many(&ctx.db, "ORD", 30).await;
-    let a = store::claim_batch(db, "a", 20).await.expect("claim a");
-    let b = store::claim_batch(db, "b", 20).await.expect("claim b");
+    let a = driver::claim_batch(db, "a", 20).await.expect("claim a");
+    let b = driver::claim_batch(db, "b", 20).await.expect("claim b");
     assert_eq!((a.len(), b.len()), (20, 10));
     // Oldest due first, disjoint, each row SENDING under its owner.
     assert_eq!(
@@ -85,18 +85,18 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
             assert_eq!(e, &event(db, e.id).await);
         }
     }
-    assert!(store::claim_batch(db, "c", 20)
+    assert!(driver::claim_batch(db, "c", 20)
         .await
         .expect("claim c")
         .is_empty());
     // Owner guards hold for batch-claimed rows.
     let first = a[0].id;
     assert_eq!(
-        store::mark_success(db, first, "b").await.expect("ack"),
+        driver::mark_success(db, first, "b").await.expect("ack"),
         Transition::LeaseLost
     );
     assert_eq!(
-        store::mark_success_many(db, &[first, b[0].id], "a")
+        driver::mark_success_many(db, &[first, b[0].id], "a")
             .await
             .expect("ack"),
         1
@@ -106,25 +106,25 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     // Expired batch leases are reclaimed like per-row ones.
     let a_ids: Vec<i64> = a[1..].iter().map(|e| e.id).collect();
     age_many(db, &a_ids, Column::ClaimedAt, Duration::from_secs(60)).await;
-    let r = store::reclaim_stuck(db, Duration::from_secs(30), 3, store::RECLAIM_BATCH)
+    let r = driver::reclaim_stuck(db, Duration::from_secs(30), 3, driver::RECLAIM_BATCH)
         .await
         .expect("reclaim");
     assert_eq!((r.requeued, r.dead_lettered), (19, 0));
     // A reclaimed row is claimable again, and A's late ack changes nothing.
-    let again = store::claim_batch(db, "c", 50).await.expect("claim c");
+    let again = driver::claim_batch(db, "c", 50).await.expect("claim c");
     assert_eq!(again.len(), 19);
     assert_eq!(
-        store::mark_success_many(db, &a_ids, "a")
+        driver::mark_success_many(db, &a_ids, "a")
             .await
             .expect("late"),
         0
     );
     assert_eq!(
-        store::release_unsent(db, &a_ids, "a").await.expect("late"),
+        driver::release_unsent(db, &a_ids, "a").await.expect("late"),
         0
     );
     assert_eq!(
-        store::release_unsent(db, &a_ids, "c")
+        driver::release_unsent(db, &a_ids, "c")
             .await
             .expect("hand back"),
         19
@@ -198,7 +198,7 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             Duration::from_secs(20),
             Duration::from_millis(50),
             || async {
-                let _ = store::reclaim_stuck(db, lease, 3, store::RECLAIM_BATCH)
+                let _ = driver::reclaim_stuck(db, lease, 3, driver::RECLAIM_BATCH)
                     .await
                     .expect("reclaim");
                 event(db, poison).await.status != EventStatus::Sending
@@ -214,7 +214,7 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             EventStatus::Fail
         };
         assert_eq!(e.status, expected, "attempt {attempt}");
-        assert_eq!(e.last_error.as_deref(), Some(store::LEASE_EXPIRED));
+        assert_eq!(e.last_error.as_deref(), Some(driver::LEASE_EXPIRED));
     }
     // The other 20 are delivered: by the instances before they died, and by a next instance
     // that the dead letter no longer stops.
@@ -432,8 +432,8 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
     // A reclaim: an instance died holding a lease.
     let dead = new_event(db, "DEAD").await;
     assert_eq!(
-        store::claim(db, dead, 0, "dead").await.expect("claim"),
-        store::Claim::Won
+        driver::claim(db, dead, 0, "dead").await.expect("claim"),
+        driver::Claim::Won
     );
     age(db, dead, Column::ClaimedAt, Duration::from_secs(60)).await;
     // A success, a retry ("RETRY" fails retryably) and a dead letter ("PERM" fails for good).
@@ -541,7 +541,7 @@ async fn a_panicking_publisher_fails_one_send_not_the_worker(ctx: &TestContext) 
 async fn reclaim_works_in_bounded_batches(ctx: &TestContext) {
     let db = &ctx.db;
     let ids = insert_many(&ctx.db, "EXPIRED", 7).await;
-    let claimed = store::claim_batch(db, "died", 8).await.expect("claim");
+    let claimed = driver::claim_batch(db, "died", 8).await.expect("claim");
     assert_eq!(claimed.len(), 7);
     // Six leases expired, two of them with their retries used up; the seventh is fresh.
     age_many(db, &ids[..6], Column::ClaimedAt, Duration::from_secs(60)).await;
@@ -551,14 +551,14 @@ async fn reclaim_works_in_bounded_batches(ctx: &TestContext) {
         .exec(db)
         .await
         .expect("used up");
-    let r = store::reclaim_stuck(db, Duration::from_secs(30), 3, 4)
+    let r = driver::reclaim_stuck(db, Duration::from_secs(30), 3, 4)
         .await
         .expect("reclaim");
     assert_eq!((r.requeued, r.dead_lettered), (4, 2));
     assert_eq!(count(db, EventStatus::Wait).await, 4);
     assert_eq!(count(db, EventStatus::Fail).await, 2);
     assert_eq!(event(db, ids[6]).await.status, EventStatus::Sending);
-    assert!(store::reclaim_stuck(db, Duration::from_secs(30), 3, 0)
+    assert!(driver::reclaim_stuck(db, Duration::from_secs(30), 3, 0)
         .await
         .is_err());
 }

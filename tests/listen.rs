@@ -812,19 +812,19 @@ async fn simple_protocol_through_pgbouncer_transaction_mode(ctx: &TestContext) {
 /// models as the binary rows of prepared statements: `timestamptz` (microseconds), `i32`/`i64`,
 /// text, and `NULL` and non-`NULL` nullable columns, a `'` and `\` in `last_error` included.
 async fn simple_protocol_rows_decode(ctx: &TestContext) {
-    use sea_orm_outbox::store::{self, RelayDb};
+    use sea_orm_outbox::driver::{self, RelayDb};
     for i in 0..3 {
         commit_one(&ctx.db, &format!("DECODE-{i}")).await;
     }
     let simple = RelayDb::new(ctx.pool(2).await, StatementProtocol::Simple).expect("postgres");
     // Claimed through the simple protocol: the rows of the claim's `UPDATE ... RETURNING`, text
     // format.
-    let claimed = store::claim_batch(&simple, "decode#01", 3)
+    let claimed = driver::claim_batch(&simple, "decode#01", 3)
         .await
         .expect("claim");
     assert_eq!(claimed.len(), 3);
     let fresh = |id| async move {
-        store::find_event(&ctx.db, id)
+        driver::find_event(&ctx.db, id)
             .await
             .expect("read")
             .expect("row")
@@ -838,24 +838,24 @@ async fn simple_protocol_rows_decode(ctx: &TestContext) {
     }
     let (a, b, c) = (&claimed[0], &claimed[1], &claimed[2]);
     let reason = "it's \\ 'quoted'\n\ttabbed, ünïcode";
-    let t = store::release_for_retry(&simple, a.id, "decode#01", Duration::from_millis(1), reason)
+    let t = driver::release_for_retry(&simple, a.id, "decode#01", Duration::from_millis(1), reason)
         .await
         .expect("release");
-    assert_eq!(t, store::Transition::Applied);
-    let t = store::mark_success(&simple, b.id, "decode#01")
+    assert_eq!(t, driver::Transition::Applied);
+    let t = driver::mark_success(&simple, b.id, "decode#01")
         .await
         .expect("success");
-    assert_eq!(t, store::Transition::Applied);
-    let t = store::mark_success(&simple, c.id, "someone-else#02")
+    assert_eq!(t, driver::Transition::Applied);
+    let t = driver::mark_success(&simple, c.id, "someone-else#02")
         .await
         .expect("guarded");
     assert_eq!(
         t,
-        store::Transition::LeaseLost,
+        driver::Transition::LeaseLost,
         "the owner guard holds inlined"
     );
     for m in &claimed {
-        let via_simple = store::find_event(&simple, m.id)
+        let via_simple = driver::find_event(&simple, m.id)
             .await
             .expect("simple read")
             .expect("row");
@@ -1003,7 +1003,7 @@ async fn test_listener(ctx: &TestContext) -> sea_orm::sqlx::postgres::PgListener
     let mut l = sea_orm::sqlx::postgres::PgListener::connect(&ctx.url)
         .await
         .expect("listener");
-    l.listen(sea_orm_outbox::store::dialect::WAKE_CHANNEL)
+    l.listen(sea_orm_outbox::driver::WAKE_CHANNEL)
         .await
         .expect("LISTEN");
     l

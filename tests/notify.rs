@@ -48,7 +48,7 @@ backend_test!(
 
 /// A raw listener on [`CHANNEL`] (its own connection, not the test's pool).
 async fn listener(ctx: &TestContext) -> PgListener {
-    assert_eq!(sea_orm_outbox::store::dialect::WAKE_CHANNEL, CHANNEL);
+    assert_eq!(sea_orm_outbox::driver::WAKE_CHANNEL, CHANNEL);
     let mut l = PgListener::connect(&ctx.url).await.expect("listener");
     l.listen(CHANNEL).await.expect("LISTEN");
     l

@@ -12,7 +12,7 @@ use common::ordered::{flaky, ordered_config, OrderCheck};
 use common::{count, event, insert_keys, Fleet, TestContext};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use sea_orm_outbox::test_support::wait_until;
-use sea_orm_outbox::{ops, store::HeadScan, EventStatus, InMemoryPublisher, OrderedPolicy};
+use sea_orm_outbox::{driver::HeadScan, ops, EventStatus, InMemoryPublisher, OrderedPolicy};
 
 backend_tests!(
     three_relays_deliver_every_key_in_id_order,
@@ -156,12 +156,12 @@ async fn batched_runs_go_out_in_one_call_per_key_in_order(ctx: &TestContext) {
 /// (`run_once`), so each step is checked in turn.
 async fn a_reclaimed_head_stays_the_head_of_its_key(ctx: &TestContext) {
     use sea_orm_outbox::event_record::Column;
-    use sea_orm_outbox::{store, CancellationToken, Worker};
+    use sea_orm_outbox::{driver, CancellationToken, Worker};
     let db = &ctx.db;
     let keys: Vec<String> = ["K", "L"].iter().map(|k| k.to_string()).collect();
     let ids = insert_keys(db, &keys, 3).await;
     let head = ids["K"][0];
-    let dead = store::claim_ordered(
+    let dead = driver::claim_ordered(
         db,
         "dead-relay#1",
         OrderedPolicy::Block,
@@ -208,13 +208,13 @@ async fn a_reclaimed_head_stays_the_head_of_its_key(ctx: &TestContext) {
     assert_eq!(publisher.first_deliveries()["K"], ids["K"]);
 }
 
-/// The claim alone, raced: 4 claimers on pools of their own call `store::claim_ordered` in a
+/// The claim alone, raced: 4 claimers on pools of their own call `driver::claim_ordered` in a
 /// loop over 50 keys × 10 events and mark what they got `SUCCESS` (the [`flaky`] heads back off
 /// once instead, their runs handed back). No key is ever held by two
 /// claims at once, a claim of a key is its next events in id order, and every event claimed
 /// had all earlier events of its key marked before.
 async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
-    use sea_orm_outbox::store;
+    use sea_orm_outbox::driver;
     let keys: Vec<String> = (0..50).map(|k| format!("R{k:02}")).collect();
     let ids = Arc::new(insert_keys(&ctx.db, &keys, 10).await);
     let held: Arc<Mutex<HashSet<String>>> = Arc::default();
@@ -234,7 +234,7 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
         claimers.push(tokio::spawn(async move {
             for round in 0.. {
                 let owner = format!("racer-{c}#{round}");
-                let got = store::claim_ordered(
+                let got = driver::claim_ordered(
                     &db,
                     &owner,
                     OrderedPolicy::Block,
@@ -285,11 +285,11 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
                 for run in by_key.values() {
                     if flaky(run[0]) && failed.lock().unwrap().insert(run[0]) {
                         let backoff = Duration::from_millis(20);
-                        let t = store::release_for_retry(&db, run[0], &owner, backoff, "flaky")
+                        let t = driver::release_for_retry(&db, run[0], &owner, backoff, "flaky")
                             .await
                             .expect("release for retry");
-                        assert_eq!(t, store::Transition::Applied);
-                        store::release_unsent(&db, &run[1..], &owner)
+                        assert_eq!(t, driver::Transition::Applied);
+                        driver::release_unsent(&db, &run[1..], &owner)
                             .await
                             .expect("hand back");
                     } else {
@@ -297,7 +297,7 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
                     }
                 }
                 marked.lock().unwrap().extend(&got_ids);
-                let n = store::mark_success_many(&db, &got_ids, &owner)
+                let n = driver::mark_success_many(&db, &got_ids, &owner)
                     .await
                     .expect("mark");
                 assert_eq!(n, got_ids.len() as u64);
@@ -319,12 +319,12 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
 /// `Skip`: A0 is a dead letter and A1 went on; A0 retried while A1 is still out is not
 /// claimed (two events of A would be held at once) until A1 is done, then it is.
 async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestContext) {
-    use sea_orm_outbox::store::{self, Transition};
+    use sea_orm_outbox::driver::{self, Transition};
     let db = &ctx.db;
     let ids = insert_keys(db, &["A".to_owned()], 2).await;
     let (a0, a1) = (ids["A"][0], ids["A"][1]);
     let claim = async |owner: &str| -> Vec<i64> {
-        store::claim_ordered(db, owner, OrderedPolicy::Skip, 5, 5, HeadScan::Deep)
+        driver::claim_ordered(db, owner, OrderedPolicy::Skip, 5, 5, HeadScan::Deep)
             .await
             .expect("claim")
             .iter()
@@ -333,13 +333,15 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     };
     assert_eq!(claim("r#1").await, [a0, a1], "the head and its run");
     assert_eq!(
-        store::mark_fail(db, a0, "r#1", "refused")
+        driver::mark_fail(db, a0, "r#1", "refused")
             .await
             .expect("fail"),
         Transition::Applied
     );
     assert_eq!(
-        store::release_unsent(db, &[a1], "r#1").await.expect("back"),
+        driver::release_unsent(db, &[a1], "r#1")
+            .await
+            .expect("back"),
         1
     );
     assert_eq!(claim("r#2").await, [a1], "Skip goes past the dead letter");
@@ -349,7 +351,7 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     );
     assert!(claim("r#3").await.is_empty(), "A0 waits while A1 is out");
     assert_eq!(
-        store::mark_success(db, a1, "r#2").await.expect("mark"),
+        driver::mark_success(db, a1, "r#2").await.expect("mark"),
         Transition::Applied
     );
     assert_eq!(
@@ -429,7 +431,7 @@ async fn explain(db: &DatabaseConnection, stmt: Statement) -> String {
 /// heads `UPDATE`; MariaDB: the locking `SELECT` of its claim); the blocked-key count of
 /// `outbox stats` scans no whole table.
 async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
-    use sea_orm_outbox::store;
+    use sea_orm_outbox::driver;
     let db = &ctx.db;
     let backend = ctx.db_backend();
     let fill = |status: &str, rows: u32, keys: u32| {
@@ -462,11 +464,12 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
         (OrderedPolicy::Skip, HeadScan::Deep),
         (OrderedPolicy::Block, HeadScan::for_heads(20)),
     ] {
+        let d = driver::Driver::of(backend).expect("a known backend");
         let claim = match backend {
-            DbBackend::Postgres => backend.build(&store::ordered_heads_statement(
-                backend, "me", policy, 20, true, scan,
-            )),
-            _ => backend.build(&store::ordered_heads_query(backend, policy, 20, true, scan)),
+            DbBackend::Postgres => {
+                d.build(&driver::ordered_heads_statement(d, "me", policy, 20, scan))
+            }
+            _ => d.build(&driver::ordered_heads_query(d, policy, 20, true, scan)),
         };
         let plan = explain(db, claim).await;
         eprintln!("{policy:?} {scan:?} claim plan:\n{plan}");
@@ -535,7 +538,9 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
     }
     let blocked = explain(
         db,
-        backend.build(&store::admin::blocked_keys_query(backend)),
+        backend.build(&driver::admin::blocked_keys_query(
+            driver::Driver::of(backend).expect("a known backend"),
+        )),
     )
     .await;
     // The blocked-key count starts from the dead letters (a status index) and reads the WAIT
@@ -579,22 +584,23 @@ async fn a_hot_key_drains_without_waiting_for_the_poll_delay(ctx: &TestContext) 
 /// for a deep scan as soon as a windowed claim found fewer heads than it had free slots: `C`
 /// goes out in the worker's second claim, long before `H` has drained.
 async fn a_head_behind_a_full_window_is_found_by_a_deep_scan(ctx: &TestContext) {
-    use sea_orm_outbox::store;
+    use sea_orm_outbox::driver;
     let db = &ctx.db;
     let h = insert_keys(db, &["H".to_owned()], 300).await;
     let c = insert_keys(db, &["C".to_owned()], 1).await["C"][0];
     let ids = |got: Vec<sea_orm_outbox::event_record::Model>| -> Vec<i64> {
         got.iter().map(|e| e.id).collect()
     };
-    let window = store::claim_ordered(db, "w#1", OrderedPolicy::Block, 2, 2, HeadScan::Window(256))
-        .await
-        .expect("windowed claim");
+    let window =
+        driver::claim_ordered(db, "w#1", OrderedPolicy::Block, 2, 2, HeadScan::Window(256))
+            .await
+            .expect("windowed claim");
     assert_eq!(
         ids(window),
         h["H"][..2],
         "the window holds only H's backlog"
     );
-    let deep = store::claim_ordered(db, "w#2", OrderedPolicy::Block, 2, 2, HeadScan::Deep)
+    let deep = driver::claim_ordered(db, "w#2", OrderedPolicy::Block, 2, 2, HeadScan::Deep)
         .await
         .expect("deep claim");
     assert_eq!(

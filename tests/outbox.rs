@@ -15,8 +15,8 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryTrait,
     Statement, TransactionTrait,
 };
+use sea_orm_outbox::driver::{self, Claim, Transition};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::store::{self, dialect, Claim, Transition};
 use sea_orm_outbox::{
     transactional_publish, CancellationToken, EventError, EventStatus, InMemoryPublisher, Migrator,
     MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, StatementProtocol, Worker,
@@ -143,7 +143,7 @@ async fn with_event_commits_and_rolls_back(ctx: &TestContext) {
     );
     assert!(e.claim_owner.is_none() && e.claimed_at.is_none());
     // Due now by the database clock: the relay's scan returns it.
-    let due = store::select_candidates(db, 20).await.expect("scan");
+    let due = driver::select_candidates(db, 20).await.expect("scan");
     assert_eq!(due.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
 
     let txn = db.begin().await.expect("begin");
@@ -290,7 +290,7 @@ async fn crash_after_claim_is_reclaimed(ctx: &TestContext) {
     let id = new_event(db, "ORD-C").await;
     // Instance A claims, then "dies": it never finishes.
     assert_eq!(
-        store::claim(db, id, 0, "dead-a").await.expect("claim"),
+        driver::claim(db, id, 0, "dead-a").await.expect("claim"),
         Claim::Won
     );
     let publisher = ScriptedPublisher::ok();
@@ -334,22 +334,22 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
     let db = &ctx.db;
     let id = new_event(db, "ORD-L").await;
     assert_eq!(
-        store::claim(db, id, 0, "a").await.expect("claim"),
+        driver::claim(db, id, 0, "a").await.expect("claim"),
         Claim::Won
     );
     age(db, id, Column::ClaimedAt, Duration::from_secs(60)).await;
-    let reclaimed = store::reclaim_stuck(db, Duration::from_secs(30), 3, store::RECLAIM_BATCH)
+    let reclaimed = driver::reclaim_stuck(db, Duration::from_secs(30), 3, driver::RECLAIM_BATCH)
         .await
         .expect("reclaim");
     assert_eq!((reclaimed.requeued, reclaimed.dead_lettered), (1, 0));
     // The reclaim counted as an attempt.
     assert_eq!(event(db, id).await.retry_count, 1);
     assert_eq!(
-        store::claim(db, id, 1, "b").await.expect("claim"),
+        driver::claim(db, id, 1, "b").await.expect("claim"),
         Claim::Won
     );
     assert_eq!(
-        store::claim(db, id, 1, "c").await.expect("claim"),
+        driver::claim(db, id, 1, "c").await.expect("claim"),
         Claim::Lost
     );
     let before = event(db, id).await;
@@ -359,35 +359,35 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
     );
 
     assert_eq!(
-        store::mark_success(db, id, "a").await.expect("ack"),
+        driver::mark_success(db, id, "a").await.expect("ack"),
         Transition::LeaseLost
     );
     assert_eq!(
-        store::release_for_retry(db, id, "a", Duration::from_secs(5), "late")
+        driver::release_for_retry(db, id, "a", Duration::from_secs(5), "late")
             .await
             .expect("release"),
         Transition::LeaseLost
     );
     assert_eq!(
-        store::mark_fail(db, id, "a", "late").await.expect("fail"),
+        driver::mark_fail(db, id, "a", "late").await.expect("fail"),
         Transition::LeaseLost
     );
     assert_eq!(event(db, id).await, before, "B's row is untouched");
     assert_eq!(
-        store::mark_success(db, id, "b").await.expect("ack"),
+        driver::mark_success(db, id, "b").await.expect("ack"),
         Transition::Applied
     );
     assert_eq!(event(db, id).await.status, EventStatus::Success);
 }
 
-/// `store::mark_success_and_claim_batch` (Postgres; the others have no such statement): the
+/// `driver::mark_success_and_claim_batch` (Postgres; the others have no such statement): the
 /// mark is guarded by the delivering claim's owner and counted by its own `rows_affected`, the
 /// claim takes only `WAIT` rows (never the ones being marked), both in one statement.
 async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     let db = &ctx.db;
     let backend = db.get_database_backend();
     let all = insert_many(db, "ORD-MC", 3).await;
-    let first: Vec<i64> = store::claim_batch(db, "a#1", 2)
+    let first: Vec<i64> = driver::claim_batch(db, "a#1", 2)
         .await
         .expect("claim")
         .iter()
@@ -400,11 +400,16 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
         .filter(|id| !first.contains(id))
         .collect();
     if backend != DbBackend::Postgres {
+        assert!(driver::mark_success_and_claim_statement(
+            driver::Driver::of(backend).expect("a known backend"),
+            &first,
+            "a#1",
+            "a#2",
+            9
+        )
+        .is_none());
         assert!(
-            store::mark_success_and_claim_statement(backend, &first, "a#1", "a#2", 9).is_none()
-        );
-        assert!(
-            store::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
+            driver::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
                 .await
                 .is_err()
         );
@@ -418,7 +423,7 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     .await
     .expect("steal");
     let stolen = event(db, first[1]).await;
-    let r = store::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
+    let r = driver::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
         .await
         .expect("mark and claim");
     assert_eq!(r.marked, 1, "only the row still a#1's");
@@ -431,7 +436,7 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     assert_eq!(event(db, first[1]).await, stolen, "b#1's row is untouched");
     assert_eq!(event(db, rest[0]).await, r.claimed[0]);
     // Nothing left to claim: the mark alone; a row of another claim is not marked.
-    let r = store::mark_success_and_claim_batch(db, &[rest[0], first[0]], "a#2", "a#3", 9)
+    let r = driver::mark_success_and_claim_batch(db, &[rest[0], first[0]], "a#2", "a#3", 9)
         .await
         .expect("mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
@@ -490,7 +495,7 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
             }
         }
     };
-    let first = store::claim_batch(db, "rs#1", 2).await.expect("claim");
+    let first = driver::claim_batch(db, "rs#1", 2).await.expect("claim");
     assert_eq!(first.iter().map(|e| e.id).collect::<Vec<_>>(), ids[..2]);
     assert_eq!(first[0].last_error.as_deref(), Some("broker said no"));
     assert_eq!(first[0].retry_count, 2);
@@ -499,7 +504,7 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         return;
     }
     let done: Vec<i64> = first.iter().map(|e| e.id).collect();
-    let r = store::mark_success_and_claim_batch(db, &done, "rs#1", "rs#2", 2)
+    let r = driver::mark_success_and_claim_batch(db, &done, "rs#1", "rs#2", 2)
         .await
         .expect("mark and claim");
     assert_eq!(r.marked, 2);
@@ -510,19 +515,19 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
     assert_eq!(r.claimed[1].last_error.as_deref(), Some("broker said no"));
     same(&r.claimed, "rs#2").await;
     // The same two statements as simple-protocol queries.
-    let simple = store::RelayDb::new(db.clone(), StatementProtocol::Simple).expect("simple");
-    let claimed = store::claim_batch(&simple, "rs#3", 1)
+    let simple = driver::RelayDb::new(db.clone(), StatementProtocol::Simple).expect("simple");
+    let claimed = driver::claim_batch(&simple, "rs#3", 1)
         .await
         .expect("simple claim");
     assert_eq!(claimed.iter().map(|e| e.id).collect::<Vec<_>>(), ids[4..5]);
     same(&claimed, "rs#3").await;
-    let r = store::mark_success_and_claim_batch(&simple, &[ids[4]], "rs#3", "rs#4", 5)
+    let r = driver::mark_success_and_claim_batch(&simple, &[ids[4]], "rs#3", "rs#4", 5)
         .await
         .expect("simple mark and claim");
     assert_eq!((r.marked, r.claimed.len()), (1, 1));
     same(&r.claimed, "rs#4").await;
     // Nothing left: the one row of the LEFT JOIN's empty side is not an event.
-    let r = store::mark_success_and_claim_batch(&simple, &[ids[5]], "rs#4", "rs#5", 5)
+    let r = driver::mark_success_and_claim_batch(&simple, &[ids[5]], "rs#4", "rs#5", 5)
         .await
         .expect("simple mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
@@ -705,12 +710,13 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     .await
     .expect("analyze");
 
-    let scan = explain(ctx, store::candidates_query(backend, 20).build(backend))
+    let d = driver::Driver::of(backend).expect("a known backend");
+    let scan = explain(ctx, driver::candidates_query(d, 20).build(backend))
         .await
         .join("\n");
     let reclaim = explain(
         ctx,
-        store::expired_leases_query(backend, Duration::from_secs(600), store::RECLAIM_BATCH)
+        driver::expired_leases_query(d, Duration::from_secs(600), driver::RECLAIM_BATCH)
             .build(backend),
     )
     .await
@@ -718,23 +724,19 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     // The reclaim's update names its rows by id and reads them through the primary key alone.
     let by_id = explain(
         ctx,
-        dialect::by_primary_key(
-            backend,
-            store::reclaim_statement(
-                backend,
-                &[1, 2, 3, 4],
-                Duration::from_secs(600),
-                3,
-                EventStatus::Wait,
-            )
-            .build(backend),
+        driver::reclaim_statement(
+            d,
+            &[1, 2, 3, 4],
+            Duration::from_secs(600),
+            3,
+            EventStatus::Wait,
         )
-        .expect("by primary key"),
+        .build(d),
     )
     .await
     .join("\n");
     // MySQL/MariaDB must read PRIMARY alone (any other plan locks rows it does not change, see
-    // `dialect::by_primary_key`); Postgres reads the primary key too (its status guard is kept
+    // `driver/mysql/by_ids.rs`); Postgres reads the primary key too (its status guard is kept
     // off the status indexes, which would read every event in flight); SQLite takes no such
     // locks and may pick any index, but never a full scan.
     let (wanted, bad): (&[&str], &[&str]) = match backend {
@@ -788,7 +790,7 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     );
     // The scan still finds exactly the 5 due events among 20,000 delivered ones.
     assert_eq!(
-        store::select_candidates(db, 20).await.expect("scan").len(),
+        driver::select_candidates(db, 20).await.expect("scan").len(),
         5
     );
 }

@@ -6,10 +6,9 @@ mod common;
 use common::{run_on, Backend, TestContext};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryTrait,
-    Statement,
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, Statement,
 };
-use sea_orm_outbox::store;
+use sea_orm_outbox::driver;
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
 
@@ -74,10 +73,10 @@ async fn claim_and_marks_reuse_their_generic_plans(ctx: &TestContext) {
         .expect("analyze");
     for round in 0..8 {
         let owner = format!("plans#{round}");
-        let claimed = store::claim_batch(&db, &owner, 10).await.expect("claim");
+        let claimed = driver::claim_batch(&db, &owner, 10).await.expect("claim");
         assert_eq!(claimed.len(), 10, "round {round}");
         let ids: Vec<i64> = claimed.iter().map(|e| e.id).collect();
-        let marked = store::mark_success_many(&db, &ids, &owner)
+        let marked = driver::mark_success_many(&db, &ids, &owner)
             .await
             .expect("mark");
         assert_eq!(marked, 10, "round {round}");
@@ -116,14 +115,13 @@ async fn marks_read_through_the_primary_key(ctx: &TestContext) {
     .await
     .expect("in flight");
     let ids: Vec<i64> = (1..=20).collect();
-    let backend = DbBackend::Postgres;
+    let pg = driver::Driver::Postgres;
     for stmt in [
-        store::mark_success_many_statement(backend, &ids, "o").build(backend),
-        store::renew_leases_statement(backend, &ids, "o").build(backend),
-        store::release_unsent_statement(backend, &ids, "o").build(backend),
-        store::mark_success_and_claim_statement(backend, &ids, "o", "o2", 10).expect("postgres"),
+        driver::mark_success_many_statement(pg, &ids, "o").build(pg),
+        driver::renew_leases_statement(pg, &ids, "o").build(pg),
+        driver::release_unsent_statement(pg, &ids, "o").build(pg),
+        driver::mark_success_and_claim_statement(pg, &ids, "o", "o2", 10).expect("postgres"),
     ] {
-        let stmt = store::dialect::by_primary_key(backend, stmt).expect("by id");
         let plan = explain(db, &stmt).await;
         let marking = plan.split("CTE outbox_claimed").next().unwrap_or_default();
         assert!(
@@ -161,16 +159,15 @@ async fn claims_update_through_the_primary_key(ctx: &TestContext) {
     db.execute_unprepared("UPDATE t_event_record SET status = 'WAIT'")
         .await
         .expect("due again");
-    let backend = DbBackend::Postgres;
+    let pg = driver::Driver::Postgres;
     for stmt in [
-        backend.build(&store::claim_batch_statement(backend, "o", 100)),
-        backend.build(&store::ordered_heads_statement(
-            backend,
+        pg.build(&driver::claim_batch_statement(pg, "o", 100)),
+        pg.build(&driver::ordered_heads_statement(
+            pg,
             "o",
             sea_orm_outbox::OrderedPolicy::Block,
             100,
-            true,
-            store::HeadScan::for_heads(100),
+            driver::HeadScan::for_heads(100),
         )),
     ] {
         let plan = explain(db, &stmt).await;
@@ -218,7 +215,7 @@ async fn a_claim_of_n_takes_n(ctx: &TestContext) {
     }
     let mut taken = 0;
     for (k, n) in [1u64, 2, 3, 63, 64, 65, 100].into_iter().enumerate() {
-        let claimed = store::claim_batch(&ctx.db, &format!("n#{k}"), n)
+        let claimed = driver::claim_batch(&ctx.db, &format!("n#{k}"), n)
             .await
             .expect("claim");
         assert_eq!(claimed.len() as u64, n);
@@ -236,7 +233,7 @@ async fn a_claim_of_n_takes_n(ctx: &TestContext) {
             "a waiting event was due before the claimed ones"
         );
     }
-    let rest = store::claim_batch(&ctx.db, "n#last", 128)
+    let rest = driver::claim_batch(&ctx.db, "n#last", 128)
         .await
         .expect("claim");
     assert_eq!(rest.len() as u64, 300 - taken);

@@ -1,21 +1,22 @@
-//! Every statement of the outbox's store, rendered for Postgres, MySQL and SQLite side by side
-//! as it is sent (statements that name rows by id after `dialect::by_primary_key`), kept as
+//! Every statement of the outbox's driver, rendered for Postgres, MySQL and SQLite side by side
+//! as it is sent (statements that name rows by id as `Driver::by_ids` writes them), kept as
 //! insta snapshots in `tests/snapshots/`: a change to the SQL of any backend shows in review.
 //! Under CI=true a snapshot that differs fails the test; `cargo insta review` (or
 //! `INSTA_UPDATE=always cargo test --test statements`) accepts a deliberate change.
 use std::time::Duration;
 
-use sea_orm::{DbBackend, QueryTrait, Statement};
-use sea_orm_outbox::store::{self, consumed, dialect};
+use sea_orm::{QueryTrait, Statement};
+use sea_orm_outbox::driver::{self, consumed, Driver};
 use sea_orm_outbox::{EventStatus, NewEvent};
 
-const BACKENDS: [DbBackend; 3] = [DbBackend::Postgres, DbBackend::MySql, DbBackend::Sqlite];
+const DRIVERS: [Driver; 3] = [Driver::Postgres, Driver::MySql, Driver::Sqlite];
 
 /// `stmt` for each backend: its SQL, then its values.
-fn render(stmt: impl Fn(DbBackend) -> Statement) -> String {
+fn render(stmt: impl Fn(Driver) -> Statement) -> String {
     let mut out = String::new();
-    for backend in BACKENDS {
-        let s = stmt(backend);
+    for driver in DRIVERS {
+        let backend = driver.backend();
+        let s = stmt(driver);
         let values = s
             .values
             .as_ref()
@@ -34,12 +35,7 @@ fn render(stmt: impl Fn(DbBackend) -> Statement) -> String {
     out
 }
 
-/// `query` as sent by `store::exec_by_ids`: read through the primary key on MySQL.
-fn by_id(backend: DbBackend, query: &impl QueryTrait) -> Statement {
-    dialect::by_primary_key(backend, query.build(backend)).expect("a by-id statement")
-}
-
-/// What the insert of `event` is told about the wake-up (as `store::insert_event` tells it).
+/// What the insert of `event` is told about the wake-up (as `driver::insert_event` tells it).
 fn wakeup(event: &NewEvent) -> Option<Duration> {
     event
         .notifies_relays()
@@ -53,20 +49,16 @@ fn insert_event() {
     // runs, and the default's statement is the same text with another key.
     let event =
         NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_interval(Duration::MAX);
-    insta::assert_snapshot!(render(|b| dialect::with_wakeup(
-        b,
-        b.build(&store::insert_statement(b, &event)),
-        wakeup(&event)
-    )));
+    insta::assert_snapshot!(render(
+        |b| b.build(&b.with_wakeup(driver::insert_statement(b, &event), wakeup(&event)))
+    ));
     let default = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#);
-    for b in BACKENDS {
-        let of = |e: &NewEvent| {
-            dialect::with_wakeup(b, b.build(&store::insert_statement(b, e)), wakeup(e))
-        };
+    for b in DRIVERS {
+        let of = |e: &NewEvent| b.build(&b.with_wakeup(driver::insert_statement(b, e), wakeup(e)));
         let (a, d) = (of(&event), of(&default));
         assert_eq!(a.sql, d.sql, "{b:?}");
         let (a, d) = (a.values.expect("values").0, d.values.expect("values").0);
-        if b == DbBackend::Postgres {
+        if b == Driver::Postgres {
             // The insert's six values, then the slot's key.
             assert_eq!((a.len(), d.len()), (7, 7));
             assert_eq!(a[..6], d[..6]);
@@ -80,32 +72,26 @@ fn insert_event() {
     let quiet = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_relays(false);
     insta::assert_snapshot!(
         "insert_event_without_notify",
-        render(|b| dialect::with_wakeup(
-            b,
-            b.build(&store::insert_statement(b, &quiet)),
-            wakeup(&quiet)
-        ))
+        render(|b| b.build(&b.with_wakeup(driver::insert_statement(b, &quiet), wakeup(&quiet))))
     );
     let every =
         NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_interval(Duration::ZERO);
     insta::assert_snapshot!(
         "insert_event_notify_every_event",
-        render(|b| dialect::with_wakeup(
-            b,
-            b.build(&store::insert_statement(b, &every)),
-            wakeup(&every)
-        ))
+        render(|b| b.build(&b.with_wakeup(driver::insert_statement(b, &every), wakeup(&every))))
     );
 }
 
 #[test]
 fn candidates() {
-    insta::assert_snapshot!(render(|b| store::candidates_query(b, 20).build(b)));
+    insta::assert_snapshot!(render(
+        |b| driver::candidates_query(b, 20).build(b.backend())
+    ));
 }
 
 #[test]
 fn claim_per_row() {
-    insta::assert_snapshot!(render(|b| by_id(b, &store::claim_statement(b, 7, 0, "me"))));
+    insta::assert_snapshot!(render(|b| driver::claim_statement(b, 7, 0, "me").build(b)));
 }
 
 #[test]
@@ -113,15 +99,15 @@ fn claim_batch() {
     // Postgres and SQLite: one `UPDATE ... RETURNING`; MySQL/MariaDB: the locking select, then
     // the update of the locked ids in the same READ COMMITTED transaction.
     insta::assert_snapshot!(render(
-        |b| b.build(&store::claim_batch_statement(b, "me", 20))
+        |b| b.build(&driver::claim_batch_statement(b, "me", 20))
     ));
     let now = chrono::DateTime::from_timestamp(1_764_547_200, 0).expect("time");
     insta::assert_snapshot!(
         "claim_batch_mysql",
         format!(
             "{}\n{}",
-            render(|b| store::locking_candidates_query(b, 20).build(b)),
-            render(|b| by_id(b, &store::claim_locked_statement(&[7, 8], "me", now)))
+            render(|b| driver::locking_candidates_query(b, 20).build(b.backend())),
+            render(|b| driver::claim_locked_statement(b, &[7, 8], "me", now).build(b))
         )
     );
 }
@@ -132,8 +118,8 @@ fn claim_batch() {
 /// behind the heads (a read and the guarded update by ids).
 #[test]
 fn claim_ordered() {
+    use driver::HeadScan;
     use sea_orm_outbox::OrderedPolicy;
-    use store::HeadScan;
     for (name, policy, scan) in [
         (
             "claim_ordered_heads_block",
@@ -154,17 +140,8 @@ fn claim_ordered() {
         insta::assert_snapshot!(
             name,
             render(|b| match b {
-                DbBackend::MySql => {
-                    b.build(&store::ordered_heads_query(b, policy, 20, true, scan))
-                }
-                _ => b.build(&store::ordered_heads_statement(
-                    b,
-                    "me",
-                    policy,
-                    20,
-                    b == DbBackend::Postgres,
-                    scan
-                )),
+                Driver::MySql => b.build(&driver::ordered_heads_query(b, policy, 20, true, scan)),
+                _ => b.build(&driver::ordered_heads_statement(b, "me", policy, 20, scan)),
             })
         );
     }
@@ -173,8 +150,8 @@ fn claim_ordered() {
         "claim_ordered_runs",
         format!(
             "{}\n{}",
-            render(|b| store::run_candidates_query(&keys, 7, 20).build(b)),
-            render(|b| by_id(b, &store::claim_run_statement(b, &[8, 9], "me")))
+            render(|b| driver::run_candidates_query(&keys, 7, 20).build(b.backend())),
+            render(|b| driver::claim_run_statement(b, &[8, 9], "me").build(b))
         )
     );
 }
@@ -184,11 +161,11 @@ fn claim_ordered() {
 /// The other backends have no such statement: they mark, then claim.
 #[test]
 fn mark_success_and_claim_batch() {
-    for b in [DbBackend::MySql, DbBackend::Sqlite] {
-        assert!(store::mark_success_and_claim_statement(b, &[7, 8], "me#1", "me#2", 20).is_none());
+    for b in [Driver::MySql, Driver::Sqlite] {
+        assert!(driver::mark_success_and_claim_statement(b, &[7, 8], "me#1", "me#2", 20).is_none());
     }
-    let pg = DbBackend::Postgres;
-    let stmt = store::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
+    let pg = Driver::Postgres;
+    let stmt = driver::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
         .expect("Postgres has the statement");
     let values = stmt
         .values
@@ -210,37 +187,45 @@ fn mark_success_and_claim_batch() {
 fn outcomes() {
     insta::assert_snapshot!(
         "mark_success",
-        render(|b| by_id(b, &store::mark_success_statement(b, 7, "me")))
+        render(|b| driver::mark_success_statement(b, 7, "me").build(b))
     );
     insta::assert_snapshot!(
         "release_for_retry",
-        render(|b| by_id(
+        render(|b| driver::release_for_retry_statement(
             b,
-            &store::release_for_retry_statement(b, 7, "me", Duration::from_secs(20), "boom")
-        ))
+            7,
+            "me",
+            Duration::from_secs(20),
+            "boom"
+        )
+        .build(b))
     );
     insta::assert_snapshot!(
         "release_uncounted",
-        render(|b| by_id(
+        render(|b| driver::release_uncounted_statement(
             b,
-            &store::release_uncounted_statement(b, 7, "me", Duration::from_secs(60), "denied")
-        ))
+            7,
+            "me",
+            Duration::from_secs(60),
+            "denied"
+        )
+        .build(b))
     );
     insta::assert_snapshot!(
         "mark_fail",
-        render(|b| by_id(b, &store::mark_fail_statement(b, 7, "me", "boom")))
+        render(|b| driver::mark_fail_statement(b, 7, "me", "boom").build(b))
     );
     insta::assert_snapshot!(
         "mark_success_many",
-        render(|b| by_id(b, &store::mark_success_many_statement(b, &[7, 8], "me")))
+        render(|b| driver::mark_success_many_statement(b, &[7, 8], "me").build(b))
     );
     insta::assert_snapshot!(
         "release_unsent",
-        render(|b| by_id(b, &store::release_unsent_statement(b, &[7, 8], "me")))
+        render(|b| driver::release_unsent_statement(b, &[7, 8], "me").build(b))
     );
     insta::assert_snapshot!(
         "renew_leases",
-        render(|b| by_id(b, &store::renew_leases_statement(b, &[7, 8], "me")))
+        render(|b| driver::renew_leases_statement(b, &[7, 8], "me").build(b))
     );
 }
 
@@ -249,50 +234,48 @@ fn outcomes() {
 /// in `last_error` come out as an `E'...'` literal; owners, ids and limits as literals.
 #[test]
 fn simple_protocol_inlined() {
-    let pg = DbBackend::Postgres;
+    let pg = Driver::Postgres;
     let owner = "relay-1#00ff";
     let reason = r"broker said: it's \ down";
     let statements = [
         (
             "claim_batch",
-            pg.build(&store::claim_batch_statement(pg, owner, 20)),
+            pg.build(&driver::claim_batch_statement(pg, owner, 20)),
         ),
         (
             "mark_success_and_claim_batch",
-            store::mark_success_and_claim_statement(pg, &[7, 8], "relay-1#00fe", owner, 20)
+            driver::mark_success_and_claim_statement(pg, &[7, 8], "relay-1#00fe", owner, 20)
                 .expect("Postgres has the statement"),
         ),
         (
             "claim_per_row",
-            by_id(pg, &store::claim_statement(pg, 7, 2, owner)),
+            driver::claim_statement(pg, 7, 2, owner).build(pg),
         ),
         (
             "mark_success",
-            by_id(pg, &store::mark_success_statement(pg, 7, owner)),
+            driver::mark_success_statement(pg, 7, owner).build(pg),
         ),
         (
             "mark_success_many",
-            by_id(pg, &store::mark_success_many_statement(pg, &[7, 8], owner)),
+            driver::mark_success_many_statement(pg, &[7, 8], owner).build(pg),
         ),
         (
             "release_for_retry",
-            by_id(
-                pg,
-                &store::release_for_retry_statement(pg, 7, owner, Duration::from_secs(20), reason),
-            ),
+            driver::release_for_retry_statement(pg, 7, owner, Duration::from_secs(20), reason)
+                .build(pg),
         ),
         (
             "mark_fail",
-            by_id(pg, &store::mark_fail_statement(pg, 7, owner, reason)),
+            driver::mark_fail_statement(pg, 7, owner, reason).build(pg),
         ),
         (
             "renew_leases",
-            by_id(pg, &store::renew_leases_statement(pg, &[7, 8], owner)),
+            driver::renew_leases_statement(pg, &[7, 8], owner).build(pg),
         ),
     ];
     let mut out = String::new();
     for (name, stmt) in &statements {
-        let sql = store::inline_postgres(stmt);
+        let sql = pg.inline(stmt).expect("Postgres inlines");
         assert!(!sql.contains("$1"), "{name}: every value inlined: {sql}");
         out.push_str(&format!("-- {name}\n{sql}\n\n"));
     }
@@ -305,7 +288,9 @@ fn reclaim() {
     let lease = Duration::from_secs(600);
     insta::assert_snapshot!(
         "expired_leases",
-        render(|b| store::expired_leases_query(b, lease, store::RECLAIM_BATCH).build(b))
+        render(
+            |b| driver::expired_leases_query(b, lease, driver::RECLAIM_BATCH).build(b.backend())
+        )
     );
     for (name, to) in [
         ("reclaim_to_wait", EventStatus::Wait),
@@ -313,7 +298,7 @@ fn reclaim() {
     ] {
         insta::assert_snapshot!(
             name,
-            render(|b| by_id(b, &store::reclaim_statement(b, &[7, 8], lease, 3, to)))
+            render(|b| driver::reclaim_statement(b, &[7, 8], lease, 3, to).build(b))
         );
     }
 }
@@ -326,50 +311,50 @@ fn consumed_record() {
 /// The statements of `ops` (the `outbox` tool): stats, dead letters, retention.
 #[test]
 fn admin() {
+    use driver::admin;
     use sea_orm::EntityTrait;
     use sea_orm_outbox::event_record::Column;
-    use store::admin;
     let lease = Duration::from_secs(600);
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
     insta::assert_snapshot!(
         "admin_count_by_status",
-        render(|b| admin::count_by_status_query(Some(&open)).build(b))
+        render(|b| admin::count_by_status_query(Some(&open)).build(b.backend()))
     );
     insta::assert_snapshot!(
         "admin_oldest_wait",
-        render(|b| admin::oldest_wait_query(b, Column::NextRetryTime).build(b))
+        render(|b| admin::oldest_wait_query(b, Column::NextRetryTime).build(b.backend()))
     );
     insta::assert_snapshot!(
         "admin_sending_over_lease",
-        render(|b| admin::sending_over_lease_query(b, lease).build(b))
+        render(|b| admin::sending_over_lease_query(b, lease).build(b.backend()))
     );
     insta::assert_snapshot!(
         "admin_check_table",
-        render(|b| admin::check_table_query().build(b))
+        render(|b| admin::check_table_query().build(b.backend()))
     );
     insta::assert_snapshot!(
         "admin_dead_letters",
-        render(|b| admin::dead_letters_query(50).build(b))
+        render(|b| admin::dead_letters_query(50).build(b.backend()))
     );
     insta::assert_snapshot!(
         "admin_dead_letter_ids",
-        render(|b| admin::dead_letter_ids_query(7, store::RECLAIM_BATCH).build(b))
+        render(|b| admin::dead_letter_ids_query(7, driver::RECLAIM_BATCH).build(b.backend()))
     );
     insta::assert_snapshot!(
         "admin_retry_dead",
-        render(|b| by_id(b, &admin::retry_dead_statement(b, &[7, 8])))
+        render(|b| admin::retry_dead_statement(b, &[7, 8]).build(b))
     );
     insta::assert_snapshot!(
         "admin_discard_dead",
-        render(|b| by_id(b, &admin::discard_dead_statement(7)))
+        render(|b| admin::discard_dead_statement(b, 7).build(b))
     );
     insta::assert_snapshot!(
         "admin_purge_ids",
-        render(|b| admin::purge_ids_query(b, Duration::from_secs(86_400), 1000).build(b))
+        render(|b| admin::purge_ids_query(b, Duration::from_secs(86_400), 1000).build(b.backend()))
     );
     insta::assert_snapshot!(
         "admin_purge",
-        render(|b| by_id(b, &admin::purge_statement(&[7, 8])))
+        render(|b| admin::purge_statement(b, &[7, 8]).build(b))
     );
     insta::assert_snapshot!(
         "admin_blocked_keys",
@@ -377,10 +362,10 @@ fn admin() {
     );
     insta::assert_snapshot!(
         "owned_ids",
-        render(|b| store::owned_ids_query(&[7, 8], "me").build(b))
+        render(|b| driver::owned_ids_query(b, &[7, 8], "me").build(b.backend()))
     );
     insta::assert_snapshot!(
         "find_event",
-        render(|b| sea_orm_outbox::event_record::Entity::find_by_id(7).build(b))
+        render(|b| sea_orm_outbox::event_record::Entity::find_by_id(7).build(b.backend()))
     );
 }

@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::TestContext;
+use sea_orm_outbox::driver::{self, Claim};
 use sea_orm_outbox::event_record::Column;
-use sea_orm_outbox::store::{self, Claim};
 use sea_orm_outbox::EventStatus;
 
 // Postgres and MariaDB only: SQLite runs inside the relay process, so its "database clock" is
@@ -32,7 +32,7 @@ async fn relay_with_clock_ahead_reclaims_nothing_early(ctx: &TestContext) {
     let stale = new_event(db, "STALE").await;
     for id in [fresh, stale] {
         assert_eq!(
-            store::claim(db, id, 0, "alive-elsewhere")
+            driver::claim(db, id, 0, "alive-elsewhere")
                 .await
                 .expect("claim"),
             Claim::Won

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{age, new_event, Backend, TestContext};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use sea_orm_outbox::driver;
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
-use sea_orm_outbox::store::{self, dialect};
 use sea_orm_outbox::{
     consume_once, ops, CancellationToken, EventStatus, InMemoryPublisher, Migrator, MigratorTrait,
     NewEvent, OutboxError, OutboxExt, Publisher, Worker, WorkerConfig,
@@ -112,7 +112,10 @@ async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
     update = match status {
         EventStatus::Sending => update
             .col_expr(Column::ClaimOwner, "gone-owner".into())
-            .col_expr(Column::ClaimedAt, dialect::now(backend)),
+            .col_expr(
+                Column::ClaimedAt,
+                driver::Driver::of(backend).expect("a known backend").now(),
+            ),
         EventStatus::Fail => update
             .col_expr(Column::RetryCount, 4.into())
             .col_expr(Column::LastError, "scripted broker outage".into()),
@@ -123,7 +126,7 @@ async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
 
 /// The event `id`, if it is there.
 async fn event(db: &impl ConnectionTrait, id: i64) -> Option<event_record::Model> {
-    store::find_event(db, id).await.expect("read")
+    driver::find_event(db, id).await.expect("read")
 }
 
 fn fast_config(owner: &str) -> WorkerConfig {

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{new_event, TestContext};
-use sea_orm_outbox::store;
+use sea_orm_outbox::driver;
 use sea_orm_outbox::EventStatus;
 
 backend_test!(
@@ -57,7 +57,7 @@ async fn relay_refuses_a_name_server_it_cannot_use_on(ctx: &TestContext) {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{namesrv}: {err}");
         assert!(err.contains(expected), "{namesrv}: {err}");
-        let e = store::find_event(&ctx.db, id)
+        let e = driver::find_event(&ctx.db, id)
             .await
             .expect("read")
             .expect("row");

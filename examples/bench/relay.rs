@@ -11,7 +11,7 @@ use sea_orm::sea_query::PostgresQueryBuilder;
 use sea_orm::{DatabaseConnection, DbBackend};
 use sea_orm_outbox::pool::{RelayPool, MIN_RELAY_POOL_CONNECTIONS};
 use sea_orm_outbox::{
-    store, CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, Worker,
+    driver, CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, Worker,
     WorkerConfig, WorkerSummary,
 };
 
@@ -274,14 +274,17 @@ pub async fn relay(
 ) -> Result<RelayResult, BoxError> {
     reset(setup).await?;
     fill_keyed(setup, events, "WAIT", keys).await?;
-    let claim_plan = if bench.backend == DbBackend::Postgres
-        && config.claim_strategy == ClaimStrategy::Batch
-    {
-        let claim = store::claim_batch_statement(bench.backend, "bench-probe", config.batch_size);
-        Some(pg_explain(setup, &claim.to_string(PostgresQueryBuilder)).await?)
-    } else {
-        None
-    };
+    let claim_plan =
+        if bench.backend == DbBackend::Postgres && config.claim_strategy == ClaimStrategy::Batch {
+            let claim = driver::claim_batch_statement(
+                driver::Driver::of(bench.backend).expect("a known backend"),
+                "bench-probe",
+                config.batch_size,
+            );
+            Some(pg_explain(setup, &claim.to_string(PostgresQueryBuilder)).await?)
+        } else {
+            None
+        };
     // The per-row phase is the seed's relay: one send per event.
     let batching = config.claim_strategy == ClaimStrategy::Batch && !args.noop_single;
     let publisher = Arc::new(if keys.is_some() {

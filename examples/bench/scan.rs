@@ -8,7 +8,7 @@ use sea_orm::sea_query::{MysqlQueryBuilder, PostgresQueryBuilder};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, QueryTrait, Statement, TransactionTrait,
 };
-use sea_orm_outbox::store;
+use sea_orm_outbox::driver;
 
 use crate::figures::{percentile, Figures};
 use crate::scratch::BoxError;
@@ -169,17 +169,29 @@ pub async fn figures(
     let t = Instant::now();
     fill(setup, args.poll_rows, "SUCCESS").await?;
     let fill_s = t.elapsed().as_secs_f64();
-    let candidates = store::candidates_query(backend, args.per_row_batch).into_query();
+    let candidates = driver::candidates_query(
+        driver::Driver::of(backend).expect("a known backend"),
+        args.per_row_batch,
+    )
+    .into_query();
     let scans = match backend {
         DbBackend::Postgres => {
-            let claim = store::claim_batch_statement(backend, "bench-idle", args.batch);
+            let claim = driver::claim_batch_statement(
+                driver::Driver::of(backend).expect("a known backend"),
+                "bench-idle",
+                args.batch,
+            );
             Some((
                 pg_explain(setup, &candidates.to_string(PostgresQueryBuilder)).await?,
                 Some(pg_explain(setup, &claim.to_string(PostgresQueryBuilder)).await?),
             ))
         }
         DbBackend::MySql => {
-            let mut locking = store::candidates_query(backend, args.batch).into_query();
+            let mut locking = driver::candidates_query(
+                driver::Driver::of(backend).expect("a known backend"),
+                args.batch,
+            )
+            .into_query();
             locking.lock_with_behavior(
                 sea_orm::sea_query::LockType::Update,
                 sea_orm::sea_query::LockBehavior::SkipLocked,

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
-use sea_orm_outbox::store;
+use sea_orm_outbox::driver;
 
 use crate::scratch::BoxError;
 
@@ -89,8 +89,12 @@ pub async fn fill_keyed(
         }
         _ => {}
     }
-    let due = store::dialect::now_sql(backend, Some(('-', Duration::from_secs(3600))));
-    let now = store::dialect::now_sql(backend, None);
+    let due = driver::Driver::of(backend)
+        .expect("a known backend")
+        .now_sql(Some(('-', Duration::from_secs(3600))));
+    let now = driver::Driver::of(backend)
+        .expect("a known backend")
+        .now_sql(None);
     let mut i = 1;
     while i <= n {
         let end = (i + 999).min(n);

@@ -12,7 +12,7 @@ use sea_orm::{
     ActiveValue::Set, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, NotSet, Schema,
     TransactionTrait,
 };
-use sea_orm_outbox::{store, NewEvent, OutboxExt};
+use sea_orm_outbox::{driver, NewEvent, OutboxExt};
 
 use crate::cpu::CpuMark;
 use crate::figures::{f1, f3, percentile, Figures};
@@ -117,8 +117,11 @@ async fn write_block(
                     }
                     Insert::Plain => {
                         let backend = txn.get_database_backend();
-                        txn.execute(&store::insert_statement(backend, &event))
-                            .await?;
+                        txn.execute(&driver::insert_statement(
+                            driver::Driver::of(backend).expect("a known backend"),
+                            &event,
+                        ))
+                        .await?;
                     }
                 }
                 txn.commit().await?;

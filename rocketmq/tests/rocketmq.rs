@@ -18,7 +18,7 @@ use common::{
 };
 use rmq_support::{count, receive_all, unique, worker_config, Clients};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
-use sea_orm_outbox::store::{self, dialect};
+use sea_orm_outbox::driver;
 use sea_orm_outbox::{
     transactional_publish, EventStatus, NewEvent, OutboxError, OutboxExt, Publisher, RetryPolicy,
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -78,7 +78,7 @@ async fn order_reaches_a_real_consumer_exactly_once(ctx: &TestContext, addr: &st
     }
 
     assert!(delivered, "row not SUCCESS");
-    let row = store::find_event(&ctx.db, event_id)
+    let row = driver::find_event(&ctx.db, event_id)
         .await
         .expect("read")
         .expect("row");
@@ -292,7 +292,9 @@ async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, a
         "write-time validation refuses it"
     );
     let backend = ctx.db_backend();
-    let now = dialect::now_sql(backend, None);
+    let now = driver::Driver::of(backend)
+        .expect("a known backend")
+        .now_sql(None);
     let placeholder = if backend == DbBackend::Postgres {
         "$1"
     } else {
@@ -333,7 +335,7 @@ async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, a
     }
 
     assert!(settled, "expected 5 SUCCESS and 1 FAIL");
-    let row = store::find_event(db, big_id)
+    let row = driver::find_event(db, big_id)
         .await
         .expect("read")
         .expect("row");
@@ -474,7 +476,7 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
         Duration::from_secs(30),
         Duration::from_millis(50),
         || async {
-            let e = store::find_event(&ctx.db, id)
+            let e = driver::find_event(&ctx.db, id)
                 .await
                 .expect("read")
                 .expect("row");
@@ -495,7 +497,7 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
         (0, 1, 0),
         "{summary:?}"
     );
-    let e = store::find_event(&ctx.db, id)
+    let e = driver::find_event(&ctx.db, id)
         .await
         .expect("read")
         .expect("row");
@@ -559,7 +561,10 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .with_event(NewEvent::raw("ORD-P-1", "ORDER_CREATED", r#"{"userId":7}"#))
         .await
         .expect("event");
-    let row = store::find_event(db, id).await.expect("read").expect("row");
+    let row = driver::find_event(db, id)
+        .await
+        .expect("read")
+        .expect("row");
     let message = OutboxMessage::try_from(&row).expect("message");
     for _ in 0..3 {
         clients.publisher.publish(&message).await.expect("send");
@@ -591,7 +596,7 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .with_event(NewEvent::raw("ORD-P-2", "ORDER_CREATED", r#"{"userId":7}"#))
         .await
         .expect("event");
-    let row2 = store::find_event(db, id2)
+    let row2 = driver::find_event(db, id2)
         .await
         .expect("read")
         .expect("row");

@@ -7,10 +7,10 @@ use sea_orm_outbox_entity::event_record::Model;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ClaimStrategy;
+use crate::driver::{self, Claim};
 use crate::error::OutboxError;
 use crate::relay::outcome::Recorder;
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
-use crate::store::{self, Claim};
 
 /// What one claim got.
 pub(crate) struct Claimed {
@@ -33,10 +33,10 @@ pub(crate) struct Claimer<'w> {
     /// The last read returned fewer than a batch: the table had no more due rows.
     read_short: bool,
     max_age: Duration,
-    /// Ordered mode: the last deep claim ([`store::HeadScan::Deep`]) found heads the window
+    /// Ordered mode: the last deep claim ([`driver::HeadScan::Deep`]) found heads the window
     /// did not hold, so more may be waiting behind it.
     deep_found: bool,
-    /// Ordered mode: when the next [`store::HeadScan::Deep`] claim may run.
+    /// Ordered mode: when the next [`driver::HeadScan::Deep`] claim may run.
     deep_after: Instant,
 }
 
@@ -84,7 +84,7 @@ impl<'w> Claimer<'w> {
             // the claim.
             (Some(policy), _) => self.claim_ordered(&owner, policy, want, keys, s).await?,
             (None, ClaimStrategy::Batch) => {
-                let events = store::claim_batch(&w.db, &owner, want).await?;
+                let events = driver::claim_batch(&w.db, &owner, want).await?;
                 s.candidates += events.len() as u64;
                 let more = events.len() as u64 == want;
                 Claimed {
@@ -100,10 +100,10 @@ impl<'w> Claimer<'w> {
         Ok(claimed)
     }
 
-    /// The ordered claim ([`store::claim_ordered`]) of up to `keys` heads and `want` events: a
-    /// window of the oldest due rows ([`store::HeadScan::for_heads`]); when it found fewer heads
+    /// The ordered claim ([`driver::claim_ordered`]) of up to `keys` heads and `want` events: a
+    /// window of the oldest due rows ([`driver::HeadScan::for_heads`]); when it found fewer heads
     /// than asked for and the last deep claim is at least `max(HEAD_SCAN_DEEP_EVERY_MIN, 20 ×
-    /// its duration)` ago, at once a deep claim ([`store::HeadScan::Deep`]) of the rest, which
+    /// its duration)` ago, at once a deep claim ([`driver::HeadScan::Deep`]) of the rest, which
     /// finds heads behind a window filled by other keys' backlogs (a hot key, a key blocked
     /// behind a dead letter or backing off). While deep claims keep finding such heads,
     /// [`Claimed::retry_at`] brings the worker back at the next allowed deep claim instead of
@@ -125,23 +125,23 @@ impl<'w> Claimer<'w> {
                 .collect::<std::collections::HashSet<_>>()
                 .len() as u64
         };
-        let window = store::HeadScan::for_heads(keys);
-        let mut events = store::claim_ordered(&w.db, owner, policy, keys, want, window).await?;
+        let window = driver::HeadScan::for_heads(keys);
+        let mut events = driver::claim_ordered(&w.db, owner, policy, keys, want, window).await?;
         let mut got_keys = key_count(&events);
         if got_keys < keys && events.len() < want as usize && Instant::now() >= self.deep_after {
             let started = Instant::now();
             let rest = want - events.len() as u64;
-            let deep = store::claim_ordered(
+            let deep = driver::claim_ordered(
                 &w.db,
                 owner,
                 policy,
                 keys - got_keys,
                 rest,
-                store::HeadScan::Deep,
+                driver::HeadScan::Deep,
             )
             .await;
             let wait = started.elapsed().saturating_mul(20);
-            self.deep_after = Instant::now() + wait.max(store::HEAD_SCAN_DEEP_EVERY_MIN);
+            self.deep_after = Instant::now() + wait.max(driver::HEAD_SCAN_DEEP_EVERY_MIN);
             match deep {
                 Ok(more) => {
                     self.deep_found = !more.is_empty();
@@ -167,7 +167,7 @@ impl<'w> Claimer<'w> {
 
     /// [`Claimer::claim`], and when `recorder` leaves its deliveries to the claim
     /// ([`Recorder::marks_with_claim`]), the `SUCCESS` mark of one claim's deliveries in the
-    /// same statement ([`store::mark_success_and_claim_batch`]). When that statement fails,
+    /// same statement ([`driver::mark_success_and_claim_batch`]). When that statement fails,
     /// nothing of it happened: the deliveries are marked on their own
     /// ([`Recorder::mark_after_failed_claim`]) and the claim is made on its own.
     ///
@@ -200,7 +200,7 @@ impl<'w> Claimer<'w> {
         };
         let owner = crate::instance::claim_owner(&w.owner);
         let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
-        match store::mark_success_and_claim_batch(&w.db, &ids, &done_owner, &owner, want).await {
+        match driver::mark_success_and_claim_batch(&w.db, &ids, &done_owner, &owner, want).await {
             Ok(r) => {
                 recorder.marked_with_claim(&done_owner, &ids, r.marked, s);
                 s.rounds += 1;
@@ -243,7 +243,7 @@ impl<'w> Claimer<'w> {
                 if read {
                     break;
                 }
-                let got = match store::select_candidates(&w.db, w.config.batch_size).await {
+                let got = match driver::select_candidates(&w.db, w.config.batch_size).await {
                     Ok(got) => got,
                     Err(e) if !events.is_empty() => {
                         w.observer.error(
@@ -275,7 +275,7 @@ impl<'w> Claimer<'w> {
                 }
                 continue;
             };
-            match store::claim(&w.db, event.id, event.retry_count, owner).await {
+            match driver::claim(&w.db, event.id, event.retry_count, owner).await {
                 Ok(Claim::Won) => events.push(Model {
                     status: sea_orm_outbox_entity::EventStatus::Sending,
                     claim_owner: Some(owner.to_owned()),

@@ -20,10 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::WorkerConfig;
+use crate::driver::{Driver, RelayDb};
 use crate::error::OutboxError;
 use crate::instance::instance_id;
 use crate::publisher::Publisher;
-use crate::store::RelayDb;
 use crate::wake::Wake;
 use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
 
@@ -69,7 +69,7 @@ pub struct Worker {
     renewer: LeaseRenewer,
     gauges: GaugeRefresher,
     /// Set once the table was found to have every column this version reads (checked before
-    /// the first claim, see [`crate::store::check_schema`]).
+    /// the first claim, see [`crate::driver::check_schema`]).
     schema_checked: tokio::sync::OnceCell<()>,
 }
 
@@ -103,8 +103,8 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, OutboxError> {
         config.validate()?;
-        crate::store::dialect::check_backend_feature(db.get_database_backend())?;
-        check_shared_pool(&db, &config)?;
+        let driver = Driver::with_feature(db.get_database_backend())?;
+        check_shared_pool(driver, &db, &config)?;
         let db = RelayDb::new(
             config.relay_pool.connections(&db)?,
             config.statement_protocol,
@@ -197,7 +197,7 @@ impl Worker {
     /// again before the next claim.
     pub(crate) async fn check_schema(&self) -> Result<(), OutboxError> {
         self.schema_checked
-            .get_or_try_init(|| async { crate::store::check_schema(&self.db).await })
+            .get_or_try_init(|| async { crate::driver::check_schema(&self.db).await })
             .await?;
         Ok(())
     }
@@ -263,30 +263,29 @@ impl Worker {
     }
 }
 
-/// With [`crate::RelayPool::Shared`] on Postgres and wake-on-commit, the pool handed over must
-/// have room for the `LISTEN` connection, its self-check's and one for statements (the
-/// relay's own pool is held to the same minimum by [`crate::RelayPool::validate`]).
-fn check_shared_pool(db: &DatabaseConnection, config: &WorkerConfig) -> Result<(), OutboxError> {
-    #[cfg(feature = "postgres")]
-    if config.relay_pool == crate::RelayPool::Shared
-        && config.wake_on_commit
-        && db.get_database_backend() == sea_orm::DbBackend::Postgres
-        && !sea_orm::ConnectionTrait::is_mock_connection(db)
+/// With [`crate::RelayPool::Shared`] and wake-on-commit where the driver listens (Postgres),
+/// the pool handed over must have room for the `LISTEN` connection, its self-check's and one
+/// for statements (the relay's own pool is held to the same minimum by
+/// [`crate::RelayPool::validate`]).
+fn check_shared_pool(
+    driver: Driver,
+    db: &DatabaseConnection,
+    config: &WorkerConfig,
+) -> Result<(), OutboxError> {
+    if config.relay_pool != crate::RelayPool::Shared || !config.wake_on_commit || !driver.listens()
     {
-        let max = db
-            .get_postgres_connection_pool()
-            .options()
-            .get_max_connections();
-        let min = crate::pool::MIN_RELAY_POOL_CONNECTIONS;
-        if max < min {
-            return Err(OutboxError::InvalidConfig(format!(
-                "RelayPool::Shared with a pool of {max} connection(s): wake-on-commit needs at \
-                 least {min} (the LISTEN connection, its self-check's, and one for statements); \
-                 give the pool more connections, use RelayPool::Own, or wake_on_commit(false)"
-            )));
-        }
+        return Ok(());
     }
-    #[cfg(not(feature = "postgres"))]
-    let _ = (db, config);
+    let Some(max) = driver.pool_size(db) else {
+        return Ok(());
+    };
+    let min = crate::pool::MIN_RELAY_POOL_CONNECTIONS;
+    if max < min {
+        return Err(OutboxError::InvalidConfig(format!(
+            "RelayPool::Shared with a pool of {max} connection(s): wake-on-commit needs at \
+             least {min} (the LISTEN connection, its self-check's, and one for statements); \
+             give the pool more connections, use RelayPool::Own, or wake_on_commit(false)"
+        )));
+    }
     Ok(())
 }

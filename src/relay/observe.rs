@@ -3,10 +3,10 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::driver::Reclaimed;
 use crate::error::OutboxError;
 use crate::metrics as m;
 use crate::relay::WorkerSummary;
-use crate::store::Reclaimed;
 use sea_orm_outbox_entity::event_record::Model;
 
 /// The step that met a database error: the `op` label of `outbox_errors_total`.

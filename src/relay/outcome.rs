@@ -10,12 +10,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::db_error::DbErrorKind;
+use crate::driver::{self, Driver, Transition};
 use crate::error::{OutboxError, PublishError};
 use crate::relay::inflight::owner_of;
 use crate::relay::send::{Done, Sent};
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 use crate::retry::RetryDecision;
-use crate::store::{self, Transition};
 use sea_orm_outbox_entity::event_record::Model;
 
 /// Longest a delivered event waits for others before the group is marked `SUCCESS`.
@@ -113,7 +113,7 @@ impl<'w> Recorder<'w> {
         while let Some((owner, events)) = groups.next() {
             let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-            let (unmarked, e) = match store::mark_success_many(&w.db, &ids, &owner).await {
+            let (unmarked, e) = match driver::mark_success_many(&w.db, &ids, &owner).await {
                 Ok(applied) => {
                     self.finish_all(&owner, &ids);
                     w.observer.published(s, &ids, applied);
@@ -156,7 +156,7 @@ impl<'w> Recorder<'w> {
         let w = self.worker;
         let mut rest = events.into_iter();
         while let Some(event) = rest.next() {
-            match store::mark_success(&w.db, event.id, owner_of(&event)).await {
+            match driver::mark_success(&w.db, event.id, owner_of(&event)).await {
                 Ok(t) => {
                     self.finish(&event);
                     let applied = u64::from(t == Transition::Applied);
@@ -219,7 +219,7 @@ impl<'w> Recorder<'w> {
         for (owner, events) in by_claim(events) {
             let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-            let released = store::release_unsent(&w.db, &ids, &owner).await;
+            let released = driver::release_unsent(&w.db, &ids, &owner).await;
             self.finish_all(&owner, &ids);
             match released {
                 Ok(n) => {
@@ -264,7 +264,7 @@ impl<'w> Recorder<'w> {
             // The publisher's own fault, not the event's: back to WAIT, the attempt uncounted.
             let delay = config_fault_delay(&w.config.retry);
             let owner = owner_of(event);
-            let t = store::release_uncounted(&w.db, event.id, owner, delay, &err.message).await?;
+            let t = driver::release_uncounted(&w.db, event.id, owner, delay, &err.message).await?;
             match t {
                 Transition::Applied => w.observer.config_fault(s, event, delay, &err.message),
                 Transition::LeaseLost => {
@@ -283,15 +283,15 @@ impl<'w> Recorder<'w> {
         let t = match decision {
             RetryDecision::Retry(backoff) => {
                 let owner = owner_of(event);
-                let t =
-                    store::release_for_retry(&w.db, event.id, owner, backoff, &err.message).await?;
+                let t = driver::release_for_retry(&w.db, event.id, owner, backoff, &err.message)
+                    .await?;
                 if t == Transition::Applied {
                     w.observer.retried(s, event, n, backoff, &err.message);
                 }
                 t
             }
             RetryDecision::DeadLetter => {
-                let t = store::mark_fail(&w.db, event.id, owner_of(event), &err.message).await?;
+                let t = driver::mark_fail(&w.db, event.id, owner_of(event), &err.message).await?;
                 if t == Transition::Applied {
                     w.observer
                         .dead_lettered(s, event, n, !err.is_retryable(), &err.message);
@@ -320,7 +320,7 @@ fn marks_with_claim(worker: &Worker) -> bool {
     // still SENDING (one snapshot) and take none of their successors.
     worker.config.ordered.is_none()
         && worker.config.claim_strategy == crate::ClaimStrategy::Batch
-        && store::Dialect::of(worker.db.get_database_backend()).mark_and_claim_in_one()
+        && Driver::of(worker.db.get_database_backend()).is_some_and(Driver::mark_and_claim_in_one)
 }
 
 impl Recorder<'_> {

@@ -6,8 +6,8 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
     TransactionTrait,
 };
+use sea_orm_outbox::driver;
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
-use sea_orm_outbox::store::dialect;
 use sea_orm_outbox::{EventStatus, NewEvent, OutboxExt};
 
 /// Writes one `ORDER_CREATED` event `biz_no` with payload `{}` (its own autocommit); returns
@@ -57,7 +57,7 @@ pub async fn wait_for_success(db: &impl ConnectionTrait, n: u64, deadline: Durat
 
 /// The event `id`, which must exist.
 pub async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
-    sea_orm_outbox::store::find_event(db, id)
+    sea_orm_outbox::driver::find_event(db, id)
         .await
         .expect("read")
         .expect("event exists")
@@ -82,7 +82,12 @@ pub async fn age(db: &impl ConnectionTrait, id: i64, col: Column, ago: Duration)
 pub async fn age_many(db: &impl ConnectionTrait, ids: &[i64], col: Column, ago: Duration) {
     let backend = db.get_database_backend();
     Events::update_many()
-        .col_expr(col, dialect::now_minus(backend, ago))
+        .col_expr(
+            col,
+            driver::Driver::of(backend)
+                .expect("a known backend")
+                .now_minus(ago),
+        )
         .filter(Column::Id.is_in(ids.to_vec()))
         .exec(db)
         .await

@@ -4,10 +4,10 @@ use std::time::Duration;
 use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
+use crate::driver::RelayDb;
 use crate::error::OutboxError;
 use crate::ops::Backlog;
 use crate::relay::{Observer, Op, WorkerSummary};
-use crate::store::RelayDb;
 
 pub use crate::config::GAUGE_INTERVAL;
 

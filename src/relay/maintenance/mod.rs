@@ -14,7 +14,7 @@ pub use gauges::{GaugeRefresher, GAUGE_INTERVAL};
 pub use reclaimer::{Reclaimer, ReclaimerConfig, DEFAULT_RECLAIM_BATCH};
 pub use renewer::{LeaseRenewer, LeaseRenewerConfig, Renewal, DEFAULT_RENEW_BATCH};
 
-pub use crate::store::Reclaimed;
+pub use crate::driver::Reclaimed;
 
 use crate::error::OutboxError;
 

@@ -5,12 +5,12 @@ use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{WorkerConfig, MAX_BATCH_SIZE, MAX_RECLAIM_INTERVAL};
+use crate::driver::{self, Reclaimed, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
-use crate::store::{self, Reclaimed, RelayDb};
 
 /// Default expired leases per statement: 1,000.
-pub const DEFAULT_RECLAIM_BATCH: u64 = store::RECLAIM_BATCH;
+pub const DEFAULT_RECLAIM_BATCH: u64 = driver::RECLAIM_BATCH;
 
 /// What the [`Reclaimer`] does and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl Reclaimer {
     /// A database error (batches done before it stay done).
     pub async fn run_once(&self) -> Result<Reclaimed, OutboxError> {
         let c = &self.config;
-        Ok(store::reclaim_stuck(&self.db, c.lease, c.max_retries, c.batch_size).await?)
+        Ok(driver::reclaim_stuck(&self.db, c.lease, c.max_retries, c.batch_size).await?)
     }
 
     /// Passes every `interval` (the first at once) until `cancel` fires; errors are logged and

@@ -6,9 +6,9 @@ use std::time::Duration;
 use sea_orm::DatabaseConnection;
 
 use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
+use crate::driver::{self, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Inflight, Observer, Op, WorkerSummary};
-use crate::store::{self, RelayDb};
 
 /// Default leases renewed per statement: 1,000.
 pub const DEFAULT_RENEW_BATCH: u64 = 1000;
@@ -105,10 +105,10 @@ impl LeaseRenewer {
         let mut r = Renewal::default();
         let chunk = usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
         for ids in ids.chunks(chunk.max(1)) {
-            let n = store::renew_leases(&self.db, ids, claim_owner).await?;
+            let n = driver::renew_leases(&self.db, ids, claim_owner).await?;
             r.renewed += n;
             if n < ids.len() as u64 {
-                let still: HashSet<i64> = store::owned_ids(&self.db, ids, claim_owner)
+                let still: HashSet<i64> = driver::owned_ids(&self.db, ids, claim_owner)
                     .await?
                     .into_iter()
                     .collect();

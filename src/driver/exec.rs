@@ -1,47 +1,12 @@
-//! The outbox's statements: the only code that knows SQL and backends.
-//!
-//! Files: `insert` (the event insert), `claim` (candidates, per-row and batch claims),
-//! `ordered` (the ordered claim: heads of their keys and their runs), `marks`
-//! (the owner-guarded transitions and lease renewal), `reclaim` (expired leases), `admin` (the
-//! statements of [`crate::ops`]: stats, dead letters, purge), `backend/` (one file per
-//! backend behind [`Dialect`]'s capability questions; `dialect` is its function façade), and
-//! `relay_db` (the relay's connection: simple-protocol statements with inlined values on
-//! request, for transaction-mode poolers).
-//!
-//! One function per statement of the design, each deciding by `rows_affected` and returning a
-//! typed outcome. Every guard (`status`, `claim_owner`) is part of the `WHERE` clause, so a late
-//! worker can never overwrite a row another instance has taken over. Times come from
-//! [`dialect`], the database clock.
-//!
-//! Each statement is built by a `*_statement` function and executed by another, so its SQL can be
-//! rendered per backend (and `EXPLAIN`ed in tests) without a database.
-pub mod admin;
-mod backend;
-mod claim;
-pub mod consumed;
-pub mod dialect;
-mod insert;
-mod marks;
-mod ordered;
-mod reclaim;
-mod relay_db;
-
-pub use backend::Dialect;
-pub use claim::*;
-pub use insert::*;
-pub use marks::*;
-pub use ordered::*;
-pub use reclaim::*;
-pub use relay_db::RelayDb;
-// Reached by the statement snapshots (feature `test-support`) only.
-#[allow(unused_imports)]
-pub use relay_db::inline_postgres;
-
+//! What every statement shares: running a guarded statement again on a transient conflict,
+//! running a statement by ids, the outcomes of the claim and the transitions, and the check of
+//! the table's columns.
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbErr, EntityTrait, QueryTrait};
+use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
 use sea_orm_outbox_entity::event_record::{self, Entity};
 
+use super::{ByIds, Driver};
 use crate::error::is_transient;
 
 /// Attempts a guarded statement makes when it meets a transient conflict (deadlock,
@@ -84,26 +49,21 @@ pub(crate) fn truncate_reason(reason: &str) -> &str {
     &reason[..end]
 }
 
-/// Runs `query`, an `UPDATE` or `DELETE` whose `WHERE` names its rows by id (`id IN (...)`),
-/// reading the table through the primary key only ([`dialect::by_primary_key`]: on MySQL and
-/// MariaDB it would otherwise wait on rows of open transactions that it does not change), and
-/// returns `rows_affected`. Transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
+/// Runs `stmt` ([`ByIds`]: an `UPDATE` or `DELETE` whose `WHERE` names its rows by id) as the
+/// driver sends it, through the primary key alone ([`Driver::by_ids`]: on MySQL and MariaDB it
+/// would otherwise wait on rows of open transactions that it does not change), and returns
+/// `rows_affected`. Transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
 ///
 /// # Errors
 /// Any database error.
-pub async fn exec_by_ids<C, Q>(db: &C, query: &Q) -> Result<u64, DbErr>
-where
-    C: ConnectionTrait,
-    Q: QueryTrait,
-{
-    let backend = db.get_database_backend();
-    let stmt = dialect::by_primary_key(backend, query.build(backend))?;
+pub async fn exec_by_ids<C: ConnectionTrait>(db: &C, stmt: &ByIds) -> Result<u64, DbErr> {
+    let stmt = stmt.build(Driver::of_db(db)?);
     Ok(retry_transient(|| db.execute_raw(stmt.clone()))
         .await?
         .rows_affected())
 }
 
-/// Outcome of [`claim()`].
+/// Outcome of [`super::claim()`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Claim {
@@ -114,8 +74,8 @@ pub enum Claim {
     Lost,
 }
 
-/// Outcome of an owner-guarded transition ([`mark_success`], [`release_for_retry`],
-/// [`mark_fail`]).
+/// Outcome of an owner-guarded transition ([`super::mark_success`],
+/// [`super::release_for_retry`], [`super::mark_fail`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Transition {
@@ -127,7 +87,7 @@ pub enum Transition {
 }
 
 impl Transition {
-    fn from_rows(rows: u64) -> Self {
+    pub(super) fn from_rows(rows: u64) -> Self {
         if rows == 1 {
             Transition::Applied
         } else {

@@ -2,16 +2,16 @@
 use std::time::Instant;
 
 use sea_orm::sea_query::{Expr, InsertStatement, Query};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr};
+use sea_orm::{ConnectionTrait, DbErr};
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::dialect;
+use super::Driver;
 use crate::event::NewEvent;
 
 /// `INSERT` of a new `WAIT` event due now (database clock), `retry_count` 0.
-pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement {
-    let now = dialect::now(backend);
+pub fn insert_statement(driver: Driver, event: &NewEvent) -> InsertStatement {
+    let now = driver.now();
     let mut insert = Query::insert();
     insert
         .into_table(Entity)
@@ -37,14 +37,14 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
             now,
             Expr::val(event.headers_json()),
         ]);
-    if dialect::insert_returns_id(backend) {
+    if driver.returning() {
         insert.returning_col(Column::Id);
     }
     insert
 }
 
 /// Inserts `event` as a `WAIT` row due now and returns its id. On Postgres the same statement
-/// may also queue a `NOTIFY` on [`dialect::WAKE_CHANNEL`], delivered when the transaction
+/// may also queue a `NOTIFY` on [`super::WAKE_CHANNEL`], delivered when the transaction
 /// commits (never on rollback), which wakes listening relays at once: unless the event says
 /// [`NewEvent::notify_relays`]`(false)`, and by default only when no other open transaction
 /// holds the current slot of [`NewEvent::notify_interval`] (see there). The slot's key is taken
@@ -55,13 +55,13 @@ pub fn insert_statement(backend: DbBackend, event: &NewEvent) -> InsertStatement
 /// # Errors
 /// Any database error (for example a missing table).
 pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Result<i64, DbErr> {
-    let backend = db.get_database_backend();
-    let stmt = insert_statement(backend, event);
-    if dialect::insert_returns_id(backend) {
+    let driver = Driver::of_db(db)?;
+    let stmt = insert_statement(driver, event);
+    if driver.returning() {
         let wakeup = event.wakeup();
         let started = Instant::now();
         let row = db
-            .query_one_raw(dialect::with_wakeup(backend, backend.build(&stmt), wakeup))
+            .query_one(&driver.with_wakeup(stmt, wakeup))
             .await?
             .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
         let id = row.try_get_by_index::<i64>(0)?;
@@ -74,7 +74,7 @@ pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Resul
         if let Some(interval) = wakeup {
             let skipped = !interval.is_zero() && !row.try_get_by_index::<bool>(1).unwrap_or(true);
             if skipped && started.elapsed() >= interval {
-                if let Some(alone) = dialect::wakeup_alone(backend) {
+                if let Some(alone) = driver.wakeup_alone() {
                     db.execute_raw(alone).await?;
                 }
             }

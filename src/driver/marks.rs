@@ -6,20 +6,17 @@
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QuerySelect,
-    QueryTrait, Select, UpdateMany,
-};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect, Select};
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{dialect, exec_by_ids, truncate_reason, Transition};
+use super::{exec_by_ids, status_literal, truncate_reason, ByIds, Driver, Transition};
 
 /// An update of event `id` guarded by `status = 'SENDING' AND claim_owner = :owner`.
-fn owned(id: i64, owner: &str) -> UpdateMany<Entity> {
-    Entity::update_many()
+fn owned(driver: Driver, id: i64, owner: &str) -> ByIds {
+    ByIds::update()
         .filter(Column::Id.eq(id))
-        .filter(dialect::status_is(EventStatus::Sending))
+        .filter(driver.status_guard(status_literal(EventStatus::Sending)))
         .filter(Column::ClaimOwner.eq(owner))
 }
 
@@ -33,18 +30,15 @@ pub async fn mark_success<C: ConnectionTrait>(
     id: i64,
     owner: &str,
 ) -> Result<Transition, DbErr> {
-    let stmt = mark_success_statement(db.get_database_backend(), id, owner);
+    let stmt = mark_success_statement(Driver::of_db(db)?, id, owner);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
 /// The statement of [`mark_success`].
-pub fn mark_success_statement(backend: DbBackend, id: i64, owner: &str) -> UpdateMany<Entity> {
-    owned(id, owner)
-        .col_expr(
-            Column::Status,
-            dialect::status_literal(EventStatus::Success),
-        )
-        .col_expr(Column::UpdateTime, dialect::now(backend))
+pub fn mark_success_statement(driver: Driver, id: i64, owner: &str) -> ByIds {
+    owned(driver, id, owner)
+        .set(Column::Status, status_literal(EventStatus::Success))
+        .set(Column::UpdateTime, driver.now())
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
@@ -61,27 +55,27 @@ pub async fn release_for_retry<C: ConnectionTrait>(
     backoff: Duration,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let backend = db.get_database_backend();
-    let stmt = release_for_retry_statement(backend, id, owner, backoff, reason);
+    let driver = Driver::of_db(db)?;
+    let stmt = release_for_retry_statement(driver, id, owner, backoff, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
 /// The statement of [`release_for_retry`].
 pub fn release_for_retry_statement(
-    backend: DbBackend,
+    driver: Driver,
     id: i64,
     owner: &str,
     backoff: Duration,
     reason: &str,
-) -> UpdateMany<Entity> {
-    owned(id, owner)
-        .col_expr(Column::Status, dialect::status_literal(EventStatus::Wait))
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::RetryCount, retry_count_plus_one())
-        .col_expr(Column::NextRetryTime, dialect::now_plus(backend, backoff))
-        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
-        .col_expr(Column::UpdateTime, dialect::now(backend))
+) -> ByIds {
+    owned(driver, id, owner)
+        .set(Column::Status, status_literal(EventStatus::Wait))
+        .set(Column::ClaimOwner, Expr::cust("NULL"))
+        .set(Column::ClaimedAt, Expr::cust("NULL"))
+        .set(Column::RetryCount, retry_count_plus_one())
+        .set(Column::NextRetryTime, driver.now_plus(backoff))
+        .set(Column::LastError, Expr::val(truncate_reason(reason)))
+        .set(Column::UpdateTime, driver.now())
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
@@ -99,26 +93,26 @@ pub async fn release_uncounted<C: ConnectionTrait>(
     delay: Duration,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let backend = db.get_database_backend();
-    let stmt = release_uncounted_statement(backend, id, owner, delay, reason);
+    let driver = Driver::of_db(db)?;
+    let stmt = release_uncounted_statement(driver, id, owner, delay, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
 /// The statement of [`release_uncounted`].
 pub fn release_uncounted_statement(
-    backend: DbBackend,
+    driver: Driver,
     id: i64,
     owner: &str,
     delay: Duration,
     reason: &str,
-) -> UpdateMany<Entity> {
-    owned(id, owner)
-        .col_expr(Column::Status, dialect::status_literal(EventStatus::Wait))
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::NextRetryTime, dialect::now_plus(backend, delay))
-        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
-        .col_expr(Column::UpdateTime, dialect::now(backend))
+) -> ByIds {
+    owned(driver, id, owner)
+        .set(Column::Status, status_literal(EventStatus::Wait))
+        .set(Column::ClaimOwner, Expr::cust("NULL"))
+        .set(Column::ClaimedAt, Expr::cust("NULL"))
+        .set(Column::NextRetryTime, driver.now_plus(delay))
+        .set(Column::LastError, Expr::val(truncate_reason(reason)))
+        .set(Column::UpdateTime, driver.now())
 }
 
 /// `retry_count + 1`, the row's own count moved on.
@@ -138,40 +132,31 @@ pub async fn mark_fail<C: ConnectionTrait>(
     owner: &str,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let stmt = mark_fail_statement(db.get_database_backend(), id, owner, reason);
+    let stmt = mark_fail_statement(Driver::of_db(db)?, id, owner, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
 /// The statement of [`mark_fail`].
-pub fn mark_fail_statement(
-    backend: DbBackend,
-    id: i64,
-    owner: &str,
-    reason: &str,
-) -> UpdateMany<Entity> {
-    owned(id, owner)
-        .col_expr(Column::Status, dialect::status_literal(EventStatus::Fail))
-        .col_expr(Column::RetryCount, retry_count_plus_one())
-        .col_expr(Column::LastError, Expr::val(truncate_reason(reason)))
-        .col_expr(Column::UpdateTime, dialect::now(backend))
+pub fn mark_fail_statement(driver: Driver, id: i64, owner: &str, reason: &str) -> ByIds {
+    owned(driver, id, owner)
+        .set(Column::Status, status_literal(EventStatus::Fail))
+        .set(Column::RetryCount, retry_count_plus_one())
+        .set(Column::LastError, Expr::val(truncate_reason(reason)))
+        .set(Column::UpdateTime, driver.now())
 }
 
 /// `UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`, the guard
 /// of the statements below.
-fn owned_many(ids: &[i64], owner: &str) -> UpdateMany<Entity> {
-    Entity::update_many()
+fn owned_many(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
+    ByIds::update()
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(dialect::status_is(EventStatus::Sending))
+        .filter(driver.status_guard(status_literal(EventStatus::Sending)))
         .filter(Column::ClaimOwner.eq(owner))
 }
 
 /// Runs an [`owned_many`] statement through the primary key ([`exec_by_ids`]) and returns how
 /// many rows were still ours; nothing at all for no ids.
-async fn update_owned<C: ConnectionTrait>(
-    db: &C,
-    ids: &[i64],
-    stmt: UpdateMany<Entity>,
-) -> Result<u64, DbErr> {
+async fn update_owned<C: ConnectionTrait>(db: &C, ids: &[i64], stmt: ByIds) -> Result<u64, DbErr> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -189,22 +174,15 @@ pub async fn mark_success_many<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    let stmt = mark_success_many_statement(db.get_database_backend(), ids, owner);
+    let stmt = mark_success_many_statement(Driver::of_db(db)?, ids, owner);
     update_owned(db, ids, stmt).await
 }
 
 /// The statement of [`mark_success_many`].
-pub fn mark_success_many_statement(
-    backend: DbBackend,
-    ids: &[i64],
-    owner: &str,
-) -> UpdateMany<Entity> {
-    owned_many(ids, owner)
-        .col_expr(
-            Column::Status,
-            dialect::status_literal(EventStatus::Success),
-        )
-        .col_expr(Column::UpdateTime, dialect::now(backend))
+pub fn mark_success_many_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
+    owned_many(driver, ids, owner)
+        .set(Column::Status, status_literal(EventStatus::Success))
+        .set(Column::UpdateTime, driver.now())
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,
@@ -219,21 +197,17 @@ pub async fn release_unsent<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    let stmt = release_unsent_statement(db.get_database_backend(), ids, owner);
+    let stmt = release_unsent_statement(Driver::of_db(db)?, ids, owner);
     update_owned(db, ids, stmt).await
 }
 
 /// The statement of [`release_unsent`].
-pub fn release_unsent_statement(
-    backend: DbBackend,
-    ids: &[i64],
-    owner: &str,
-) -> UpdateMany<Entity> {
-    owned_many(ids, owner)
-        .col_expr(Column::Status, dialect::status_literal(EventStatus::Wait))
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::UpdateTime, dialect::now(backend))
+pub fn release_unsent_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
+    owned_many(driver, ids, owner)
+        .set(Column::Status, status_literal(EventStatus::Wait))
+        .set(Column::ClaimOwner, Expr::cust("NULL"))
+        .set(Column::ClaimedAt, Expr::cust("NULL"))
+        .set(Column::UpdateTime, driver.now())
 }
 
 /// `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status = 'SENDING' AND
@@ -247,28 +221,28 @@ pub async fn renew_leases<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    let stmt = renew_leases_statement(db.get_database_backend(), ids, owner);
+    let stmt = renew_leases_statement(Driver::of_db(db)?, ids, owner);
     update_owned(db, ids, stmt).await
 }
 
 /// The statement of [`renew_leases`].
-pub fn renew_leases_statement(backend: DbBackend, ids: &[i64], owner: &str) -> UpdateMany<Entity> {
-    owned_many(ids, owner).col_expr(Column::ClaimedAt, dialect::now(backend))
+pub fn renew_leases_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
+    owned_many(driver, ids, owner).set(Column::ClaimedAt, driver.now())
 }
 
 /// `SELECT id FROM t_event_record WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner =
-/// :owner`: which of `ids` are still leased to `owner`.
-pub fn owned_ids_query(ids: &[i64], owner: &str) -> Select<Entity> {
+/// :owner`: which of `ids` are still leased to `owner` (the status guard as every statement by
+/// ids writes it, [`Driver::status_guard`]).
+pub fn owned_ids_query(driver: Driver, ids: &[i64], owner: &str) -> Select<Entity> {
     Entity::find()
         .select_only()
         .column(Column::Id)
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(dialect::status_is(EventStatus::Sending))
+        .filter(driver.status_guard(status_literal(EventStatus::Sending)))
         .filter(Column::ClaimOwner.eq(owner))
 }
 
-/// The ids among `ids` still `SENDING` under `owner`'s lease ([`owned_ids_query`]; on Postgres
-/// through the primary key alone, see [`dialect::by_primary_key`]).
+/// The ids among `ids` still `SENDING` under `owner`'s lease ([`owned_ids_query`]).
 ///
 /// # Errors
 /// Any database error.
@@ -277,15 +251,8 @@ pub async fn owned_ids<C: ConnectionTrait>(
     ids: &[i64],
     owner: &str,
 ) -> Result<Vec<i64>, DbErr> {
-    let backend = db.get_database_backend();
-    let mut stmt = owned_ids_query(ids, owner).build(backend);
-    if backend == DbBackend::Postgres {
-        // The primary key alone, as for the owner-guarded updates (see `dialect::by_primary_key`).
-        stmt = dialect::by_primary_key(backend, stmt)?;
-    }
-    db.query_all_raw(stmt)
-        .await?
-        .iter()
-        .map(|r| r.try_get_by_index::<i64>(0))
-        .collect()
+    owned_ids_query(Driver::of_db(db)?, ids, owner)
+        .into_tuple()
+        .all(db)
+        .await
 }

@@ -1,19 +1,16 @@
-//! The relay's connection: a [`DatabaseConnection`] that, in
-//! [`StatementProtocol::Simple`] on Postgres, sends each statement as one simple-protocol
-//! `Query` message with its values inlined, so that a transaction-mode pooler (PgBouncer
-//! < 1.21) passes it through; otherwise it delegates every call unchanged (prepared statements).
-//!
-//! Writes go through [`ConnectionTrait::execute_unprepared`] (sqlx's simple query; its
-//! `rows_affected` decides the guarded transitions as with prepared statements), reads through
-//! `sqlx::raw_sql(..).fetch_all(pool)`, whose rows come back in the text format and decode
-//! into the models as the binary ones do (tested in `tests/statements.rs`).
-use sea_orm::sea_query::{inject_parameters, PostgresQueryBuilder};
+//! The relay's connection: a [`DatabaseConnection`] that, in [`StatementProtocol::Simple`]
+//! where the driver has a simple protocol ([`Driver::inline`]: Postgres), sends each statement
+//! as one simple-protocol query with its values inlined, so that a transaction-mode pooler
+//! passes it through (`postgres/simple.rs`); otherwise it delegates every call unchanged
+//! (prepared statements).
 use sea_orm::{
     AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     ExecResult, IsolationLevel, QueryResult, Statement, TransactionError, TransactionOptions,
     TransactionTrait,
 };
 
+use super::postgres::simple;
+use super::Driver;
 use crate::config::StatementProtocol;
 use crate::error::OutboxError;
 
@@ -55,9 +52,10 @@ impl RelayDb {
     }
 }
 
-/// Refuses [`StatementProtocol::Simple`] on a backend other than Postgres.
+/// Refuses [`StatementProtocol::Simple`] on a backend without a simple protocol
+/// ([`Driver::simple_protocol`]: Postgres alone).
 pub(crate) fn check_simple(backend: DbBackend) -> Result<(), OutboxError> {
-    if backend == DbBackend::Postgres && cfg!(feature = "postgres") {
+    if Driver::of(backend).is_some_and(Driver::simple_protocol) {
         Ok(())
     } else {
         Err(OutboxError::InvalidConfig(format!(
@@ -65,42 +63,6 @@ pub(crate) fn check_simple(backend: DbBackend) -> Result<(), OutboxError> {
              this connection is {backend:?}"
         )))
     }
-}
-
-/// The SQL of `stmt` with its values written in (Postgres literals, sea-query's escaping:
-/// `E'it\'s'`); the SQL as it is when there are none.
-pub fn inline_postgres(stmt: &Statement) -> String {
-    match &stmt.values {
-        Some(values) if !values.0.is_empty() => {
-            inject_parameters(&stmt.sql, &values.0, &PostgresQueryBuilder)
-        }
-        _ => stmt.sql.clone(),
-    }
-}
-
-#[cfg(feature = "postgres")]
-async fn fetch_simple(db: &DatabaseConnection, sql: String) -> Result<Vec<QueryResult>, DbErr> {
-    use sea_orm::sqlx;
-    use sea_orm::RuntimeErr;
-    let pool = db.get_postgres_connection_pool();
-    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .fetch_all(pool)
-        .await
-    {
-        Ok(rows) => Ok(rows.into_iter().map(QueryResult::from).collect()),
-        Err(sqlx::Error::PoolTimedOut) => {
-            Err(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout))
-        }
-        Err(sqlx::Error::PoolClosed) => Err(DbErr::ConnectionAcquire(
-            sea_orm::ConnAcquireErr::ConnectionClosed,
-        )),
-        Err(e) => Err(DbErr::Query(RuntimeErr::SqlxError(e.into()))),
-    }
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn fetch_simple(_: &DatabaseConnection, _: String) -> Result<Vec<QueryResult>, DbErr> {
-    Err(DbErr::Custom("built without the postgres feature".into()))
 }
 
 #[async_trait::async_trait]
@@ -111,7 +73,7 @@ impl ConnectionTrait for RelayDb {
 
     async fn execute_raw(&self, stmt: Statement) -> Result<ExecResult, DbErr> {
         if self.simple {
-            self.db.execute_unprepared(&inline_postgres(&stmt)).await
+            self.db.execute_unprepared(&simple::inline(&stmt)).await
         } else {
             self.db.execute_raw(stmt).await
         }
@@ -123,7 +85,7 @@ impl ConnectionTrait for RelayDb {
 
     async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
         if self.simple {
-            Ok(fetch_simple(&self.db, inline_postgres(&stmt))
+            Ok(simple::fetch(&self.db, simple::inline(&stmt))
                 .await?
                 .into_iter()
                 .next())
@@ -134,7 +96,7 @@ impl ConnectionTrait for RelayDb {
 
     async fn query_all_raw(&self, stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
         if self.simple {
-            fetch_simple(&self.db, inline_postgres(&stmt)).await
+            simple::fetch(&self.db, simple::inline(&stmt)).await
         } else {
             self.db.query_all_raw(stmt).await
         }
@@ -209,24 +171,6 @@ impl TransactionTrait for RelayDb {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sea_orm::Value;
-
-    #[test]
-    fn values_are_inlined_and_escaped() {
-        let stmt = Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            r#"UPDATE "t" SET "last_error" = $1, "n" = $2 WHERE "s" = 'it''s $1' AND "o" = $3"#,
-            [
-                Value::from("it's \\ bad"),
-                Value::from(7i32),
-                Value::from(None::<String>),
-            ],
-        );
-        assert_eq!(
-            inline_postgres(&stmt),
-            r#"UPDATE "t" SET "last_error" = E'it\'s \\ bad', "n" = 7 WHERE "s" = 'it''s $1' AND "o" = NULL"#
-        );
-    }
 
     #[test]
     fn simple_is_postgres_only() {

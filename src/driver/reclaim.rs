@@ -3,13 +3,12 @@ use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Select, UpdateMany,
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
 };
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{dialect, exec_by_ids};
+use super::{exec_by_ids, ByIds, Driver};
 
 /// What a reclaim pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,12 +38,12 @@ pub const RECLAIM_BATCH: u64 = 1000;
 /// `SELECT id FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease ORDER
 /// BY claimed_at LIMIT :batch`: the oldest expired leases, read through
 /// `idx_t_event_record_status_claimed_at` without locking anything.
-pub fn expired_leases_query(backend: DbBackend, lease: Duration, batch: u64) -> Select<Entity> {
+pub fn expired_leases_query(driver: Driver, lease: Duration, batch: u64) -> Select<Entity> {
     Entity::find()
         .select_only()
         .column(Column::Id)
         .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+        .filter(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
         .order_by_asc(Column::ClaimedAt)
         .limit(batch)
 }
@@ -59,23 +58,23 @@ pub fn expired_leases_query(backend: DbBackend, lease: Duration, batch: u64) -> 
 /// A reclaim counts as a failed attempt, so a message that kills its sender every time ends in
 /// `FAIL` after the retry limit instead of circling forever (the seed's design would loop).
 pub fn reclaim_statement(
-    backend: DbBackend,
+    driver: Driver,
     ids: &[i64],
     lease: Duration,
     max_retries: u32,
     to: EventStatus,
-) -> UpdateMany<Entity> {
+) -> ByIds {
     let limit = i32::try_from(max_retries).unwrap_or(i32::MAX);
-    let stmt = Entity::update_many()
-        .col_expr(Column::Status, Expr::val(to.as_str()))
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
-        .col_expr(Column::LastError, Expr::val(LEASE_EXPIRED))
-        .col_expr(Column::UpdateTime, dialect::now(backend))
+    let stmt = ByIds::update()
+        .set(Column::Status, Expr::val(to.as_str()))
+        .set(Column::ClaimOwner, Expr::cust("NULL"))
+        .set(Column::ClaimedAt, Expr::cust("NULL"))
+        .set(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
+        .set(Column::LastError, Expr::val(LEASE_EXPIRED))
+        .set(Column::UpdateTime, driver.now())
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)));
+        .filter(driver.status_guard(Expr::val(EventStatus::Sending.as_str())))
+        .filter(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)));
     if to == EventStatus::Fail {
         stmt.filter(Column::RetryCount.gte(limit))
     } else {
@@ -105,19 +104,19 @@ pub async fn reclaim_stuck<C: ConnectionTrait>(
             "reclaim batch size must be at least 1".into(),
         ));
     }
-    let backend = db.get_database_backend();
+    let driver = Driver::of_db(db)?;
     let mut done = Reclaimed::default();
     loop {
-        let ids: Vec<i64> = expired_leases_query(backend, lease, batch)
+        let ids: Vec<i64> = expired_leases_query(driver, lease, batch)
             .into_tuple()
             .all(db)
             .await?;
         if ids.is_empty() {
             break;
         }
-        let to_fail = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Fail);
+        let to_fail = reclaim_statement(driver, &ids, lease, max_retries, EventStatus::Fail);
         let failed = exec_by_ids(db, &to_fail).await?;
-        let to_wait = reclaim_statement(backend, &ids, lease, max_retries, EventStatus::Wait);
+        let to_wait = reclaim_statement(driver, &ids, lease, max_retries, EventStatus::Wait);
         let requeued = exec_by_ids(db, &to_wait).await?;
         done.dead_lettered += failed;
         done.requeued += requeued;

@@ -1,25 +1,24 @@
 //! Statements on `t_consumed_message`, the idempotent consumer's record of processed messages
 //! (used by [`crate::consumer::consume_once`]).
-use sea_orm::sea_query::{Expr, Query};
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
+use sea_orm::{ConnectionTrait, DbErr, Statement};
 use sea_orm_outbox_entity::consumed_message::{Column, Entity};
 
-use super::dialect;
+use super::{Driver, InsertIfAbsent};
 
 /// `INSERT INTO t_consumed_message (consumer_group, msg_id, consumed_at) VALUES (:group,
 /// :msg_id, now)` that skips an existing (consumer_group, msg_id) instead of failing
-/// ([`dialect::insert_if_absent`]: `ON CONFLICT DO NOTHING`, MySQL `INSERT IGNORE`).
-pub fn record_statement(backend: DbBackend, consumer_group: &str, msg_id: &str) -> Statement {
-    let mut insert = Query::insert();
-    insert
-        .into_table(Entity)
-        .columns([Column::ConsumerGroup, Column::MsgId, Column::ConsumedAt])
-        .values_panic([
-            Expr::val(consumer_group),
-            Expr::val(msg_id),
-            dialect::now(backend),
-        ]);
-    dialect::insert_if_absent(backend, &insert, [Column::ConsumerGroup, Column::MsgId])
+/// ([`Driver::insert_if_absent`]: `ON CONFLICT DO NOTHING`, MySQL `INSERT IGNORE`).
+pub fn record_statement(driver: Driver, consumer_group: &str, msg_id: &str) -> Statement {
+    driver.insert_if_absent(&InsertIfAbsent::new(
+        Entity,
+        [Column::ConsumerGroup, Column::MsgId, Column::ConsumedAt],
+        vec![
+            sea_orm::sea_query::Expr::val(consumer_group),
+            sea_orm::sea_query::Expr::val(msg_id),
+            driver.now(),
+        ],
+        [Column::ConsumerGroup, Column::MsgId],
+    ))
 }
 
 /// Records that `consumer_group` processed `msg_id`: `true` when the row was written, `false`
@@ -35,6 +34,6 @@ pub async fn record_consumed<C: ConnectionTrait>(
     consumer_group: &str,
     msg_id: &str,
 ) -> Result<bool, DbErr> {
-    let stmt = record_statement(db.get_database_backend(), consumer_group, msg_id);
+    let stmt = record_statement(Driver::of_db(db)?, consumer_group, msg_id);
     Ok(db.execute_raw(stmt).await?.rows_affected() == 1)
 }

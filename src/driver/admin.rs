@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Query, SelectStatement};
 use sea_orm::{
-    ColumnTrait, DbBackend, DeleteMany, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
-    UpdateMany,
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    QueryTrait, Select,
 };
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::dialect;
+use super::{ByIds, Driver};
 
 /// `SELECT status, COUNT(id) AS n FROM t_event_record [WHERE status IN (:only)] GROUP BY
 /// status`.
@@ -28,11 +28,11 @@ pub fn count_by_status_query(only: Option<&[EventStatus]>) -> Select<Entity> {
 
 /// `SELECT MIN(column) AS oldest, now AS now FROM t_event_record WHERE status = 'WAIT'`: the
 /// oldest waiting row's `column` and the database clock, read together.
-pub fn oldest_wait_query(backend: DbBackend, column: Column) -> Select<Entity> {
+pub fn oldest_wait_query(driver: Driver, column: Column) -> Select<Entity> {
     Entity::find()
         .select_only()
         .column_as(Expr::col(column).min(), "oldest")
-        .column_as(dialect::now(backend), "now")
+        .column_as(driver.now(), "now")
         .filter(Column::Status.eq(EventStatus::Wait.as_str()))
 }
 
@@ -44,7 +44,7 @@ pub fn oldest_wait_query(backend: DbBackend, column: Column) -> Select<Entity> {
 /// `create_time`, and the database clock. Starts from the dead letters (normally few: the
 /// status index) and reads one range of `idx_t_event_record_biz_no_status_id` per key that has
 /// one, so it costs next to nothing where nothing is dead, whatever the `WAIT` backlog.
-pub fn blocked_keys_query(backend: DbBackend) -> SelectStatement {
+pub fn blocked_keys_query(driver: Driver) -> SelectStatement {
     let (w, f, first) = (Alias::new("w"), Alias::new("f"), Alias::new("first_fail"));
     let dead = Query::select()
         .column(Column::BizNo)
@@ -59,7 +59,7 @@ pub fn blocked_keys_query(backend: DbBackend) -> SelectStatement {
             "blocked_keys",
         )
         .expr_as(Expr::col((w.clone(), Column::CreateTime)).min(), "oldest")
-        .expr_as(dialect::now(backend), "now")
+        .expr_as(driver.now(), "now")
         .from_subquery(dead, f.clone())
         .join_as(
             sea_orm::sea_query::JoinType::InnerJoin,
@@ -75,15 +75,32 @@ pub fn blocked_keys_query(backend: DbBackend) -> SelectStatement {
 
 /// `SELECT ... FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease`
 /// (counted by the caller): leases older than `lease`.
-pub fn sending_over_lease_query(backend: DbBackend, lease: Duration) -> Select<Entity> {
+pub fn sending_over_lease_query(driver: Driver, lease: Duration) -> Select<Entity> {
     Entity::find()
         .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Expr::col(Column::ClaimedAt).lt(dialect::now_minus(backend, lease)))
+        .filter(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
 }
 
 /// `SELECT id FROM t_event_record LIMIT 1`: whether the table exists.
 pub fn check_table_query() -> Select<Entity> {
     Entity::find().select_only().column(Column::Id).limit(1)
+}
+
+/// Runs [`check_table_query`]; where the driver has a simple protocol ([`Driver::inline`]:
+/// Postgres) as one simple-protocol query, its value inlined, so that it also passes a
+/// transaction-mode pooler (PgBouncer < 1.21; see [`crate::StatementProtocol::Simple`]).
+///
+/// # Errors
+/// Any database error (a missing table among them).
+pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
+    let driver = Driver::of_db(db)?;
+    match driver.inline(&check_table_query().build(driver.backend())) {
+        Some(sql) => db.execute_unprepared(&sql).await.map(drop),
+        None => {
+            let _: Option<i64> = check_table_query().into_tuple().one(db).await?;
+            Ok(())
+        }
+    }
 }
 
 /// `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
@@ -109,43 +126,43 @@ pub fn dead_letter_ids_query(after: i64, batch: u64) -> Select<Entity> {
 /// `UPDATE t_event_record SET status = 'WAIT', retry_count = 0, next_retry_time = now,
 /// claim_owner = NULL, claimed_at = NULL, update_time = now WHERE id IN (:ids) AND status =
 /// 'FAIL'`: dead letters given a fresh start (run through the primary key).
-pub fn retry_dead_statement(backend: DbBackend, ids: &[i64]) -> UpdateMany<Entity> {
-    let now = dialect::now(backend);
-    Entity::update_many()
-        .col_expr(Column::Status, Expr::val(EventStatus::Wait.as_str()))
-        .col_expr(Column::RetryCount, Expr::val(0))
-        .col_expr(Column::NextRetryTime, now.clone())
-        .col_expr(Column::ClaimOwner, Expr::cust("NULL"))
-        .col_expr(Column::ClaimedAt, Expr::cust("NULL"))
-        .col_expr(Column::UpdateTime, now)
+pub fn retry_dead_statement(driver: Driver, ids: &[i64]) -> ByIds {
+    let now = driver.now();
+    ByIds::update()
+        .set(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+        .set(Column::RetryCount, Expr::val(0))
+        .set(Column::NextRetryTime, now.clone())
+        .set(Column::ClaimOwner, Expr::cust("NULL"))
+        .set(Column::ClaimedAt, Expr::cust("NULL"))
+        .set(Column::UpdateTime, now)
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+        .filter(driver.status_guard(Expr::val(EventStatus::Fail.as_str())))
 }
 
 /// `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'` (run through the primary
 /// key).
-pub fn discard_dead_statement(id: i64) -> DeleteMany<Entity> {
-    Entity::delete_many()
+pub fn discard_dead_statement(driver: Driver, id: i64) -> ByIds {
+    ByIds::delete()
         .filter(Column::Id.eq(id))
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
+        .filter(driver.status_guard(Expr::val(EventStatus::Fail.as_str())))
 }
 
 /// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
 /// ORDER BY id LIMIT :batch`: one purge batch.
-pub fn purge_ids_query(backend: DbBackend, older_than: Duration, batch: u64) -> Select<Entity> {
+pub fn purge_ids_query(driver: Driver, older_than: Duration, batch: u64) -> Select<Entity> {
     Entity::find()
         .select_only()
         .column(Column::Id)
         .filter(Column::Status.eq(EventStatus::Success.as_str()))
-        .filter(Expr::col(Column::UpdateTime).lt(dialect::now_minus(backend, older_than)))
+        .filter(Expr::col(Column::UpdateTime).lt(driver.now_minus(older_than)))
         .order_by_asc(Column::Id)
         .limit(batch)
 }
 
 /// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SUCCESS'` (run through the
 /// primary key).
-pub fn purge_statement(ids: &[i64]) -> DeleteMany<Entity> {
-    Entity::delete_many()
+pub fn purge_statement(driver: Driver, ids: &[i64]) -> ByIds {
+    ByIds::delete()
         .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(Column::Status.eq(EventStatus::Success.as_str()))
+        .filter(driver.status_guard(Expr::val(EventStatus::Success.as_str())))
 }

@@ -1,0 +1,208 @@
+//! Statements whose form the driver chooses per backend before rendering: [`ByIds`], an
+//! `UPDATE` or `DELETE` of `t_event_record` that names its rows by id, and [`InsertIfAbsent`], an
+//! insert that skips a row whose unique key is taken. Each keeps its parts (table, columns,
+//! values, conditions) as sea-query expressions until [`Driver::by_ids`] or
+//! [`Driver::insert_if_absent`] writes the statement of one backend.
+use sea_orm::sea_query::{DynIden, Expr, IntoIden, OnConflict, Query};
+use sea_orm::{DbBackend, EntityTrait, QueryFilter, QueryTrait, Statement};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+
+use super::Driver;
+
+/// An `UPDATE` (or `DELETE`) of `t_event_record` whose `WHERE` names its rows by id (`id =
+/// :id` or `id IN (:ids)`): every guarded transition, the reclaim, the dead-letter and purge
+/// statements. Sent through the primary key alone ([`Driver::by_ids`]), so that it never reads
+/// (nor, on MySQL/MariaDB, locks or waits on) rows it does not name. Its status guard is built
+/// by [`Driver::status_guard`].
+#[derive(Debug, Clone)]
+pub struct ByIds {
+    /// `Some(assignments)` for an `UPDATE`, in order; `None` for a `DELETE`.
+    set: Option<Vec<(Column, Expr)>>,
+    /// The conditions joined by `AND`, in order.
+    filter: Vec<Expr>,
+}
+
+impl ByIds {
+    /// An `UPDATE` of no column yet.
+    pub fn update() -> Self {
+        ByIds {
+            set: Some(Vec::new()),
+            filter: Vec::new(),
+        }
+    }
+
+    /// A `DELETE`.
+    pub fn delete() -> Self {
+        ByIds {
+            set: None,
+            filter: Vec::new(),
+        }
+    }
+
+    /// `SET column = value` (ignored by a `DELETE`).
+    pub fn set(mut self, column: Column, value: Expr) -> Self {
+        if let Some(set) = &mut self.set {
+            set.push((column, value));
+        }
+        self
+    }
+
+    /// `AND condition`.
+    pub fn filter(mut self, condition: Expr) -> Self {
+        self.filter.push(condition);
+        self
+    }
+
+    /// The statement as `driver` sends it.
+    pub fn build(&self, driver: Driver) -> Statement {
+        driver.by_ids(self)
+    }
+
+    /// The assignments (`None` for a `DELETE`).
+    pub(super) fn assignments(&self) -> Option<&[(Column, Expr)]> {
+        self.set.as_deref()
+    }
+
+    /// The conditions, to be joined by `AND`.
+    pub(super) fn conditions(&self) -> &[Expr] {
+        &self.filter
+    }
+
+    /// The statement as sea-orm writes an `update_many` / `delete_many` with these columns
+    /// and filters, for `backend`.
+    pub(super) fn plain(&self, backend: DbBackend) -> Statement {
+        match &self.set {
+            Some(set) => {
+                let mut update = Entity::update_many();
+                for (column, value) in set {
+                    update = update.col_expr(*column, value.clone());
+                }
+                for condition in &self.filter {
+                    update = update.filter(condition.clone());
+                }
+                update.build(backend)
+            }
+            None => {
+                let mut delete = Entity::delete_many();
+                for condition in &self.filter {
+                    delete = delete.filter(condition.clone());
+                }
+                delete.build(backend)
+            }
+        }
+    }
+}
+
+/// An `INSERT` of one row into a table with a unique key, which [`Driver::insert_if_absent`]
+/// writes so that a row whose key is taken is skipped.
+#[derive(Debug, Clone)]
+pub struct InsertIfAbsent {
+    table: DynIden,
+    columns: Vec<DynIden>,
+    values: Vec<Expr>,
+    key: Vec<DynIden>,
+}
+
+impl InsertIfAbsent {
+    /// One row of `values` for `columns` into `table`, whose unique key is `key`.
+    pub fn new<T, C, K>(table: T, columns: C, values: Vec<Expr>, key: K) -> Self
+    where
+        T: IntoIden,
+        C: IntoIterator,
+        C::Item: IntoIden,
+        K: IntoIterator,
+        K::Item: IntoIden,
+    {
+        InsertIfAbsent {
+            table: table.into_iden(),
+            columns: columns.into_iter().map(IntoIden::into_iden).collect(),
+            values,
+            key: key.into_iter().map(IntoIden::into_iden).collect(),
+        }
+    }
+
+    /// The table.
+    pub(super) fn table(&self) -> &DynIden {
+        &self.table
+    }
+
+    /// The columns, in order.
+    pub(super) fn columns(&self) -> &[DynIden] {
+        &self.columns
+    }
+
+    /// The values, in the columns' order.
+    pub(super) fn values(&self) -> &[Expr] {
+        &self.values
+    }
+
+    /// `INSERT ... ON CONFLICT (key) DO NOTHING` (Postgres, SQLite 3.24+).
+    pub(super) fn on_conflict_do_nothing(&self, backend: DbBackend) -> Statement {
+        let mut insert = Query::insert();
+        insert
+            .into_table(self.table.clone())
+            .columns(self.columns.iter().cloned())
+            .values_panic(self.values.iter().cloned())
+            .on_conflict(
+                OnConflict::columns(self.key.iter().cloned())
+                    .do_nothing()
+                    .to_owned(),
+            );
+        backend.build(&insert)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sea_orm::sea_query::Alias;
+
+    #[test]
+    fn insert_if_absent_per_backend() {
+        let insert = InsertIfAbsent::new(
+            Alias::new("t"),
+            [Alias::new("k"), Alias::new("v")],
+            vec![Expr::val(1), Expr::val(2)],
+            [Alias::new("k")],
+        );
+        assert_eq!(
+            Driver::MySql.insert_if_absent(&insert).sql,
+            "INSERT IGNORE INTO `t` (`k`, `v`) VALUES (?, ?)"
+        );
+        assert_eq!(
+            Driver::Postgres.insert_if_absent(&insert).sql,
+            r#"INSERT INTO "t" ("k", "v") VALUES ($1, $2) ON CONFLICT ("k") DO NOTHING"#
+        );
+        assert_eq!(
+            Driver::Sqlite.insert_if_absent(&insert).sql,
+            r#"INSERT INTO "t" ("k", "v") VALUES (?, ?) ON CONFLICT ("k") DO NOTHING"#
+        );
+    }
+
+    #[test]
+    fn by_ids_per_backend() {
+        use sea_orm::ColumnTrait;
+        let update = ByIds::update()
+            .set(Column::RetryCount, Expr::val(0))
+            .filter(Column::Id.is_in([1_i64, 2]));
+        assert_eq!(
+            update.build(Driver::MySql).sql,
+            "UPDATE `t_event_record` FORCE INDEX (PRIMARY) SET `retry_count` = ? WHERE \
+             `t_event_record`.`id` IN (?, ?)"
+        );
+        assert_eq!(
+            update.build(Driver::Postgres).sql,
+            r#"UPDATE "t_event_record" SET "retry_count" = $1 WHERE "t_event_record"."id" IN ($2, $3)"#
+        );
+        let delete = ByIds::delete().filter(Column::Id.is_in([1_i64, 2]));
+        assert_eq!(
+            delete.build(Driver::MySql).sql,
+            "DELETE `t_event_record` FROM `t_event_record` FORCE INDEX (PRIMARY) WHERE \
+             `t_event_record`.`id` IN (?, ?)"
+        );
+        assert_eq!(
+            delete.build(Driver::Sqlite).sql,
+            r#"DELETE FROM "t_event_record" WHERE "t_event_record"."id" IN (?, ?)"#
+        );
+    }
+}

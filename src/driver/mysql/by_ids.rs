@@ -1,0 +1,110 @@
+//! Statements whose MySQL form sea-query cannot write: an index hint on `UPDATE`/`DELETE`
+//! ([`through_primary_key`]) and `INSERT IGNORE` ([`insert_ignore`]).
+use std::fmt::Write as _;
+
+use sea_orm::sea_query::{
+    Condition, Expr, IntoIden, MysqlQueryBuilder, QueryBuilder, QuotedBuilder, SqlWriterValues,
+};
+use sea_orm::{DbBackend, Statement};
+use sea_orm_outbox_entity::event_record::Entity;
+
+use crate::driver::{ByIds, InsertIfAbsent};
+
+/// `stmt` (an `UPDATE` or `DELETE` whose `WHERE` names its rows by primary key) written to
+/// read the table through the primary key alone: `UPDATE t FORCE INDEX (PRIMARY) SET ...
+/// WHERE ...`, or `DELETE t FROM t FORCE INDEX (PRIMARY) WHERE ...`. sea-query has no index
+/// hint for `UPDATE` or `DELETE`, so the statement's frame is written here and each part (the
+/// table, the columns, every value and condition) by sea-query's MySQL builder, its values
+/// bound in the order they appear.
+///
+/// Why: InnoDB locks every row an `UPDATE`/`DELETE` reads, not only those it changes, and in
+/// autocommit under REPEATABLE READ it waits for a row another transaction holds. On a small or
+/// young table MariaDB's optimizer may read `id IN (4 ids)` as a full scan of PRIMARY
+/// (EXPLAIN: `type=index`, or `ALL` for a `DELETE`), so a mark of the relay's own `SENDING`
+/// rows would wait out `innodb_lock_wait_timeout` on the uncommitted `WAIT` row of an open
+/// business transaction. Forced onto PRIMARY the plan is `type=range`, one unique look-up per
+/// id, and locks only the rows named.
+/// READ COMMITTED alone is no cure for a `DELETE` (InnoDB's semi-consistent read, which skips
+/// a locked row that does not match, serves `UPDATE` only), and a single-table `DELETE` takes no
+/// index hint, hence the multi-table form. Postgres takes no such locks: an `UPDATE` never waits
+/// on a row that is invisible to it.
+pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
+    let q = MysqlQueryBuilder;
+    let mut sql = writer();
+    let table = Entity.into_iden();
+    match stmt.assignments() {
+        Some(set) => {
+            push(&mut sql, "UPDATE ");
+            q.prepare_iden(&table, &mut sql);
+            push(&mut sql, " FORCE INDEX (PRIMARY) SET ");
+            for (i, (column, value)) in set.iter().enumerate() {
+                if i > 0 {
+                    push(&mut sql, ", ");
+                }
+                q.prepare_iden(&column.into_iden(), &mut sql);
+                push(&mut sql, " = ");
+                q.prepare_expr(value, &mut sql);
+            }
+        }
+        None => {
+            push(&mut sql, "DELETE ");
+            q.prepare_iden(&table, &mut sql);
+            push(&mut sql, " FROM ");
+            q.prepare_iden(&table, &mut sql);
+            push(&mut sql, " FORCE INDEX (PRIMARY)");
+        }
+    }
+    if !stmt.conditions().is_empty() {
+        let all = stmt
+            .conditions()
+            .iter()
+            .fold(Condition::all(), |all, c| all.add(c.clone()));
+        push(&mut sql, " WHERE ");
+        q.prepare_expr(&Expr::from(all), &mut sql);
+    }
+    statement(sql)
+}
+
+/// `INSERT IGNORE INTO t (...) VALUES (...)`: sea-query's `ON DUPLICATE KEY UPDATE k = k`
+/// polyfill of `ON CONFLICT DO NOTHING` counts a duplicate as 1 row under `CLIENT_FOUND_ROWS`
+/// (which sqlx sets). `INSERT IGNORE` also turns other errors (over-long values, NULLs) into
+/// warnings: callers validate the values first.
+pub(crate) fn insert_ignore(insert: &InsertIfAbsent) -> Statement {
+    let q = MysqlQueryBuilder;
+    let mut sql = writer();
+    push(&mut sql, "INSERT IGNORE INTO ");
+    q.prepare_iden(insert.table(), &mut sql);
+    push(&mut sql, " (");
+    for (i, column) in insert.columns().iter().enumerate() {
+        if i > 0 {
+            push(&mut sql, ", ");
+        }
+        q.prepare_iden(column, &mut sql);
+    }
+    push(&mut sql, ") VALUES (");
+    for (i, value) in insert.values().iter().enumerate() {
+        if i > 0 {
+            push(&mut sql, ", ");
+        }
+        q.prepare_expr(value, &mut sql);
+    }
+    push(&mut sql, ")");
+    statement(sql)
+}
+
+/// Appends `text` to `sql` (a writer in memory: it cannot fail).
+fn push(sql: &mut SqlWriterValues, text: &str) {
+    let _ = sql.write_str(text);
+}
+
+/// A writer of MySQL's SQL text that collects the values to bind (`?` placeholders).
+fn writer() -> SqlWriterValues {
+    let (placeholder, numbered) = MysqlQueryBuilder.placeholder();
+    SqlWriterValues::new(placeholder, numbered)
+}
+
+/// The statement `sql` wrote.
+fn statement(sql: SqlWriterValues) -> Statement {
+    let (sql, values) = sql.into_parts();
+    Statement::from_sql_and_values(DbBackend::MySql, sql, values.0)
+}

@@ -1,0 +1,152 @@
+//! The MySQL/MariaDB batch claim: no `UPDATE ... RETURNING` and no `LIMIT` in an `IN`
+//! subquery, so one short `READ COMMITTED` transaction: a locking read, then the update by ids.
+use sea_orm::sea_query::{Expr, LockBehavior, LockType};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbBackend, DbErr, FromQueryResult, IsolationLevel, QuerySelect,
+    QueryTrait, Select, Statement, TransactionSession, TransactionTrait,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm_outbox_entity::EventStatus;
+
+use crate::config::OrderedPolicy;
+use crate::driver::{
+    candidates_query, ordered_heads_query, retry_transient, ByIds, Driver, HeadScan,
+};
+
+/// The batch claim: one short `READ COMMITTED` transaction (MariaDB has no `UPDATE ...
+/// RETURNING` and no `LIMIT` in an `IN` subquery), see [`claim_locked`].
+pub(crate) async fn claim_batch<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let locking = locking_candidates_query(Driver::MySql, n).build(DbBackend::MySql);
+    retry_transient(|| claim_locked(db, owner, locking.clone())).await
+}
+
+/// The ordered claim's heads: [`claim_locked`] over [`ordered_heads_query`]
+/// (`SELECT e.*, <now> AS claim_now FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON
+/// e.id = w.id WHERE ... AND (SELECT MAX(p.id) ...) IS NULL [AND NOT EXISTS (<an earlier
+/// FAIL>)] AND NOT EXISTS (<an event of the key out>) ... FOR UPDATE SKIP LOCKED`; the deep
+/// claim joins its candidates with `INNER JOIN` and orders by `e.next_retry_time`). InnoDB
+/// applies the locking clause to the outer rows only: the predecessor subqueries are
+/// consistent (non-locking) reads of committed rows, so a predecessor another relay is
+/// claiming right now (locked, not yet committed) is read as `WAIT`, still blocking, instead
+/// of being skipped as a locked row (see `driver/ordered.rs` for the whole argument).
+pub(crate) async fn claim_ordered_heads<C>(
+    db: &C,
+    owner: &str,
+    policy: OrderedPolicy,
+    n: u64,
+    scan: HeadScan,
+) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let locking =
+        DbBackend::MySql.build(&ordered_heads_query(Driver::MySql, policy, n, true, scan));
+    retry_transient(|| claim_locked(db, owner, locking.clone())).await
+}
+
+/// `SELECT *, <now> AS claim_now FROM t_event_record WHERE status = 'WAIT' AND next_retry_time
+/// <= now ORDER BY next_retry_time LIMIT :n FOR UPDATE SKIP LOCKED`: the first statement of the
+/// MySQL/MariaDB batch claim.
+pub fn locking_candidates_query(driver: Driver, n: u64) -> Select<Entity> {
+    candidates_query(driver, n)
+        .expr_as(driver.now(), "claim_now")
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = :now,
+/// update_time = :now WHERE id IN (:ids) AND status = 'WAIT'`: the second statement of the
+/// MySQL/MariaDB batch claim, over the rows the first one locked (`now` is the database clock
+/// it read). Written for `driver` to compare it with the other backends' claims; it runs on
+/// MySQL/MariaDB only.
+pub fn claim_locked_statement(
+    driver: Driver,
+    ids: &[i64],
+    owner: &str,
+    now: sea_orm::prelude::DateTimeUtc,
+) -> ByIds {
+    ByIds::update()
+        .set(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .set(Column::ClaimOwner, Expr::val(owner))
+        .set(Column::ClaimedAt, Expr::val(now))
+        .set(Column::UpdateTime, Expr::val(now))
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(driver.status_guard(Expr::val(EventStatus::Wait.as_str())))
+}
+
+/// A row locked by the MySQL/MariaDB batch claim, with the database's clock read in the same
+/// statement.
+struct LockedRow {
+    model: Model,
+    now: sea_orm::prelude::DateTimeUtc,
+}
+
+impl FromQueryResult for LockedRow {
+    fn from_query_result(res: &sea_orm::QueryResult, pre: &str) -> Result<Self, DbErr> {
+        Ok(LockedRow {
+            model: Model::from_query_result(res, pre)?,
+            now: res.try_get(pre, "claim_now")?,
+        })
+    }
+}
+
+/// The MySQL/MariaDB batch claim, one short `READ COMMITTED` transaction:
+/// `SELECT *, <now> AS claim_now ... FOR UPDATE SKIP LOCKED`, then `UPDATE ... SET status =
+/// 'SENDING', claim_owner = :owner, claimed_at = :claim_now, update_time = :claim_now WHERE id
+/// IN (...) AND status = 'WAIT'`, commit. The rows are locked from the select to the commit, so
+/// the claimed models are the selected ones with the claim applied: no re-read. The claim time
+/// is the database's clock read by the locking select (a round trip before the `UPDATE`, so
+/// the lease is shorter by that much, never longer), never the application's. The returned
+/// `claimed_at`/`update_time` equal the stored values because the migration makes the columns
+/// `DATETIME(6)` (a hand-made table with less precision would round them).
+///
+/// `locking` is the first statement: [`locking_candidates_query`] for the batch claim,
+/// [`ordered_heads_query`] for the ordered claim's heads.
+async fn claim_locked<C>(db: &C, owner: &str, locking: Statement) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    // READ COMMITTED: InnoDB then takes no gap locks for the locking read, so the claim never
+    // blocks concurrent inserts of new events (under REPEATABLE READ its next-key locks on the
+    // WAIT range would make `with_event` inserts wait).
+    let txn = db
+        .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
+        .await?;
+    let locked: Vec<LockedRow> = LockedRow::find_by_statement(locking).all(&txn).await?;
+    let Some(now) = locked.first().map(|r| r.now) else {
+        txn.commit().await?;
+        return Ok(Vec::new());
+    };
+    let ids: Vec<i64> = locked.iter().map(|r| r.model.id).collect();
+    // Through PRIMARY, like every statement that names its rows by id (see `by_ids.rs`); not
+    // retried here, a failure ends the whole transaction.
+    let updated = txn
+        .execute_raw(claim_locked_statement(Driver::MySql, &ids, owner, now).build(Driver::MySql))
+        .await?
+        .rows_affected();
+    if updated != ids.len() as u64 {
+        // Cannot happen while the rows are locked; if it does, claim nothing rather than
+        // report rows this instance may not own.
+        if let Err(e) = txn.rollback().await {
+            tracing::warn!(error = %e, "rollback after a batch-claim mismatch failed");
+        }
+        return Err(DbErr::Custom(format!(
+            "batch claim for {owner} updated {} of {} locked rows; rolled back",
+            updated,
+            ids.len()
+        )));
+    }
+    txn.commit().await?;
+    Ok(locked
+        .into_iter()
+        .map(|r| Model {
+            status: EventStatus::Sending,
+            claim_owner: Some(owner.to_owned()),
+            claimed_at: Some(now),
+            update_time: now,
+            ..r.model
+        })
+        .collect())
+}

@@ -1,0 +1,54 @@
+//! MySQL/MariaDB errors by error number (MariaDB's and MySQL's server error reference).
+use crate::db_error::DbErrorKind;
+
+/// The kind of `db_err` when it is a MySQL/MariaDB error; `None` for another backend's (or
+/// in a build without the `mysql` feature).
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub(crate) fn of(
+    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
+    db_err: &dyn sea_orm::sqlx::error::DatabaseError,
+) -> Option<DbErrorKind> {
+    #[cfg(feature = "mysql")]
+    {
+        db_err
+            .try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
+            .map(|m| kind(m.number()))
+    }
+    #[cfg(not(feature = "mysql"))]
+    {
+        None
+    }
+}
+
+/// The kind of MySQL/MariaDB error `number`. Judged by number, not SQLSTATE: MySQL's class
+/// `08` also holds failures that never heal (1043 bad handshake, 1251 unsupported
+/// authentication protocol), and a deadlock (1213) carries SQLSTATE `40001`.
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+fn kind(number: u16) -> DbErrorKind {
+    match number {
+        1213 => DbErrorKind::Deadlock,
+        1205 => DbErrorKind::LockTimeout,
+        1146 => DbErrorKind::MissingTable,
+        1054 => DbErrorKind::MissingColumn,
+        1040 | 1053 | 1152 | 1158..=1161 | 1184 | 1203 | 1226 | 1927 | 3032 => {
+            DbErrorKind::ConnectionLost
+        }
+        _ => DbErrorKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_map_to_kinds() {
+        assert_eq!(kind(1054), DbErrorKind::MissingColumn);
+        assert_eq!(kind(1213), DbErrorKind::Deadlock);
+        assert_eq!(kind(1205), DbErrorKind::LockTimeout);
+        assert_eq!(kind(1146), DbErrorKind::MissingTable);
+        assert_eq!(kind(1927), DbErrorKind::ConnectionLost);
+        assert_eq!(kind(1043), DbErrorKind::Other);
+        assert_eq!(kind(1062), DbErrorKind::Other);
+    }
+}

@@ -1,0 +1,61 @@
+//! MySQL and MariaDB: `UTC_TIMESTAMP(6)`, no `RETURNING` (`LAST_INSERT_ID()`), `SKIP LOCKED`
+//! (MySQL 8, MariaDB 10.6), InnoDB's row locks on every row a statement reads (hence
+//! `by_ids.rs`: statements by id through the primary key alone).
+pub(super) mod by_ids;
+pub(super) mod claim;
+pub(super) mod error;
+pub(super) mod ordered;
+#[cfg(feature = "mysql")]
+mod pool;
+
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+
+/// The crate feature serving MySQL/MariaDB, and whether this build has it.
+pub(super) const FEATURE: (&str, bool) = ("mysql", cfg!(feature = "mysql"));
+/// No `UPDATE ... RETURNING` (MariaDB) and no `INSERT ... RETURNING` on MySQL: ids come from
+/// `LAST_INSERT_ID()` (sea-orm's `mariadb-use-returning` must stay off).
+pub(super) const RETURNING: bool = false;
+
+/// `UTC_TIMESTAMP(6)` (every session time zone agrees; sqlx sets `+00:00`, other clients the
+/// server's zone), or `(UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND)`.
+pub(super) fn now_sql(offset: Option<(char, Duration)>) -> String {
+    match offset {
+        None => "UTC_TIMESTAMP(6)".to_owned(),
+        Some((sign, d)) => format!(
+            "(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)",
+            d.as_micros()
+        ),
+    }
+}
+
+/// See [`super::Driver::guarded_pool`].
+pub(super) fn guarded_pool(
+    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))] db: &DatabaseConnection,
+    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))] max: u32,
+) -> Option<DatabaseConnection> {
+    #[cfg(feature = "mysql")]
+    {
+        Some(pool::pool(db, max))
+    }
+    #[cfg(not(feature = "mysql"))]
+    {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_clock() {
+        let d = Duration::from_millis(1500);
+        assert_eq!(now_sql(None), "UTC_TIMESTAMP(6)");
+        assert_eq!(
+            now_sql(Some(('-', d))),
+            "(UTC_TIMESTAMP(6) - INTERVAL 1500000 MICROSECOND)"
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! The ordered claim's heads on MySQL/MariaDB (see `driver/ordered.rs`): the candidates as a
+//! derived table read first (`STRAIGHT_JOIN` for a window, in its order) and joined to `e`,
+//! the checks on `e` row by row; InnoDB skips locked rows while reading, so the `LIMIT` needs
+//! no slack.
+use sea_orm::sea_query::{
+    Alias, Expr, ExprTrait, JoinType, LockBehavior, LockType, SelectStatement,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+
+use crate::driver::ordered::{HeadsFrom, CANDIDATE, WINDOW};
+
+/// The window's columns after `id`: `next_retry_time`, which orders the heads.
+pub(crate) fn window_columns(c: &mut SelectStatement) {
+    c.column(Column::NextRetryTime);
+}
+
+/// `FROM (<c>) AS w STRAIGHT_JOIN t_event_record AS e ON e.id = w.id ... ORDER BY
+/// w.next_retry_time` for a window (the derived table is sorted first and joined in that
+/// order), `INNER JOIN` and `ORDER BY e.next_retry_time` for the deep candidates.
+pub(crate) fn from_candidates(
+    q: &mut SelectStatement,
+    c: SelectStatement,
+    window: bool,
+) -> HeadsFrom {
+    let (e, w) = (Alias::new(CANDIDATE), Alias::new(WINDOW));
+    let (join, ordered_by) = if window {
+        (JoinType::StraightJoin, w.clone())
+    } else {
+        (JoinType::InnerJoin, e.clone())
+    };
+    q.from_subquery(c, w.clone()).join_as(
+        join,
+        Entity,
+        e.clone(),
+        Expr::col((e, Column::Id)).equals((w, Column::Id)),
+    );
+    HeadsFrom {
+        checks_here: true,
+        ordered_by,
+    }
+}
+
+/// `FOR UPDATE SKIP LOCKED`: MariaDB has no `OF`, and its materialized derived table is not
+/// locked (a non-locking read), so the rows of `e` alone are.
+pub(crate) fn lock_heads(q: &mut SelectStatement) {
+    q.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::OrderedPolicy;
+    use crate::driver::{ordered_heads_query, Driver, HeadScan};
+
+    #[test]
+    fn the_window_is_read_first_in_its_order() {
+        let q = ordered_heads_query(
+            Driver::MySql,
+            OrderedPolicy::Block,
+            1,
+            true,
+            HeadScan::for_heads(1),
+        );
+        let my = Driver::MySql.build(&q).to_string();
+        assert!(
+            my.contains("AS `w` STRAIGHT_JOIN `t_event_record` AS `e`"),
+            "{my}"
+        );
+        assert!(
+            my.contains("ORDER BY `w`.`next_retry_time` ASC LIMIT 1 "),
+            "{my}"
+        );
+    }
+}

@@ -1,0 +1,70 @@
+//! What the guarded pools of Postgres and MySQL/MariaDB share (see [`crate::guarded_pool`]):
+//! the relay pool's options, the bounded check of a connection given back or idle, and its
+//! verdict. Each backend's check is its `pool.rs`.
+#![cfg(any(feature = "postgres", feature = "mysql"))]
+
+/// Logs and counts a connection found inside a transaction when it was given back (or before
+/// it was handed out).
+fn leaked() {
+    crate::metrics::leaked_transaction();
+    tracing::warn!(
+        "a pooled connection is inside an open transaction it did not open (a cancelled \
+         begin(), or a transaction left unfinished); closing it, the server rolls the \
+         transaction back"
+    );
+}
+
+/// The pool options of the relay's pool, from the application's `app`: at most `max`
+/// connections, opened lazily, closed after 60 s idle, sqlx's ping before acquire off (the
+/// caller's checks replace it).
+pub(super) fn relay_options<DB: sea_orm::sqlx::Database>(
+    app: &sea_orm::sqlx::pool::PoolOptions<DB>,
+    max: u32,
+) -> sea_orm::sqlx::pool::PoolOptions<DB> {
+    app.clone()
+        .max_connections(max)
+        .min_connections(0)
+        .idle_timeout(std::time::Duration::from_secs(60))
+        .test_before_acquire(false)
+}
+
+/// How long a connection of a [`crate::guarded_pool`] may take to answer its check (10 s). A
+/// connection whose command was cancelled halfway through reading its answer (a dropped
+/// `begin()`) can be out of step with the server and never answer; without this bound its
+/// check would hold its place in the pool for ever, and a small pool would run out of
+/// connections. One that does not answer in time is closed without a goodbye and replaced.
+/// Long, because the check first waits for the rest of any abandoned query's answer: a healthy
+/// connection closed early would leave that query running on the server while the pool opens
+/// another.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs a connection's `check` within [`CHECK_TIMEOUT`]: `Ok(keep)` with its verdict, or an
+/// error (sqlx then closes the connection without a goodbye) when it does not answer in time.
+pub(super) async fn bounded(
+    check: impl std::future::Future<Output = bool>,
+) -> Result<bool, sea_orm::sqlx::Error> {
+    tokio::time::timeout(CHECK_TIMEOUT, check)
+        .await
+        .map_err(|_| {
+            sea_orm::sqlx::Error::Protocol(format!(
+                "a pooled connection did not answer the outbox's check within {CHECK_TIMEOUT:?} \
+                 (a command cancelled mid-answer leaves it out of step); closing it"
+            ))
+        })
+}
+
+/// The check's verdict on a connection found `open` (inside a transaction) or not: a leaked
+/// one is logged, counted and closed; returns whether to keep it.
+pub(super) fn verdict(open: bool) -> bool {
+    if open {
+        leaked();
+    }
+    !open
+}
+
+/// A connection whose check failed for another reason (it died while idle, say): closed, like
+/// sqlx's own ping would (and another is taken). Returns false (do not keep it).
+pub(super) fn dead(e: &sea_orm::sqlx::Error) -> bool {
+    tracing::debug!(error = %e, "a pooled relay connection failed its check; closing it");
+    false
+}

@@ -1,0 +1,176 @@
+//! Wake-on-commit, the relays' side: a `LISTEN` connection on [`WAKE_CHANNEL`] that has
+//! passed a self-check, and the wait on it ([`Listener`]). The wake-up's policy (back-off,
+//! re-checks, logging, follow-ups) is `crate::wake`'s.
+use sea_orm::sqlx::postgres::PgListener;
+use sea_orm::sqlx::{AssertSqlSafe, Executor};
+use sea_orm::DatabaseConnection;
+use tokio::time::Instant;
+
+use super::WAKE_CHANNEL;
+use crate::driver::listen::{
+    Heard, ListenFailure, LISTEN_SETUP_TIMEOUT, SELF_CHECK_PREFIX, SELF_CHECK_TIMEOUT,
+};
+
+/// A `LISTEN` connection (one connection of the pool, held while listening) whose self-check
+/// passed.
+pub(crate) struct Listener(PgListener);
+
+impl Listener {
+    /// A new `LISTEN` connection that passed the self-check.
+    pub(crate) async fn open(db: &DatabaseConnection) -> Result<Listener, ListenFailure> {
+        let pool = db.get_postgres_connection_pool();
+        let unreachable = |e: sea_orm::sqlx::Error| ListenFailure::Unreachable(e.to_string());
+        let timed_out = |what: &str| ListenFailure::Unreachable(format!("{what} timed out"));
+        // Two connections of the pool, both listeners: the one that will LISTEN, and `other`,
+        // which probes for a transaction pooler and sends the self-check's NOTIFY (as a
+        // commit's would come, from another connection). `other` never LISTENs, but it is a
+        // listener too: behind a transaction pooler it may get a server connection that a
+        // `LISTEN` left subscribed, and a plain sqlx connection fails its statement on a
+        // notification it did not ask for ("expected ReadyForQuery, got NotificationResponse");
+        // a listener buffers (and here drops) it.
+        let setup = async {
+            let mut l = PgListener::connect_with(pool).await?;
+            // A lost connection must surface as `Ok(None)` from `try_recv`, not be replaced
+            // behind the worker's back (which would skip the self-check and the WARN).
+            l.eager_reconnect(false);
+            let mut other = PgListener::connect_with(pool).await?;
+            let shared = shares_sessions(&mut l, &mut other).await?;
+            Ok::<_, sea_orm::sqlx::Error>((l, other, shared))
+        };
+        let (mut listener, mut other, shared) = tokio::time::timeout(LISTEN_SETUP_TIMEOUT, setup)
+            .await
+            .map_err(|_| timed_out("LISTEN set-up"))?
+            .map_err(unreachable)?;
+        if shared {
+            // No LISTEN at all: through a transaction pooler it would leave a server connection
+            // subscribed, whose notifications then reach (and break the statements of) whichever
+            // client gets that server connection next.
+            return Err(ListenFailure::SharedSessions);
+        }
+        let payload = format!("{SELF_CHECK_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let send = async {
+            listener.listen(WAKE_CHANNEL).await?;
+            (&mut other)
+                .execute(AssertSqlSafe(self_check_sql(&payload)))
+                .await?;
+            Ok::<_, sea_orm::sqlx::Error>(())
+        };
+        tokio::time::timeout(LISTEN_SETUP_TIMEOUT, send)
+            .await
+            .map_err(|_| timed_out("LISTEN and the self-check's NOTIFY"))?
+            .map_err(unreachable)?;
+        drop(other);
+        let arrived = async {
+            loop {
+                match listener.try_recv().await {
+                    Ok(Some(n)) if n.payload() == payload => return Ok(()),
+                    // Commits' notifications meanwhile: the round after this attempt covers them.
+                    Ok(Some(_)) => continue,
+                    Ok(None) => {
+                        return Err(ListenFailure::Unreachable("the connection closed".into()))
+                    }
+                    Err(e) => return Err(unreachable(e)),
+                }
+            }
+        };
+        match tokio::time::timeout(SELF_CHECK_TIMEOUT, arrived).await {
+            Ok(Ok(())) => Ok(Listener(listener)),
+            Ok(Err(failure)) => Err(failure),
+            // Dropping the listener gives its connection back to the pool (after `UNLISTEN *`).
+            Err(_) => Err(ListenFailure::NotDelivered),
+        }
+    }
+
+    /// Waits on `listener` until `deadline` or a notification (other than a self-check's).
+    /// `Err` with the reason when the connection was lost.
+    pub(crate) async fn wait_until(&mut self, deadline: Instant) -> Result<Heard, String> {
+        let listener = &mut self.0;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return Ok(Heard::Timer),
+                got = listener.try_recv() => match got {
+                    Ok(Some(n)) if is_self_check(n.payload()) => continue,
+                    Ok(Some(_)) => {
+                        while listener.next_buffered().is_some() {}
+                        return Ok(Heard::Notified);
+                    }
+                    // `try_recv` says `None` when the connection closed (it does not
+                    // reconnect: `eager_reconnect(false)`).
+                    Ok(None) => return Err("the connection closed".to_owned()),
+                    Err(e) => return Err(e.to_string()),
+                },
+            }
+        }
+    }
+}
+
+/// Whether the pool's connections share server sessions (a pooler in transaction or
+/// statement mode), found before any `LISTEN` is sent: `mine` asks for its backend's pid,
+/// `other` opens a transaction and asks for its own, then `mine` asks again. On their own
+/// sessions (Postgres itself, a session-mode pooler) two connections never report the same pid
+/// and one connection never changes its pid. Behind a transaction pooler the transaction of
+/// `other` usually gets the server connection that `mine` just released (PgBouncer reuses the
+/// most recent one), and `mine` then gets another: either pid betrays the sharing. When neither
+/// does (the pooler handed out other server connections), the `NOTIFY` of the self-check
+/// still finds it out.
+async fn shares_sessions(
+    mine: &mut PgListener,
+    other: &mut PgListener,
+) -> Result<bool, sea_orm::sqlx::Error> {
+    use sea_orm::sqlx::{Acquire, Row};
+    // Simple-protocol statements (no parameters), so that a transaction pooler runs them.
+    // language=SQL
+    const PID: &str = "SELECT pg_backend_pid()";
+    let first: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
+    let mut txn = (&mut *other).begin().await?;
+    let theirs: i32 = (&mut *txn).fetch_one(PID).await?.try_get(0)?;
+    let again: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
+    txn.rollback().await?;
+    Ok(pids_show_sharing(first, theirs, again))
+}
+
+/// The verdict of [`shares_sessions`] on the pids it saw: `first` and `again` of one
+/// connection, `theirs` of another one in between.
+fn pids_show_sharing(first: i32, theirs: i32, again: i32) -> bool {
+    theirs == first || again != first
+}
+
+/// Whether `payload` is a self-check's (of this worker or another): never a wake reason.
+fn is_self_check(payload: &str) -> bool {
+    payload.starts_with(SELF_CHECK_PREFIX)
+}
+
+/// The self-check's `NOTIFY` (simple protocol, so that it passes any pooler). `payload` is
+/// [`SELF_CHECK_PREFIX`] and a hexadecimal token: nothing to escape.
+fn self_check_sql(payload: &str) -> String {
+    debug_assert!(payload.bytes().all(|b| b != b'\''));
+    // language=SQL
+    format!("NOTIFY {WAKE_CHANNEL}, '{payload}'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_tell_shared_sessions() {
+        // Own sessions (Postgres itself, a session-mode pooler): distinct, stable pids.
+        assert!(!pids_show_sharing(10, 11, 10));
+        // A transaction pooler gave the other connection this one's server session...
+        assert!(pids_show_sharing(10, 10, 11));
+        assert!(pids_show_sharing(10, 10, 10));
+        // ... or this connection a different one the second time.
+        assert!(pids_show_sharing(10, 11, 12));
+    }
+
+    #[test]
+    fn self_check_payloads_are_no_wake_reason() {
+        assert!(is_self_check(&format!("{SELF_CHECK_PREFIX}0123abcd")));
+        assert!(!is_self_check(""), "a commit's notification wakes");
+        assert!(!is_self_check("sentinel"));
+        assert_eq!(
+            self_check_sql("sea_orm_outbox:self-check:ab12"),
+            "NOTIFY sea_orm_outbox, 'sea_orm_outbox:self-check:ab12'"
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! The ordered claim's heads on Postgres (see `driver/ordered.rs`): the window's checks run on
+//! the window itself, the candidates reach the outer query as `e.id = ANY(ARRAY(..))`, and the
+//! lock names the table whose rows it takes (`FOR UPDATE OF e`).
+use sea_orm::sea_query::{
+    Alias, Expr, ExprTrait, LockBehavior, LockType, Order, Query, SelectStatement,
+    SubQueryStatement,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::EventStatus;
+
+use crate::config::OrderedPolicy;
+use crate::driver::ordered::{no_blocking_predecessor, HeadsFrom, CANDIDATE, OUT};
+
+/// [`HeadScan::Window`](crate::driver::HeadScan::Window): the fewest extra candidate heads the
+/// window's check hands to the locking query for heads that other relays have locked (skipped
+/// by `SKIP LOCKED`) or taken since this statement's snapshot (no longer `WAIT` when locked).
+/// The slack is `max(HEAD_LOCK_SLACK, n)` for a claim of `n` heads ([`head_lock_slack`]): a
+/// claim still fills when one other relay takes the same oldest heads at the same moment (or
+/// several take up to 16 of them). More racing relays can leave it short; the worker then
+/// makes a deep claim of the rest ([`HeadScan::Deep`](crate::driver::HeadScan::Deep), when one
+/// is allowed) or claims again when a send finishes. Each extra candidate costs one more check
+/// of a window row at most.
+pub const HEAD_LOCK_SLACK: u64 = 16;
+
+/// The extra candidates for a claim of `n` heads: `max(HEAD_LOCK_SLACK, n)`.
+pub fn head_lock_slack(n: u64) -> u64 {
+    Ord::max(HEAD_LOCK_SLACK, n)
+}
+
+/// The window's columns after `id`: `biz_no` and `next_retry_time`, which the checks on the
+/// window's own rows read.
+pub(crate) fn window_columns(c: &mut SelectStatement) {
+    c.column(Column::BizNo).column(Column::NextRetryTime);
+}
+
+/// `FROM t_event_record AS e WHERE e.id = ANY(ARRAY(<c>))`. For a window `c` the checks run on
+/// its own rows, in its order: `c` becomes `SELECT e.id FROM (<window>) AS e WHERE <checks>
+/// ORDER BY e.next_retry_time LIMIT :n + head_lock_slack(n)` (a subquery with a `LIMIT` is
+/// never flattened, so its filter runs row by row over the window's ordered index scan and
+/// stops at its `LIMIT`).
+pub(crate) fn from_candidates(
+    q: &mut SelectStatement,
+    c: SelectStatement,
+    window: bool,
+    policy: OrderedPolicy,
+    n: u64,
+) -> HeadsFrom {
+    let e = Alias::new(CANDIDATE);
+    let candidates = if window {
+        let mut heads = Query::select();
+        heads
+            .column((e.clone(), Column::Id))
+            .from_subquery(c, e.clone())
+            .and_where(no_blocking_predecessor(policy))
+            .and_where(no_event_of_the_key_out())
+            .order_by((e.clone(), Column::NextRetryTime), Order::Asc)
+            .limit(n.saturating_add(head_lock_slack(n)));
+        heads
+    } else {
+        c
+    };
+    q.from_as(Entity, e.clone()).and_where(Expr::cust_with_expr(
+        r#""e"."id" = ANY(ARRAY($1))"#,
+        Expr::SubQuery(
+            None,
+            Box::new(SubQueryStatement::SelectStatement(candidates)),
+        ),
+    ));
+    HeadsFrom {
+        checks_here: !window,
+        ordered_by: e,
+    }
+}
+
+/// `e.biz_no NOT IN (SELECT s.biz_no FROM t_event_record AS s WHERE s.status = 'SENDING')`, a
+/// hashed subplan: the keys out are read once per statement (through
+/// `idx_t_event_record_status_claimed_at`), then each candidate costs one hash lookup. A
+/// correlated probe per candidate lets the planner, when its statistics saw no `SENDING` rows,
+/// rescan every `SENDING` row for every candidate. The cost grows with the events out (relays
+/// × slots × run length), not with the table. `biz_no` is `NOT NULL`, so `NOT IN` has no null
+/// case. Postgres hashes the list only while its estimated size fits `hash_mem` (some 90,000
+/// keys out with the defaults); above that it compares each candidate with the whole list.
+pub(crate) fn no_event_of_the_key_out() -> Expr {
+    let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
+    let mut q = Query::select();
+    q.from_as(Entity, out.clone())
+        .and_where(Expr::col((out.clone(), Column::Status)).eq(EventStatus::Sending.as_str()))
+        .column((out, Column::BizNo));
+    Expr::col((e, Column::BizNo)).not_in_subquery(q)
+}
+
+/// `FOR UPDATE OF e SKIP LOCKED`: Postgres names the table whose rows it locks, which says so
+/// whatever the `FROM` holds.
+pub(crate) fn lock_heads(q: &mut SelectStatement) {
+    q.lock_with_tables_behavior(
+        LockType::Update,
+        [Alias::new(CANDIDATE)],
+        LockBehavior::SkipLocked,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use sea_orm::sea_query::PostgresQueryBuilder;
+
+    use crate::config::OrderedPolicy;
+    use crate::driver::{ordered_heads_query, ordered_heads_statement, Driver, HeadScan};
+
+    #[test]
+    fn heads_sql_checks_the_predecessors() {
+        let sql = ordered_heads_statement(
+            Driver::Postgres,
+            "me",
+            OrderedPolicy::Block,
+            20,
+            HeadScan::Deep,
+        )
+        .to_string(PostgresQueryBuilder);
+        assert!(
+            sql.contains(r#"(SELECT MAX("p"."id") FROM "t_event_record" AS "p""#),
+            "{sql}"
+        );
+        for status in ["WAIT", "FAIL"] {
+            assert!(
+                sql.contains(&format!(
+                    r#""p"."status" = '{status}' AND "p"."id" < "e"."id""#
+                )),
+                "{sql}"
+            );
+        }
+        assert!(
+            sql.contains(r#""e"."biz_no" NOT IN (SELECT "s"."biz_no" FROM "t_event_record" AS "s" WHERE "s"."status" = 'SENDING')"#),
+            "{sql}"
+        );
+        assert!(sql.contains(r#"FOR UPDATE OF "e" SKIP LOCKED"#), "{sql}");
+    }
+
+    #[test]
+    fn the_window_is_checked_in_its_own_order() {
+        let q = ordered_heads_query(
+            Driver::Postgres,
+            OrderedPolicy::Block,
+            1,
+            false,
+            HeadScan::for_heads(1),
+        );
+        let pg = Driver::Postgres.build(&q).to_string();
+        // The checks on the window's rows, 1 + HEAD_LOCK_SLACK candidates locked by primary
+        // key.
+        assert!(
+            pg.contains(r#"LIMIT 256) AS "e" WHERE (SELECT MAX("p"."id")"#),
+            "{pg}"
+        );
+        assert!(
+            pg.contains(r#"ORDER BY "e"."next_retry_time" ASC LIMIT 17"#),
+            "{pg}"
+        );
+        assert_eq!(pg.matches(r#"SELECT MAX("p"."id")"#).count(), 1, "{pg}");
+    }
+}

@@ -1,0 +1,198 @@
+//! The ordered claim ([`crate::WorkerConfig::ordered`]) as a whole: step 1 claims the heads
+//! of their keys (`ordered.rs`, run by each backend's `claim.rs`), step 2 the run of next due
+//! events behind each head, by one guarded `UPDATE` by ids.
+use std::collections::{HashMap, HashSet};
+
+use sea_orm::sea_query::{Expr, ExprTrait};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
+    TransactionTrait,
+};
+use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm_outbox_entity::EventStatus;
+
+use super::claim::sort_by_due;
+use super::{exec_by_ids, mysql, owned_ids, postgres, release_unsent, sqlite};
+use super::{ByIds, Driver, HeadScan};
+use crate::config::OrderedPolicy;
+
+/// `SELECT * FROM t_event_record WHERE biz_no IN (:keys) AND id > :after AND status IN
+/// ('WAIT', 'SENDING', 'FAIL') ORDER BY id LIMIT :limit`: the unfinished events that may
+/// follow the claimed heads of `keys` (step 2), read without locks.
+pub fn run_candidates_query(keys: &[String], after: i64, limit: u64) -> Select<Entity> {
+    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+    Entity::find()
+        .filter(Column::BizNo.is_in(keys.iter().map(String::as_str)))
+        .filter(Column::Id.gt(after))
+        .filter(Column::Status.is_in(open.iter().map(|s| s.as_str())))
+        .order_by_asc(Column::Id)
+        .limit(limit)
+}
+
+/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+/// update_time = now WHERE id IN (:ids) AND status = 'WAIT' AND next_retry_time <= now`: the
+/// followers of this claim's heads (step 2; run through the primary key).
+pub fn claim_run_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
+    let now = driver.now();
+    ByIds::update()
+        .set(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .set(Column::ClaimOwner, Expr::val(owner))
+        .set(Column::ClaimedAt, now.clone())
+        .set(Column::UpdateTime, now.clone())
+        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(driver.status_guard(Expr::val(EventStatus::Wait.as_str())))
+        .filter(Expr::col(Column::NextRetryTime).lte(now))
+}
+
+/// Claims up to `heads` heads of their keys for `owner` (step 1, looking through the due rows
+/// `scan` says) and then, while the claim
+/// stays within `total` events, each head's run of next due events (step 2); returns the
+/// events (status `SENDING`) key by key, each key's in id order, the keys oldest due head
+/// first. See the module documentation for the SQL and why it is safe with many relays.
+///
+/// # Errors
+/// Any database error of step 1 (transient conflicts are retried first). When step 2 fails,
+/// the heads stay claimed and the error is logged: they are returned alone (followers it had
+/// taken are handed back).
+pub async fn claim_ordered<C>(
+    db: &C,
+    owner: &str,
+    policy: OrderedPolicy,
+    heads: u64,
+    total: u64,
+    scan: HeadScan,
+) -> Result<Vec<Model>, DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let mut claimed = match Driver::of_db(db)? {
+        Driver::Postgres => {
+            postgres::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?
+        }
+        Driver::MySql => mysql::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?,
+        Driver::Sqlite => {
+            sqlite::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?
+        }
+    };
+    sort_by_due(&mut claimed);
+    let budget = total.saturating_sub(claimed.len() as u64);
+    if budget == 0 || claimed.is_empty() {
+        return Ok(claimed);
+    }
+    match claim_runs(db, owner, policy, &claimed, budget).await {
+        Ok(mut runs) => {
+            let mut out = Vec::with_capacity(claimed.len() + runs.len());
+            for head in claimed {
+                let key = head.biz_no.clone();
+                out.push(head);
+                out.extend(runs.remove(&key).unwrap_or_default());
+            }
+            Ok(out)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "claiming the runs behind the heads failed; sending the heads alone");
+            Ok(claimed)
+        }
+    }
+}
+
+/// Step 2: the runs behind `heads` (claimed under `owner`), at most `budget` events, by key.
+async fn claim_runs<C: ConnectionTrait>(
+    db: &C,
+    owner: &str,
+    policy: OrderedPolicy,
+    heads: &[Model],
+    budget: u64,
+) -> Result<HashMap<String, Vec<Model>>, DbErr> {
+    let driver = Driver::of_db(db)?;
+    let head_of: HashMap<&str, &Model> = heads.iter().map(|h| (h.biz_no.as_str(), h)).collect();
+    let keys: Vec<String> = heads.iter().map(|h| h.biz_no.clone()).collect();
+    let after = heads.iter().map(|h| h.id).min().unwrap_or(i64::MAX);
+    let rows = run_candidates_query(&keys, after, budget + keys.len() as u64)
+        .all(db)
+        .await?;
+    let mut stopped: HashSet<&str> = HashSet::new();
+    let mut runs: Vec<Model> = Vec::new();
+    for row in rows {
+        if runs.len() as u64 >= budget {
+            break;
+        }
+        let Some(head) = head_of.get(row.biz_no.as_str()) else {
+            continue;
+        };
+        if row.id <= head.id || stopped.contains(row.biz_no.as_str()) {
+            continue;
+        }
+        // "Due" by the database clock the head was claimed with.
+        let due = head
+            .claimed_at
+            .is_some_and(|now| row.next_retry_time <= now);
+        match row.status {
+            EventStatus::Wait if due => runs.push(row),
+            // A dead letter the key goes past (Skip) does not end the run.
+            EventStatus::Fail if policy == OrderedPolicy::Skip => {}
+            _ => {
+                stopped.insert(head.biz_no.as_str());
+            }
+        }
+    }
+    if runs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let ids: Vec<i64> = runs.iter().map(|e| e.id).collect();
+    let taken = match exec_by_ids(db, &claim_run_statement(driver, &ids, owner)).await {
+        Ok(n) => n,
+        Err(e) => {
+            // The update may have applied with its reply lost (a dropped connection): hand
+            // every follower back (guarded by owner and SENDING: a no-op for rows not taken),
+            // so that the key is not held until the lease expires.
+            if let Err(back) = release_unsent(db, &ids, owner).await {
+                tracing::warn!(error = %back, "handing back a run failed; the reclaim will");
+            }
+            return Err(e);
+        }
+    };
+    let owned: HashSet<i64> = if taken == ids.len() as u64 {
+        ids.iter().copied().collect()
+    } else {
+        match owned_ids(db, &ids, owner).await {
+            Ok(owned) => owned.into_iter().collect(),
+            Err(e) => {
+                // Which followers are ours is unknown: hand every one back (the key must not
+                // stay held by rows nobody sends until their lease expires).
+                if let Err(back) = release_unsent(db, &ids, owner).await {
+                    tracing::warn!(error = %back, "handing back a run failed; the reclaim will");
+                }
+                return Err(e);
+            }
+        }
+    };
+    // Each key's run ends at its first follower not taken; the ones taken after it go back.
+    let mut cut: HashSet<String> = HashSet::new();
+    let mut back = Vec::new();
+    let mut by_key: HashMap<String, Vec<Model>> = HashMap::new();
+    for row in runs {
+        if !owned.contains(&row.id) {
+            cut.insert(row.biz_no.clone());
+            continue;
+        }
+        if cut.contains(&row.biz_no) {
+            back.push(row.id);
+            continue;
+        }
+        let claimed_at = head_of.get(row.biz_no.as_str()).and_then(|h| h.claimed_at);
+        by_key.entry(row.biz_no.clone()).or_default().push(Model {
+            status: EventStatus::Sending,
+            claim_owner: Some(owner.to_owned()),
+            claimed_at,
+            ..row
+        });
+    }
+    if !back.is_empty() {
+        // Already cut from the runs: if the hand-back fails they wait for the reclaim.
+        if let Err(e) = release_unsent(db, &back, owner).await {
+            tracing::warn!(error = %e, event_ids = ?back, "handing back the end of a cut run failed; the reclaim will");
+        }
+    }
+    Ok(by_key)
+}
