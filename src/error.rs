@@ -116,66 +116,6 @@ pub enum OutboxError {
     Broker(String),
 }
 
-impl OutboxError {
-    /// The kind of the database error inside ([`crate::db_error_kind`], judged by its code):
-    /// `Some` for [`OutboxError::TableMissing`] and [`OutboxError::Db`], `None` for errors that
-    /// are not the database's. The relay and the `outbox` tool decide on it (run again, wait for
-    /// the server, tell a person to migrate).
-    pub fn db_kind(&self) -> Option<crate::DbErrorKind> {
-        match self {
-            OutboxError::TableMissing(e)
-            | OutboxError::SchemaOutdated(e)
-            | OutboxError::PoolUsedInsideTransaction(e)
-            | OutboxError::Db(e) => Some(crate::db_error_kind(e)),
-            _ => None,
-        }
-    }
-}
-
-impl From<DbErr> for OutboxError {
-    fn from(err: DbErr) -> Self {
-        if is_missing_table(&err) {
-            OutboxError::TableMissing(err)
-        } else if is_missing_outbox_column(&err) {
-            OutboxError::SchemaOutdated(err)
-        } else {
-            OutboxError::Db(err)
-        }
-    }
-}
-
-/// Whether `err` says an outbox table is missing: a missing table by the database's code
-/// (Postgres 42P01, MySQL 1146, SQLite "no such table") that names `t_event_record` or
-/// `t_consumed_message` (a missing table of the application's is a plain database error).
-fn is_missing_table(err: &DbErr) -> bool {
-    use crate::db_error::{db_error_kind, DbErrorKind};
-    if db_error_kind(err) != DbErrorKind::MissingTable {
-        return false;
-    }
-    let text = err.to_string();
-    text.contains("t_event_record") || text.contains("t_consumed_message")
-}
-
-/// Whether `err` says a column the library added in a later migration is missing (Postgres
-/// 42703, MySQL 1054, SQLite "no such column" / "has no column named") and names it.
-fn is_missing_outbox_column(err: &DbErr) -> bool {
-    use crate::db_error::{db_error_kind, DbErrorKind};
-    if db_error_kind(err) != DbErrorKind::MissingColumn {
-        return false;
-    }
-    // The column as each backend names it (an application's own `request_headers` is not it).
-    let text = err.to_string();
-    [
-        "t_event_record.headers",
-        "\"headers\"",
-        "'headers'",
-        "column named headers",
-        "no such column: headers",
-    ]
-    .iter()
-    .any(|form| text.contains(form))
-}
-
 /// Whether a failed publish may succeed if tried again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -240,93 +180,57 @@ impl PublishError {
     }
 }
 
-/// Whether `err` is a transient conflict that the same statement may simply run again after:
-/// a deadlock, a lock timeout or a serialization failure, judged by the database's code
-/// ([`crate::db_error::db_error_kind`]: Postgres `40P01`, `55P03`, `40001`; MySQL 1213, 1205;
-/// SQLite busy/locked, codes 5 and 6 with their extended forms).
-pub fn is_transient(err: &DbErr) -> bool {
-    crate::db_error::db_error_kind(err).is_transient()
+/// The kind of a database error, for deciding what to do about it: judged by the code the
+/// database gave it ([`crate::db_error_kind`]).
+///
+/// The kinds, judged by the code the database gave them
+/// (Postgres SQLSTATE, MySQL/MariaDB error number, SQLite result code), never by its text
+/// where a code exists. The relay and the `outbox` tool decide on [`DbErrorKind`]: run the
+/// statement again, wait for the server, or tell a person to run the migration.
+///
+/// | kind | Postgres (SQLSTATE) | MySQL / MariaDB (error number) | SQLite (result code) |
+/// | --- | --- | --- | --- |
+/// | [`DbErrorKind::Deadlock`] | `40P01` | 1213 | – (one writer at a time) |
+/// | [`DbErrorKind::LockTimeout`] | `55P03` (`lock_timeout`) | 1205 | 5 `SQLITE_BUSY`, 6 `SQLITE_LOCKED` (and their extended codes) |
+/// | [`DbErrorKind::SerializationFailure`] | `40001` | – (InnoDB reports conflicts as 1213) | – |
+/// | [`DbErrorKind::MissingTable`] | `42P01` | 1146 | 1 `SQLITE_ERROR` whose message is "no such table" (SQLite has no code of its own for it) |
+/// | [`DbErrorKind::MissingColumn`] | `42703` | 1054 | 1 `SQLITE_ERROR` whose message is "no such column" or "… has no column named …" |
+/// | [`DbErrorKind::ConnectionLost`] | class `08` but `08P01`, `57P01`–`57P03`, `53300` | 1040, 1053, 1152, 1158–1161, 1184, 1203, 1226, 1927, 3032 | – |
+///
+/// I/O errors (refused, reset, closed mid-query, a name that does not resolve; not "permission
+/// denied" or invalid input) and a pool that found no connection in time are
+/// [`DbErrorKind::ConnectionLost`] on every backend. Sources: the PostgreSQL manual's
+/// "PostgreSQL Error Codes" appendix, MariaDB's and MySQL's server error reference, SQLite's
+/// "Result and Error Codes". Each backend's codes are read by its driver
+/// (`src/driver/<backend>/error.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DbErrorKind {
+    /// The database broke a deadlock by aborting this statement (or its transaction).
+    Deadlock,
+    /// A lock could not be had in time (MySQL `innodb_lock_wait_timeout`, Postgres
+    /// `lock_timeout`, SQLite busy).
+    LockTimeout,
+    /// A serializable transaction conflicted with another (Postgres).
+    SerializationFailure,
+    /// A table the statement names does not exist.
+    MissingTable,
+    /// A column the statement names does not exist (a migration was not applied).
+    MissingColumn,
+    /// The server could not be reached or the connection broke; the same operation may
+    /// succeed once it is back.
+    ConnectionLost,
+    /// Anything else (constraint violations, syntax, permissions, ...).
+    Other,
 }
 
-/// Whether `err` says the database could not be reached, so that the same operation may
-/// succeed once the server is back: an I/O error (connection refused or reset, host unreachable,
-/// a name that does not resolve; not "permission denied" or an invalid input), a pool that
-/// found no connection in time, or a server that refuses connections for the moment:
-/// - Postgres SQLSTATE `08000`, `08001`, `08003`, `08006` (connection exception, cannot
-///   connect, no connection, connection failure), `57P01`–`57P03` (shutting down, crash
-///   recovery, starting up), `53300` (too many connections);
-/// - MySQL/MariaDB error numbers 1040 (too many connections), 1053 (shutting down), 1152 and
-///   1184 (aborted connection), 1158–1161 (network read/write errors), 1203 and 1226 (per-user
-///   connection limits), 3032 (server offline mode). MySQL is judged by number, not SQLSTATE:
-///   its class `08` also holds failures that never heal (1043 bad handshake, 1251 unsupported
-///   authentication protocol).
-///
-/// Errors that waiting cannot fix are not connection errors: a malformed or unsupported URL,
-/// TLS or protocol failures (Postgres `08P01`), a refused login, a missing database or table.
-///
-/// ```
-/// use sea_orm::{DbErr, RuntimeErr};
-/// use sea_orm_outbox::error::is_connection_error;
-/// let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-/// let err = DbErr::Conn(RuntimeErr::SqlxError(sea_orm::sqlx::Error::Io(refused).into()));
-/// assert!(is_connection_error(&err));
-/// let no_driver = DbErr::Conn(RuntimeErr::Internal("no supporting driver".into()));
-/// assert!(!is_connection_error(&no_driver));
-/// ```
-pub fn is_connection_error(err: &DbErr) -> bool {
-    crate::db_error::db_error_kind(err) == crate::db_error::DbErrorKind::ConnectionLost
-}
-
-#[cfg(all(test, any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
-mod tests {
-    use std::io::{Error as IoError, ErrorKind};
-
-    use sea_orm::sqlx::Error as SqlxErr;
-    use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
-
-    use super::is_connection_error;
-
-    fn conn(e: SqlxErr) -> DbErr {
-        DbErr::Conn(RuntimeErr::SqlxError(e.into()))
-    }
-
-    #[test]
-    fn connection_errors_are_told_from_the_rest() {
-        for kind in [
-            ErrorKind::ConnectionRefused,
-            ErrorKind::ConnectionReset,
-            ErrorKind::UnexpectedEof,
-        ] {
-            assert!(is_connection_error(&conn(SqlxErr::Io(IoError::from(kind)))));
-        }
-        let dns = IoError::other("failed to lookup address information: Name or service not known");
-        assert!(is_connection_error(&conn(SqlxErr::Io(dns))));
-        assert!(is_connection_error(&conn(SqlxErr::PoolTimedOut)));
-        assert!(is_connection_error(&DbErr::ConnectionAcquire(
-            ConnAcquireErr::Timeout
-        )));
-        let lost = DbErr::Query(RuntimeErr::SqlxError(
-            SqlxErr::Io(IoError::from(ErrorKind::BrokenPipe)).into(),
-        ));
-        assert!(is_connection_error(&lost), "lost in the middle of a query");
-
-        assert!(!is_connection_error(&conn(SqlxErr::Configuration(
-            "invalid port number".into()
-        ))));
-        assert!(!is_connection_error(&conn(SqlxErr::Protocol(
-            "unexpected response".into()
-        ))));
-        assert!(!is_connection_error(&DbErr::Conn(RuntimeErr::Internal(
-            "The connection string 'foo://x' has no supporting driver.".into()
-        ))));
-        assert!(!is_connection_error(&DbErr::ConnectionAcquire(
-            ConnAcquireErr::ConnectionClosed
-        )));
-        assert!(!is_connection_error(&DbErr::Custom("x".into())));
-        let denied = IoError::from(ErrorKind::PermissionDenied);
-        assert!(
-            !is_connection_error(&conn(SqlxErr::Io(denied))),
-            "a socket we may not open stays closed"
-        );
+impl DbErrorKind {
+    /// Whether the same statement may simply run again: a deadlock, a lock timeout or a
+    /// serialization failure (the failed run changed nothing).
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            DbErrorKind::Deadlock | DbErrorKind::LockTimeout | DbErrorKind::SerializationFailure
+        )
     }
 }

@@ -25,7 +25,6 @@
 
 pub mod config;
 pub mod consumer;
-pub mod db_error;
 pub mod error;
 pub mod event;
 pub mod ext;
@@ -60,7 +59,8 @@ pub struct ReadmeDoctests;
 
 pub use config::{ClaimStrategy, OrderedPolicy, StatementProtocol, WorkerConfig};
 pub use consumer::{consume_once, Consumed};
-pub use db_error::{db_error_kind, DbErrorKind};
+pub use driver::db_error_kind;
+pub use error::DbErrorKind;
 pub use error::{EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{
     EventLimits, NewEvent, DEFAULT_MAX_HEADERS_BYTES, DEFAULT_MAX_PAYLOAD_BYTES,

@@ -17,8 +17,9 @@ use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 use serde::Serialize;
 
+use crate::driver::is_transient;
 use crate::driver::{admin, exec_by_ids, Driver, RECLAIM_BATCH};
-use crate::error::{is_transient, OutboxError};
+use crate::error::OutboxError;
 
 /// A snapshot of the outbox table, from [`stats`].
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -29,79 +29,19 @@
 //! handlers never inherit a leaked transaction either.
 use sea_orm::DatabaseConnection;
 
+pub use crate::config::{
+    RelayPool, DEFAULT_RELAY_POOL_CONNECTIONS, MAX_RELAY_POOL_CONNECTIONS,
+    MIN_RELAY_POOL_CONNECTIONS,
+};
 use crate::driver::Driver;
 use crate::error::OutboxError;
 
-/// Connections of the relay's own pool by default: a round, the outcome marks, the lease
-/// renewal, the reclaim pass and the gauge refresh each use one at a time, and the `LISTEN` of
-/// wake-on-commit (Postgres) holds one.
-pub const DEFAULT_RELAY_POOL_CONNECTIONS: u32 = 5;
-
-/// Fewest connections a relay pool may have: the `LISTEN` connection, the second one its
-/// self-check borrows for a moment, and one for statements.
-pub const MIN_RELAY_POOL_CONNECTIONS: u32 = 3;
-
-/// Most connections a relay pool may have.
-pub const MAX_RELAY_POOL_CONNECTIONS: u32 = 1000;
-
-/// How long a connection of a [`guarded_pool`] may have been idle and still be handed out
-/// without a check (1 second): one idle longer is checked again first (it may have died while
-/// idle: a database restart, a pooler or firewall closing idle connections). Every connection
-/// is checked when it is given back anyway.
-pub const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+pub use crate::driver::IDLE_RECHECK;
 
 /// `application_name` of the relay's own Postgres connections (in `pg_stat_activity`).
 pub const RELAY_APPLICATION_NAME: &str = "sea-orm-outbox relay";
 
-/// Which connections a [`crate::Worker`] uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RelayPool {
-    /// A pool of the relay's own (the default, [`DEFAULT_RELAY_POOL_CONNECTIONS`]), opened
-    /// lazily with the connect and pool options of the pool handed to [`crate::Worker::new`]
-    /// and at most `max_connections` connections, each checked for a leaked transaction
-    /// before it is handed out ([`guarded_pool`]); on Postgres its connections carry
-    /// `application_name` [`RELAY_APPLICATION_NAME`]. SQLite keeps the pool handed over (an
-    /// in-memory database exists once per pool, and SQLite has one writer at a time anyway).
-    Own {
-        /// Most connections the relay opens (3 to 1,000).
-        max_connections: u32,
-    },
-    /// The pool handed to [`crate::Worker::new`] itself, shared with the application: the
-    /// relay is then exposed to the application's leaked transactions and can wait for a
-    /// connection while the application holds them all (its leases may lapse meanwhile). For
-    /// a pool that serves the relay alone.
-    Shared,
-}
-
-impl Default for RelayPool {
-    fn default() -> Self {
-        RelayPool::Own {
-            max_connections: DEFAULT_RELAY_POOL_CONNECTIONS,
-        }
-    }
-}
-
 impl RelayPool {
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `max_connections` is outside
-    /// [`MIN_RELAY_POOL_CONNECTIONS`]..=[`MAX_RELAY_POOL_CONNECTIONS`].
-    pub fn validate(&self) -> Result<(), OutboxError> {
-        match *self {
-            RelayPool::Own { max_connections }
-                if !(MIN_RELAY_POOL_CONNECTIONS..=MAX_RELAY_POOL_CONNECTIONS)
-                    .contains(&max_connections) =>
-            {
-                Err(OutboxError::InvalidConfig(format!(
-                    "RelayPool::Own {{ max_connections: {max_connections} }}: a relay pool needs \
-                     {MIN_RELAY_POOL_CONNECTIONS} to {MAX_RELAY_POOL_CONNECTIONS} connections (the \
-                     LISTEN connection, its self-check's, and one for statements)"
-                )))
-            }
-            _ => Ok(()),
-        }
-    }
-
     /// The connections a worker configured with `self` uses, given the application's `db`
     /// (`self` was validated with the worker's config, [`crate::WorkerConfig::validate`]).
     ///

@@ -1,8 +1,8 @@
 //! Why a command failed: the message printed (redacted, by `main`) and the exit status.
 use std::time::Duration;
 
-use sea_orm_outbox::error::is_connection_error;
 use sea_orm_outbox::OutboxError;
+use sea_orm_outbox::{db_error_kind, DbErrorKind};
 
 /// Why a command failed; printed redacted by `main`.
 pub(crate) enum Failure {
@@ -94,7 +94,9 @@ impl Failure {
     /// failure that waiting cannot fix (bad URL, refused login, missing table).
     pub(crate) fn is_connection_failure(&self) -> bool {
         match self {
-            Failure::Connect(e) | Failure::Outbox(OutboxError::Db(e)) => is_connection_error(e),
+            Failure::Connect(e) | Failure::Outbox(OutboxError::Db(e)) => {
+                db_error_kind(e) == DbErrorKind::ConnectionLost
+            }
             _ => false,
         }
     }

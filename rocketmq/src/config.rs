@@ -44,9 +44,7 @@ pub const ENV_MAX_BATCH_BYTES: &str = "ROCKETMQ_MAX_BATCH_BYTES";
 /// 30 s, which outlasts a broker that hangs for 20 s and is still short next to the 120 s the
 /// name server keeps listing a hung broker.
 pub const DEFAULT_BROKER_AVOIDANCE: Duration = Duration::from_secs(30);
-/// Default largest message body, in bytes: 4 MiB, the broker's default `maxMessageSize` and
-/// the client's default (`DefaultMQProducer::max_message_size`).
-pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 4 * 1024 * 1024;
+pub use crate::limits::DEFAULT_MAX_MESSAGE_BYTES;
 /// Default largest batch, in bytes of encoded messages: 1 MiB, the split size of RocketMQ's
 /// own batch example (`ListSplitter`, "Batch Example" in the RocketMQ docs), well inside
 /// the 4 MiB a batch as a whole may have.

@@ -3,7 +3,9 @@
 //! again when a message is built (a row written or edited outside the library).
 use sea_orm_outbox::EventLimits;
 
-use crate::config::DEFAULT_MAX_MESSAGE_BYTES;
+/// Default largest message body, in bytes: 4 MiB, the broker's default `maxMessageSize` and
+/// the client's default (`DefaultMQProducer::max_message_size`).
+pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 4 * 1024 * 1024;
 
 /// Largest size of an event's headers together under RocketMQ: 16 KiB (16,384 bytes of their
 /// JSON form).

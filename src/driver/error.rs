@@ -1,16 +1,16 @@
-//! What kind of database failure an error is ([`crate::db_error::DbErrorKind`]): sqlx's error
+//! What kind of database failure an error is ([`DbErrorKind`]): sqlx's error
 //! read here, the database's own code by the backend's `error.rs` (Postgres SQLSTATE,
 //! MySQL/MariaDB error number, SQLite result code), never by its text where a code exists.
 use sea_orm::DbErr;
 
-use crate::db_error::DbErrorKind;
+use crate::error::{DbErrorKind, OutboxError};
 
-/// The kind of `err` (see [`crate::db_error`]'s table).
+/// The kind of `err` (see [`DbErrorKind`]'s table).
 ///
 /// Without any of the crate's backend features there is no driver error to read: only a pool
 /// timeout is recognised ([`DbErrorKind::ConnectionLost`]); the rest is
 /// [`DbErrorKind::Other`].
-pub(crate) fn error_kind(err: &DbErr) -> DbErrorKind {
+pub fn db_error_kind(err: &DbErr) -> DbErrorKind {
     #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
     {
         sqlx_kind(err)
@@ -64,4 +64,146 @@ fn database_kind(db_err: &dyn sea_orm::sqlx::error::DatabaseError) -> DbErrorKin
         return kind;
     }
     super::postgres::error::kind(db_err.code().as_deref().unwrap_or_default())
+}
+
+impl OutboxError {
+    /// The kind of the database error inside ([`crate::db_error_kind`], judged by its code):
+    /// `Some` for [`OutboxError::TableMissing`] and [`OutboxError::Db`], `None` for errors that
+    /// are not the database's. The relay and the `outbox` tool decide on it (run again, wait for
+    /// the server, tell a person to migrate).
+    pub fn db_kind(&self) -> Option<DbErrorKind> {
+        match self {
+            OutboxError::TableMissing(e)
+            | OutboxError::SchemaOutdated(e)
+            | OutboxError::PoolUsedInsideTransaction(e)
+            | OutboxError::Db(e) => Some(db_error_kind(e)),
+            _ => None,
+        }
+    }
+}
+
+impl From<DbErr> for OutboxError {
+    fn from(err: DbErr) -> Self {
+        if is_missing_table(&err) {
+            OutboxError::TableMissing(err)
+        } else if is_missing_outbox_column(&err) {
+            OutboxError::SchemaOutdated(err)
+        } else {
+            OutboxError::Db(err)
+        }
+    }
+}
+
+/// Whether `err` says an outbox table is missing: a missing table by the database's code
+/// (Postgres 42P01, MySQL 1146, SQLite "no such table") that names `t_event_record` or
+/// `t_consumed_message` (a missing table of the application's is a plain database error).
+fn is_missing_table(err: &DbErr) -> bool {
+    if db_error_kind(err) != DbErrorKind::MissingTable {
+        return false;
+    }
+    let text = err.to_string();
+    text.contains("t_event_record") || text.contains("t_consumed_message")
+}
+
+/// Whether `err` says a column the library added in a later migration is missing (Postgres
+/// 42703, MySQL 1054, SQLite "no such column" / "has no column named") and names it.
+fn is_missing_outbox_column(err: &DbErr) -> bool {
+    if db_error_kind(err) != DbErrorKind::MissingColumn {
+        return false;
+    }
+    // The column as each backend names it (an application's own `request_headers` is not it).
+    let text = err.to_string();
+    [
+        "t_event_record.headers",
+        "\"headers\"",
+        "'headers'",
+        "column named headers",
+        "no such column: headers",
+    ]
+    .iter()
+    .any(|form| text.contains(form))
+}
+
+/// Whether `err` is a transient conflict that the same statement may simply run again after:
+/// a deadlock, a lock timeout or a serialization failure, judged by the database's code
+/// ([`db_error_kind`]: Postgres `40P01`, `55P03`, `40001`; MySQL 1213, 1205;
+/// SQLite busy/locked, codes 5 and 6 with their extended forms).
+pub(crate) fn is_transient(err: &DbErr) -> bool {
+    db_error_kind(err).is_transient()
+}
+
+/// Whether `err` says the database could not be reached ([`DbErrorKind::ConnectionLost`]).
+#[cfg(test)]
+fn is_connection_error(err: &DbErr) -> bool {
+    db_error_kind(err) == DbErrorKind::ConnectionLost
+}
+
+#[cfg(all(test, any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+mod connection_tests {
+    use std::io::{Error as IoError, ErrorKind};
+
+    use sea_orm::sqlx::Error as SqlxErr;
+    use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
+
+    use super::is_connection_error;
+
+    fn conn(e: SqlxErr) -> DbErr {
+        DbErr::Conn(RuntimeErr::SqlxError(e.into()))
+    }
+
+    #[test]
+    fn connection_errors_are_told_from_the_rest() {
+        for kind in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::ConnectionReset,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(is_connection_error(&conn(SqlxErr::Io(IoError::from(kind)))));
+        }
+        let dns = IoError::other("failed to lookup address information: Name or service not known");
+        assert!(is_connection_error(&conn(SqlxErr::Io(dns))));
+        assert!(is_connection_error(&conn(SqlxErr::PoolTimedOut)));
+        assert!(is_connection_error(&DbErr::ConnectionAcquire(
+            ConnAcquireErr::Timeout
+        )));
+        let lost = DbErr::Query(RuntimeErr::SqlxError(
+            SqlxErr::Io(IoError::from(ErrorKind::BrokenPipe)).into(),
+        ));
+        assert!(is_connection_error(&lost), "lost in the middle of a query");
+
+        assert!(!is_connection_error(&conn(SqlxErr::Configuration(
+            "invalid port number".into()
+        ))));
+        assert!(!is_connection_error(&conn(SqlxErr::Protocol(
+            "unexpected response".into()
+        ))));
+        assert!(!is_connection_error(&DbErr::Conn(RuntimeErr::Internal(
+            "The connection string 'foo://x' has no supporting driver.".into()
+        ))));
+        assert!(!is_connection_error(&DbErr::ConnectionAcquire(
+            ConnAcquireErr::ConnectionClosed
+        )));
+        assert!(!is_connection_error(&DbErr::Custom("x".into())));
+        let denied = IoError::from(ErrorKind::PermissionDenied);
+        assert!(
+            !is_connection_error(&conn(SqlxErr::Io(denied))),
+            "a socket we may not open stays closed"
+        );
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn transient_kinds() {
+        assert!(DbErrorKind::Deadlock.is_transient());
+        assert!(DbErrorKind::LockTimeout.is_transient());
+        assert!(!DbErrorKind::MissingTable.is_transient());
+        assert_eq!(
+            db_error_kind(&DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)),
+            DbErrorKind::ConnectionLost
+        );
+    }
 }

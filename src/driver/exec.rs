@@ -6,8 +6,8 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
 use sea_orm_outbox_entity::event_record::{self, Entity};
 
+use super::is_transient;
 use super::{ByIds, Driver};
-use crate::error::is_transient;
 
 /// Attempts a guarded statement makes when it meets a transient conflict (deadlock,
 /// serialization failure, SQLite busy) before the error is returned.

@@ -69,7 +69,8 @@ use sea_orm_outbox_entity::EventStatus;
 
 pub use by_ids::{ByIds, InsertIfAbsent};
 pub use claim::*;
-pub(crate) use error::error_kind;
+pub use error::db_error_kind;
+pub(crate) use error::is_transient;
 pub use exec::*;
 pub use insert::*;
 pub(crate) use listen::{Heard, ListenFailure, Listener};
@@ -80,6 +81,12 @@ pub use ordered::*;
 pub use postgres::WAKE_CHANNEL;
 pub use reclaim::*;
 pub use relay_db::RelayDb;
+
+/// How long a connection of a guarded pool may have been idle and still be handed out
+/// without a check (1 second): one idle longer is checked again first (it may have died while
+/// idle: a database restart, a pooler or firewall closing idle connections). Every connection
+/// is checked when it is given back anyway.
+pub const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 pub use runs::*;
 
 use crate::error::OutboxError;

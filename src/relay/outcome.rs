@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::db_error::DbErrorKind;
 use crate::driver::{self, Driver, Transition};
+use crate::error::DbErrorKind;
 use crate::error::{OutboxError, PublishError};
 use crate::relay::inflight::owner_of;
 use crate::relay::send::{Done, Sent};
@@ -385,7 +385,7 @@ fn config_fault_delay(policy: &crate::RetryPolicy) -> Duration {
 /// database's [`DbErrorKind::Other`]) rather than because of the database or the connection
 /// (lost connection, transient conflict, missing table), which every other row would meet too.
 fn row_fault(e: &sea_orm::DbErr) -> bool {
-    crate::db_error_kind(e) == DbErrorKind::Other
+    crate::driver::db_error_kind(e) == DbErrorKind::Other
 }
 
 /// `events` grouped by the claim they were taken in (their `claim_owner`), in first-seen order.

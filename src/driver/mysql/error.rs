@@ -1,5 +1,5 @@
 //! MySQL/MariaDB errors by error number (MariaDB's and MySQL's server error reference).
-use crate::db_error::DbErrorKind;
+use crate::error::DbErrorKind;
 
 /// The kind of `db_err` when it is a MySQL/MariaDB error; `None` for another backend's (or
 /// in a build without the `mysql` feature).

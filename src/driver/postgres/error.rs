@@ -1,5 +1,5 @@
 //! Postgres errors by SQLSTATE (the PostgreSQL manual's "PostgreSQL Error Codes" appendix).
-use crate::db_error::DbErrorKind;
+use crate::error::DbErrorKind;
 
 /// The kind of Postgres SQLSTATE `code`.
 #[cfg_attr(

@@ -17,7 +17,7 @@ pub(crate) fn pool(db: &DatabaseConnection, max: u32, name: Option<&str>) -> Dat
         .after_release(|conn, _| Box::pin(crate::driver::pool::bounded(check(conn))))
         .before_acquire(|conn, meta| {
             Box::pin(async move {
-                if meta.idle_for < crate::pool::IDLE_RECHECK {
+                if meta.idle_for < crate::driver::IDLE_RECHECK {
                     return Ok(true);
                 }
                 crate::driver::pool::bounded(check(conn)).await

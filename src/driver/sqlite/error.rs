@@ -1,7 +1,7 @@
 //! SQLite errors by (extended) result code (SQLite's "Result and Error Codes"); SQLite has no
 //! code of its own for a missing table or column, so those are read from the message of
 //! `SQLITE_ERROR`.
-use crate::db_error::DbErrorKind;
+use crate::error::DbErrorKind;
 
 /// The kind of `db_err` when it is a SQLite error; `None` for another backend's (or in a build
 /// without the `sqlite` feature).

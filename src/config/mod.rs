@@ -2,8 +2,16 @@
 use std::time::Duration;
 
 use crate::error::OutboxError;
-use crate::pool::RelayPool;
 use crate::retry::RetryPolicy;
+
+mod choices;
+#[cfg(test)]
+mod tests;
+
+pub use choices::{
+    ClaimStrategy, OrderedPolicy, RelayPool, StatementProtocol, DEFAULT_RELAY_POOL_CONNECTIONS,
+    MAX_RELAY_POOL_CONNECTIONS, MIN_RELAY_POOL_CONNECTIONS,
+};
 
 /// Default wait after a round before the next one: 5 s (a fixed delay, not a fixed rate).
 pub const DEFAULT_POLL_DELAY: Duration = Duration::from_secs(5);
@@ -37,85 +45,6 @@ pub const GAUGE_INTERVAL: Duration = Duration::from_secs(15);
 /// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
 /// out is over long before another instance may reclaim the event.
 pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
-
-/// How a round claims its events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ClaimStrategy {
-    /// The seed's: read up to `batch_size` candidates without locks, then one conditional
-    /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
-    PerRow,
-    /// The default. Claim up to `batch_size` due rows in one round trip without waiting on rows
-    /// other instances hold (`FOR UPDATE SKIP LOCKED`); see `claim_batch`.
-    /// The default: faster than `PerRow` in every case measured (BENCHMARKS.md), and it loses
-    /// no claims.
-    #[default]
-    Batch,
-}
-
-/// Ordered delivery per business key ([`WorkerConfig::ordered`]): what a dead letter
-/// (`FAIL`) does to the later events of its key (`biz_no`).
-///
-/// In ordered mode an event of key K is claimed only while no event of K with a smaller id is
-/// `WAIT` or `SENDING` (with [`OrderedPolicy::Block`], nor `FAIL`): the key's events go out in
-/// id order, one key's run at a time, and a failed event backing off holds only its own key.
-///
-/// ```
-/// use sea_orm_outbox::{OrderedPolicy, WorkerConfig};
-/// let config = WorkerConfig::default().ordered(Some(OrderedPolicy::Skip));
-/// config.validate()?;
-/// assert_eq!(OrderedPolicy::Block.blocking_statuses().len(), 3); // WAIT, SENDING, FAIL
-/// # Ok::<(), sea_orm_outbox::OutboxError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum OrderedPolicy {
-    /// A key whose earliest unfinished event is a dead letter sends nothing more until a person
-    /// runs `outbox dead retry` (or [`crate::ops::retry_dead`]) or `outbox dead discard`
-    /// ([`crate::ops::discard_dead`]). The gauges `outbox_blocked_keys` and
-    /// `outbox_oldest_blocked_age_seconds` and `outbox stats` show the keys held back.
-    Block,
-    /// The dead letter stays `FAIL` (for a person to act on) and the later events of its key go
-    /// on past it. A dead letter retried later is sent after the key's later events.
-    Skip,
-}
-
-impl OrderedPolicy {
-    /// The statuses of an earlier event of the same key that hold an event back: `WAIT` and
-    /// `SENDING`, and `FAIL` with [`OrderedPolicy::Block`].
-    pub fn blocking_statuses(self) -> &'static [sea_orm_outbox_entity::EventStatus] {
-        use sea_orm_outbox_entity::EventStatus::{Fail, Sending, Wait};
-        match self {
-            OrderedPolicy::Block => &[Wait, Sending, Fail],
-            OrderedPolicy::Skip => &[Wait, Sending],
-        }
-    }
-}
-
-/// How the relay sends its statements to Postgres.
-///
-/// SQLx 0.9.0 runs every statement that has parameters through the extended query protocol
-/// (a named prepared statement `sqlx_s_N`: Parse/Describe/Sync, then Bind/Execute/Sync). A
-/// pooler in transaction mode that does not track prepared statements (PgBouncer before 1.21,
-/// or 1.21+ without `max_prepared_statements`) may hand the two halves to different server
-/// connections or mix the statement names of its clients ("prepared statement ... does not
-/// exist" / "already exists"), and `statement_cache_capacity(0)` does not avoid it.
-/// [`StatementProtocol::Simple`] sends each relay statement as one simple-protocol `Query`
-/// message with its values written into the SQL text by sea-query's escaping, which any pooler
-/// passes through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum StatementProtocol {
-    /// The default: statements with bound parameters, prepared and cached per connection.
-    #[default]
-    Extended,
-    /// Postgres only: every statement of the worker and its maintenance services (claims,
-    /// outcome marks, lease renewal, reclaim, backlog gauges) as one simple-protocol query
-    /// with its values inlined (sea-query's Postgres string escaping), for a transaction-mode
-    /// pooler such as PgBouncer < 1.21. Costs a parse and plan per statement on the server.
-    /// [`crate::Worker::new`] refuses it on MySQL/MariaDB and SQLite.
-    Simple,
-}
 
 /// How a [`crate::Worker`] polls, claims, sends and retries.
 ///
@@ -418,62 +347,4 @@ fn fits_lease(timeout: Duration, lease: Duration) -> bool {
 fn plain_id(s: &str) -> bool {
     !s.chars()
         .any(|c| c == '#' || c.is_whitespace() || c.is_control())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_are_the_seeds_and_valid() {
-        let c = WorkerConfig::default();
-        assert_eq!(c.poll_delay, Duration::from_secs(5));
-        assert_eq!(c.batch_size, 20);
-        assert_eq!(c.lease, Duration::from_secs(600));
-        assert_eq!(c.reclaim_interval(), Duration::from_secs(60));
-        assert_eq!(
-            c.clone().lease(Duration::from_secs(3)).reclaim_interval(),
-            Duration::from_millis(300)
-        );
-        assert_eq!(c.send_timeout, Duration::from_secs(3));
-        assert_eq!(c.retry.max_retries, 12);
-        assert!(c.validate().is_ok());
-    }
-
-    #[test]
-    fn rejects_bad_settings() {
-        // The lease follows a long send: it is renewed.
-        let c = WorkerConfig::default()
-            .lease(Duration::from_secs(3))
-            .send_timeout(Duration::from_secs(3));
-        assert!(c.validate().is_ok());
-        let c = WorkerConfig::default().batch_size(0);
-        assert!(c.validate().is_err());
-        let c = WorkerConfig::default().instance_id("");
-        assert!(c.validate().is_err());
-    }
-
-    #[test]
-    fn validate_covers_what_the_worker_builds() {
-        // Refused here, not first by `Worker::new`.
-        let tiny_lease = WorkerConfig::default()
-            .lease(Duration::from_nanos(2))
-            .send_timeout(Duration::from_nanos(1));
-        assert!(tiny_lease.validate().is_err());
-        let huge_backoff = WorkerConfig::default().retry(RetryPolicy::new(
-            3,
-            Duration::from_secs(u64::MAX / 4),
-            Duration::MAX,
-        ));
-        assert!(huge_backoff.validate().is_err());
-    }
-
-    #[test]
-    fn ordered_needs_batch_claims() {
-        assert_eq!(WorkerConfig::default().ordered, None);
-        let c = WorkerConfig::default().ordered(Some(OrderedPolicy::Block));
-        assert!(c.validate().is_ok());
-        assert!(c.claim_strategy(ClaimStrategy::PerRow).validate().is_err());
-        assert_eq!(OrderedPolicy::Skip.blocking_statuses().len(), 2);
-    }
 }
