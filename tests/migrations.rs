@@ -836,6 +836,13 @@ async fn a_table_of_the_apps_naming_beside_the_default_one(ctx: &TestContext) {
             );
         }
     }
+    for bad in ["", "outbox events", "outbox;drop", &"x".repeat(41)] {
+        let refused = sea_orm_outbox::migration::create_outbox_table(&manager, bad).await;
+        assert!(
+            matches!(refused, Err(DbErr::Custom(_))),
+            "{bad:?}: {refused:?}"
+        );
+    }
     TwoOutboxesMigrator::down(&ctx.db, None)
         .await
         .expect("down");

@@ -41,6 +41,25 @@ fn timestamp(backend: DbBackend, col: Col) -> ColumnDef {
     def
 }
 
+/// Longest outbox table name: 40 characters, so that `idx_<table>_biz_no_status_id` stays
+/// within Postgres's 63-byte identifiers (longer ones are cut short silently) and MySQL's 64.
+const MAX_NAME_LEN: usize = 40;
+
+/// Refuses a table name that is empty, longer than [`MAX_NAME_LEN`], or holds anything but
+/// ASCII letters, digits and underscores.
+pub(crate) fn check_name(table: &str) -> Result<(), DbErr> {
+    let plain = table
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if table.is_empty() || table.len() > MAX_NAME_LEN || !plain {
+        return Err(DbErr::Custom(format!(
+            "outbox table name {table:?}: use 1 to {MAX_NAME_LEN} ASCII letters, digits and \
+             underscores"
+        )));
+    }
+    Ok(())
+}
+
 /// The name of `table`'s index over `columns` (`idx_<table>_<columns>`).
 pub(crate) fn index_name(table: &str, columns: &str) -> String {
     format!("idx_{table}_{columns}")

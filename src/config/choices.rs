@@ -9,10 +9,9 @@ pub enum ClaimStrategy {
     /// The seed's: read up to `batch_size` candidates without locks, then one conditional
     /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
     PerRow,
-    /// The default. Claim up to `batch_size` due rows in one round trip without waiting on rows
-    /// other instances hold (`FOR UPDATE SKIP LOCKED`); see `claim_batch`.
-    /// The default: faster than `PerRow` in every case measured (BENCHMARKS.md), and it loses
-    /// no claims.
+    /// The default: claim up to `batch_size` due rows in one round trip without waiting on rows
+    /// other instances hold (`FOR UPDATE SKIP LOCKED`). Faster than `PerRow` in every case
+    /// measured (BENCHMARKS.md), and it loses no claims.
     #[default]
     Batch,
 }

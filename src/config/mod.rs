@@ -26,8 +26,8 @@ pub const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest `batch_size` accepted: 10,000.
 pub const MAX_BATCH_SIZE: u64 = 10_000;
-/// Shortest lease accepted: 1 ms.
-const MIN_LEASE: Duration = Duration::from_millis(1);
+/// Shortest lease accepted: 1 s (the worker renews every third of it and reclaims every tenth).
+const MIN_LEASE: Duration = Duration::from_secs(1);
 /// Longest duration accepted for any setting: 7 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Default send slots per worker (16): a send that hangs holds its slot for up to the send
@@ -215,7 +215,7 @@ impl WorkerConfig {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, the batch
     /// size is over [`MAX_BATCH_SIZE`], a duration is zero or over [`MAX_DURATION`], the lease
-    /// is shorter than 1 ms, the
+    /// is shorter than 1 s, the
     /// service name is empty or over 90 characters, the instance id is empty, longer than 111
     /// characters or holds a `#`, ordered mode ([`WorkerConfig::ordered`]) is asked for with
     /// [`ClaimStrategy::PerRow`], the relay pool fails [`RelayPool::validate`], or the retry
@@ -275,16 +275,11 @@ impl WorkerConfig {
             );
         }
         if self.lease < MIN_LEASE {
-            return bad("lease must be at least 1 ms (it is renewed every third of it)".into());
+            return bad("lease must be at least 1 s (it is renewed every third of it, and expired leases are \
+                 reclaimed every tenth)".into());
         }
         self.relay_pool.validate()?;
         self.retry.validate()
-    }
-
-    /// Interval between the worker's reclaim passes: a tenth of the lease, at most
-    /// [`MAX_RECLAIM_INTERVAL`].
-    pub(crate) fn reclaim_interval(&self) -> Duration {
-        (self.lease / 10).min(MAX_RECLAIM_INTERVAL)
     }
 
     /// The longest a publisher's own send timeout may be under this worker: the worker's
@@ -334,6 +329,11 @@ impl WorkerConfig {
         }
         Ok(())
     }
+}
+
+/// Interval between reclaim passes for `lease`: a tenth of it, at most [`MAX_RECLAIM_INTERVAL`].
+pub(crate) fn reclaim_interval(lease: Duration) -> Duration {
+    (lease / 10).min(MAX_RECLAIM_INTERVAL)
 }
 
 /// The lease side of the send-timeout rule: `timeout` is at most a third of `lease`.

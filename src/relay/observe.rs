@@ -174,12 +174,11 @@ impl Observer {
         tracing::error!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
     }
 
-    /// `n` claimed events handed back unsent (shutdown began, or without lease renewal too
-    /// little of their lease was left for a send).
+    /// `n` claimed events handed back unsent (shutdown began).
     pub(crate) fn released(&self, s: &mut WorkerSummary, n: u64) {
         s.released += n;
         m::released(n);
-        tracing::info!(owner = %self.owner, released = n, "claimed events handed back to WAIT unsent (shutdown, or too little lease left for a send)");
+        tracing::info!(owner = %self.owner, released = n, "claimed events handed back to WAIT unsent (shutdown)");
     }
 
     /// A send task that ended without an outcome (the runtime is shutting down): its event

@@ -1,20 +1,18 @@
-//! Recording outcomes with owner-guarded statements: deliveries marked `SUCCESS` in groups (one
-//! statement per claim; when a group's statement fails, one by one, so that a row that cannot
-//! be marked spoils only itself), failures put back with back-off or dead-lettered one by one,
-//! unsent events handed back. An event stays in [`Inflight`] (its lease renewed) until its
-//! outcome is recorded here. Every statement is guarded by the event's own claim
-//! (`claim_owner`, with its fencing token).
+//! Recording outcomes with owner-guarded statements (each guarded by the event's own claim,
+//! `claim_owner` with its fencing token): deliveries marked `SUCCESS` per claim (one by one
+//! when a group's statement fails, so that a row that cannot be marked spoils only itself),
+//! failures put back with back-off or dead-lettered, unsent events handed back. An event stays
+//! in [`Inflight`] (its lease renewed) until its outcome is recorded here.
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::inflight::owner_of;
+use super::send::{Done, Sent};
+use super::{Inflight, Op, Worker, WorkerSummary};
 use crate::driver::{self, Driver, Transition};
-use crate::error::DbErrorKind;
-use crate::error::{OutboxError, PublishError};
-use crate::relay::inflight::owner_of;
-use crate::relay::send::{Done, Sent};
-use crate::relay::{Inflight, Op, Worker, WorkerSummary};
+use crate::error::{DbErrorKind, OutboxError, PublishError};
 use crate::retry::RetryDecision;
 use sea_orm_outbox_entity::event_record::Model;
 

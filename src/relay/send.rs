@@ -18,8 +18,7 @@ pub(crate) enum Sent {
     Ok,
     /// The publisher failed (or timed out, or panicked).
     Failed(PublishError),
-    /// Not attempted: shutdown began, or the lease was lost (or, without lease renewal, had too
-    /// little time left) before the send could start.
+    /// Not attempted: shutdown began, or the lease was lost before the send could start.
     Skipped,
 }
 

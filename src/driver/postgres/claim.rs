@@ -90,7 +90,7 @@ pub(crate) fn claim_of(owner: &str, due: SelectStatement) -> UpdateStatement {
 /// relay does not know (`claimed_at` is set by the claim, but to the server's clock). The other
 /// three are known without reading them: `status` is `SENDING`, `claim_owner` the
 /// claimer, and `update_time` equals `claimed_at` (both are set to the statement's
-/// `CURRENT_TIMESTAMP`, one value for the whole transaction; see [`claim_update_with`]).
+/// `CURRENT_TIMESTAMP`, one value for the whole transaction; see `claim_update`).
 /// [`claimed_model`] completes the [`Model`]. This assumes no `BEFORE UPDATE` trigger on
 /// `t_event_record` rewrites `status`, `claim_owner` or `update_time` (a trigger that did would
 /// break the state machine's guards anyway).

@@ -34,7 +34,7 @@ impl GaugeRefresher {
     /// A refresher over the relay's connection `db` (a worker's statement protocol).
     pub(crate) fn on(db: RelayDb, interval: Duration) -> Result<Self, OutboxError> {
         if interval.is_zero() {
-            super::invalid("gauge_interval must be greater than zero".into())?;
+            super::invalid("the gauge refresh interval must be greater than zero".into())?;
         }
         Ok(GaugeRefresher {
             db,

@@ -20,7 +20,7 @@ pub struct ReclaimerConfig {
     pub lease: Duration,
     /// Reclaims of an event past this many attempts make it a dead letter (`FAIL`).
     pub max_retries: u32,
-    /// Between passes (default [`MAX_RECLAIM_INTERVAL`], 60 s).
+    /// Between passes (default a tenth of the lease, at most [`MAX_RECLAIM_INTERVAL`], 60 s).
     pub interval: Duration,
     /// Expired leases per statement (default [`DEFAULT_RECLAIM_BATCH`]); a pass goes on until a
     /// batch comes back short.
@@ -28,24 +28,20 @@ pub struct ReclaimerConfig {
 }
 
 impl ReclaimerConfig {
-    /// Reclaims leases older than `lease`, dead-lettering past `max_retries`, with the default
-    /// interval and batch size.
+    /// Reclaims leases older than `lease`, dead-lettering past `max_retries`, every tenth of the
+    /// lease (at most every [`MAX_RECLAIM_INTERVAL`]) with the default batch size.
     pub fn new(lease: Duration, max_retries: u32) -> Self {
         ReclaimerConfig {
             lease,
             max_retries,
-            interval: MAX_RECLAIM_INTERVAL,
+            interval: crate::config::reclaim_interval(lease),
             batch_size: DEFAULT_RECLAIM_BATCH,
         }
     }
 
-    /// The worker's settings: its lease, retry limit, and a pass every tenth of the lease (at
-    /// most every [`MAX_RECLAIM_INTERVAL`]).
+    /// The worker's settings: its lease and retry limit.
     pub fn for_worker(c: &WorkerConfig) -> Self {
-        ReclaimerConfig {
-            interval: c.reclaim_interval(),
-            ..Self::new(c.lease, c.retry.max_retries)
-        }
+        Self::new(c.lease, c.retry.max_retries)
     }
 
     /// Sets the expired leases per statement.

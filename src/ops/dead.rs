@@ -1,0 +1,201 @@
+//! Dead letters (retry, discard) and the retention of delivered rows.
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
+use sea_orm_outbox_entity::event_record::Model;
+
+use crate::driver::is_transient;
+use crate::driver::{admin, exec_by_ids, Driver, RECLAIM_BATCH};
+use crate::error::OutboxError;
+
+/// The dead letters (`FAIL` rows), oldest id first, at most `limit`.
+///
+/// SQL: `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
+///
+/// A `limit` of 0 returns nothing.
+///
+/// # Errors
+/// [`OutboxError::InvalidArgument`] when `limit` is over `i64::MAX` (no database takes it);
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn dead_letters<C: ConnectionTrait>(
+    db: &C,
+    limit: u64,
+) -> Result<Vec<Model>, OutboxError> {
+    if i64::try_from(limit).is_err() {
+        return Err(OutboxError::InvalidArgument(format!(
+            "dead-letter limit must be at most {}",
+            i64::MAX
+        )));
+    }
+    Ok(admin::dead_letters_query(limit).all(db).await?)
+}
+
+/// Outcome of an operation on one dead letter ([`retry_dead`], [`discard_dead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum DeadLetterOutcome {
+    /// The `FAIL` row was retried or discarded.
+    Applied,
+    /// No `FAIL` row has that id (no such event, or it is not a dead letter): nothing changed.
+    NotDeadLetter,
+}
+
+/// Gives dead letter `id` a fresh start: `FAIL` → `WAIT`, `retry_count` 0, due now, lease
+/// columns cleared. The next relay round sends it with the full retry budget. `last_error` is
+/// kept until the next failure overwrites it.
+///
+/// SQL: `UPDATE t_event_record SET status = 'WAIT', retry_count = 0, next_retry_time = now,
+/// claim_owner = NULL, claimed_at = NULL, update_time = now WHERE status = 'FAIL' AND id = :id`.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn retry_dead<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+) -> Result<DeadLetterOutcome, OutboxError> {
+    let update = admin::retry_dead_statement(Driver::of_db(db)?, &[id]);
+    Ok(outcome(exec_by_ids(db, &update).await?))
+}
+
+/// [`retry_dead`] for every dead letter; returns how many were retried.
+///
+/// SQL: in batches of 1,000 by ascending id until a batch comes back short, `SELECT id FROM
+/// t_event_record WHERE status = 'FAIL' AND id > :last ORDER BY id LIMIT :batch`, then the
+/// update of [`retry_dead`] with `id IN (:ids)` through the primary key (`exec_by_ids`), so it
+/// never waits on rows of open business transactions (MySQL/MariaDB lock every row a range
+/// `UPDATE` reads).
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxError> {
+    let driver = Driver::of_db(db)?;
+    let batch = RECLAIM_BATCH;
+    let mut total = 0;
+    // Paged by id: a retried event that fails again while this runs is not retried twice, and
+    // the loop ends even while relays keep dead-lettering.
+    let mut after = i64::MIN;
+    loop {
+        let ids: Vec<i64> = admin::dead_letter_ids_query(after, batch)
+            .into_tuple()
+            .all(db)
+            .await?;
+        let Some(&last) = ids.last() else { break };
+        after = last;
+        let n = ids.len() as u64;
+        let update = admin::retry_dead_statement(driver, &ids);
+        total += exec_by_ids(db, &update).await?;
+        if n < batch {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// Deletes dead letter `id` for good. Only a `FAIL` row is deleted; an event in any other
+/// status is left alone ([`DeadLetterOutcome::NotDeadLetter`]).
+///
+/// SQL: `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'`.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn discard_dead<C: ConnectionTrait>(
+    db: &C,
+    id: i64,
+) -> Result<DeadLetterOutcome, OutboxError> {
+    let delete = admin::discard_dead_statement(Driver::of_db(db)?, id);
+    Ok(outcome(exec_by_ids(db, &delete).await?))
+}
+
+/// Attempts [`purge_delivered`] makes at one batch that meets a transient conflict (deadlock,
+/// SQLite busy) before it returns the error.
+const PURGE_BATCH_ATTEMPTS: u32 = 4;
+
+/// One purge batch in its own transaction: how many ids were selected, how many rows deleted.
+/// A failed batch rolls back (the transaction is dropped) and may simply run again.
+async fn purge_batch<C>(db: &C, older_than: Duration, batch: u64) -> Result<(u64, u64), DbErr>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    let driver = Driver::of_db(db)?;
+    // Reads, then deletes: `BEGIN IMMEDIATE` on SQLite, or the delete fails at once with
+    // `database is locked` whenever a relay or writer committed since the read.
+    let txn = crate::ext::begin_write(db).await?;
+    let ids: Vec<i64> = admin::purge_ids_query(driver, older_than, batch)
+        .into_tuple()
+        .all(&txn)
+        .await?;
+    let selected = ids.len() as u64;
+    let deleted = if ids.is_empty() {
+        0
+    } else {
+        let delete = admin::purge_statement(driver, &ids);
+        // Not retried inside the transaction (a MySQL deadlock ends it): the whole batch is.
+        txn.execute_raw(delete.build(driver)).await?.rows_affected()
+    };
+    txn.commit().await?;
+    Ok((selected, deleted))
+}
+
+fn outcome(rows: u64) -> DeadLetterOutcome {
+    if rows == 1 {
+        DeadLetterOutcome::Applied
+    } else {
+        DeadLetterOutcome::NotDeadLetter
+    }
+}
+
+/// Deletes delivered events (`SUCCESS`) last updated more than `older_than` ago (database
+/// clock), at most `batch` rows per transaction, and returns how many were deleted. `WAIT`,
+/// `SENDING` and `FAIL` rows are never touched.
+///
+/// Each batch is its own short transaction, so locks are held briefly and a long purge does
+/// not block the relay:
+/// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
+/// ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN (:ids) AND status =
+/// 'SUCCESS'` through the primary key (`exec_by_ids`: on MySQL/MariaDB a scan would wait on
+/// rows of open business transactions), commit; repeated until a batch comes back short. (Two
+/// statements because MariaDB allows no `LIMIT` inside `IN (subquery)`.)
+///
+/// # Errors
+/// [`OutboxError::InvalidArgument`] when `batch` is 0 or over
+/// [`crate::config::MAX_BATCH_SIZE`] (its ids are bound as statement parameters);
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise. A batch
+/// meeting a transient conflict (deadlock, SQLite busy) runs again up to 4 times first.
+/// Batches committed before an error stay deleted.
+pub async fn purge_delivered<C>(
+    db: &C,
+    older_than: Duration,
+    batch: u64,
+) -> Result<u64, OutboxError>
+where
+    C: ConnectionTrait + TransactionTrait,
+{
+    if batch == 0 || batch > crate::config::MAX_BATCH_SIZE {
+        return Err(OutboxError::InvalidArgument(format!(
+            "purge batch size must be 1 to {}",
+            crate::config::MAX_BATCH_SIZE
+        )));
+    }
+    let mut total = 0;
+    loop {
+        let mut attempt = 1;
+        let (selected, deleted) = loop {
+            match purge_batch(db, older_than, batch).await {
+                Err(e) if attempt < PURGE_BATCH_ATTEMPTS && is_transient(&e) => {
+                    tracing::debug!(error = %e, attempt, "transient conflict; purging the batch again");
+                    tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
+                    attempt += 1;
+                }
+                other => break other?,
+            }
+        };
+        total += deleted;
+        if selected > 0 {
+            tracing::debug!(deleted, total, "purged a batch of delivered events");
+        }
+        if selected < batch {
+            break;
+        }
+    }
+    Ok(total)
+}
