@@ -4,7 +4,7 @@ use std::time::Duration;
 use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{WorkerConfig, MAX_BATCH_SIZE, MAX_RECLAIM_INTERVAL};
+use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
 use crate::driver::{self, Reclaimed, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
@@ -20,7 +20,7 @@ pub struct ReclaimerConfig {
     pub lease: Duration,
     /// Reclaims of an event past this many attempts make it a dead letter (`FAIL`).
     pub max_retries: u32,
-    /// Between passes (default a tenth of the lease, at most [`MAX_RECLAIM_INTERVAL`], 60 s).
+    /// Between passes (default a tenth of the lease, at most [`crate::config::MAX_RECLAIM_INTERVAL`], 60 s).
     pub interval: Duration,
     /// Expired leases per statement (default [`DEFAULT_RECLAIM_BATCH`]); a pass goes on until a
     /// batch comes back short.
@@ -29,7 +29,7 @@ pub struct ReclaimerConfig {
 
 impl ReclaimerConfig {
     /// Reclaims leases older than `lease`, dead-lettering past `max_retries`, every tenth of the
-    /// lease (at most every [`MAX_RECLAIM_INTERVAL`]) with the default batch size.
+    /// lease (at most every [`crate::config::MAX_RECLAIM_INTERVAL`]) with the default batch size.
     pub fn new(lease: Duration, max_retries: u32) -> Self {
         ReclaimerConfig {
             lease,
