@@ -85,6 +85,7 @@ use sea_orm_migration::sea_orm::{DbErr, DynIden};
 use sea_orm_migration::sea_query::{Alias, IntoIden};
 use sea_orm_migration::{MigrationTrait, MigratorTrait, SchemaManager};
 
+mod driver;
 mod table;
 
 /// The outbox table the migrations of this crate create and change: `t_event_record`.

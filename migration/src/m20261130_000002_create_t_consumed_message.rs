@@ -5,7 +5,8 @@
 //! affects no row, so the message is a duplicate. `consumed_at` keeps microseconds like the
 //! outbox table (Postgres `timestamptz`, MySQL/MariaDB `DATETIME(6)`, SQLite RFC 3339 text).
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::DbBackend;
+
+use crate::driver;
 
 /// The migration.
 pub struct Migration;
@@ -27,13 +28,8 @@ enum TConsumedMessage {
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let backend = manager.get_database_backend();
-        let mut consumed_at = ColumnDef::new(TConsumedMessage::ConsumedAt);
-        match backend {
-            // The schema builder would give DATETIME (whole seconds) on MySQL/MariaDB.
-            DbBackend::MySql => consumed_at.custom(Alias::new("DATETIME(6)")),
-            _ => consumed_at.timestamp_with_time_zone(),
-        };
+        let mut consumed_at =
+            driver::timestamp(manager.get_database_backend(), TConsumedMessage::ConsumedAt);
         manager
             .create_table(
                 Table::create()

@@ -6,12 +6,12 @@
 //! index names are unique per schema and the application's own tables may well have an
 //! `idx_status_...`.
 //!
-//! Timestamps keep microseconds and UTC on every backend: Postgres `timestamptz`, MySQL/MariaDB
-//! `DATETIME(6)` (the schema builder would give `DATETIME` with whole seconds there), SQLite text
-//! in one fixed-width RFC 3339 form (`YYYY-MM-DDTHH:MM:SS.ffffff+00:00`) written only by the
-//! database clock, so that text order is time order.
+//! Timestamps keep microseconds and UTC on every backend (see [`crate::driver`]); SQLite's are
+//! text in one fixed-width RFC 3339 form (`YYYY-MM-DDTHH:MM:SS.ffffff+00:00`) written only by
+//! the database clock, so that text order is time order.
 use sea_orm_migration::prelude::*;
-use sea_orm_migration::sea_orm::DbBackend;
+
+use crate::driver::{long_text, timestamp};
 
 /// The columns of an outbox table.
 #[derive(DeriveIden, Clone, Copy)]
@@ -29,16 +29,6 @@ enum Col {
     CreateTime,
     UpdateTime,
     Headers,
-}
-
-/// A timestamp column with microsecond precision on `backend`.
-fn timestamp(backend: DbBackend, col: Col) -> ColumnDef {
-    let mut def = ColumnDef::new(col);
-    match backend {
-        DbBackend::MySql => def.custom(Alias::new("DATETIME(6)")),
-        _ => def.timestamp_with_time_zone(),
-    };
-    def
 }
 
 /// Longest outbox table name: 40 characters, so that `idx_<table>_biz_no_status_id` stays
@@ -69,12 +59,7 @@ pub(crate) fn index_name(table: &str, columns: &str) -> String {
 /// `idx_<table>_status_next_retry` and `idx_<table>_status_claimed_at`.
 pub(crate) async fn create(manager: &SchemaManager<'_>, table: &str) -> Result<(), DbErr> {
     let backend = manager.get_database_backend();
-    let mut payload = ColumnDef::new(Col::Payload);
-    match backend {
-        // MySQL TEXT holds 64 KiB only; the default payload limit is 4 MiB.
-        DbBackend::MySql => payload.custom(Alias::new("LONGTEXT")),
-        _ => payload.text(),
-    };
+    let mut payload = long_text(backend, Col::Payload);
     manager
         .create_table(
             Table::create()
