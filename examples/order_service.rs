@@ -21,7 +21,6 @@ mod logging;
 #[path = "common/order.rs"]
 mod order;
 
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox_rocketmq::RocketMqConsumer;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -292,4 +291,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// Polls `check` every `every` until it returns true or `deadline` passes; returns whether it
+/// did.
+async fn wait_until<F, Fut>(deadline: Duration, every: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    while !check().await {
+        if tokio::time::Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(every).await;
+    }
+    true
 }
