@@ -33,11 +33,11 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, NotSet,
     PaginatorTrait, QueryFilter, Schema,
 };
+use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
     transactional_publish_limited, CancellationToken, EventStatus, InMemoryPublisher, Migrator,
-    MigratorTrait, NewEvent, OutboxMessage, PublishError, Publisher, RetryPolicy, Worker,
-    WorkerConfig,
+    NewEvent, OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
 };
 use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher, ENV_TOPIC, EVENT_LIMITS};
 
@@ -173,7 +173,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Duration::from_millis(200),
                 RetryPolicy::default().max_backoff,
             ))
-            .instance_id(sea_orm_outbox::instance_id("order", Some(8080 + w as u16)));
+            .service_name(format!("order-{}", 8080 + w));
         let worker = Worker::new(
             connect(&url, 2).await?,
             publisher.clone() as Arc<dyn Publisher>,

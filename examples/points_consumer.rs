@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use clap::Parser;
 use sea_orm::{ConnectionTrait, Database, DatabaseTransaction, Statement};
-use sea_orm_outbox::{consume_once, Consumed, Migrator, MigratorTrait, OutboxError};
+use sea_orm_migration::MigratorTrait;
+use sea_orm_outbox::consumer::consume_once;
+use sea_orm_outbox::consumer::Consumed;
+use sea_orm_outbox::{Migrator, OutboxError};
 use sea_orm_outbox_rocketmq::RocketMqConsumer;
 
 #[derive(Parser, Debug)]

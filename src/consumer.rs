@@ -14,6 +14,9 @@ use sea_orm_outbox_entity::consumed_message::{CONSUMER_GROUP_MAX_LEN, MSG_ID_MAX
 use crate::driver::consumed;
 use crate::error::OutboxError;
 
+/// The `t_consumed_message` entity [`consume_once`] records message ids in.
+pub use sea_orm_outbox_entity::consumed_message;
+
 /// What [`consume_once`] did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
@@ -35,18 +38,12 @@ impl<T> Consumed<T> {
 
 /// Runs `handler` for message `msg_id` of `consumer_group` at most once, in one transaction.
 ///
-/// Steps, inside ONE transaction begun on `db` (a `DatabaseConnection`, or a
-/// `DatabaseTransaction` whose nested transaction is a savepoint):
-/// 1. `INSERT INTO t_consumed_message (consumer_group, msg_id, consumed_at) VALUES (.., .., now)`
-///    skipping an existing key (`ON CONFLICT DO NOTHING`, MySQL `INSERT IGNORE`);
-/// 2. if no row was written, the id was already consumed: roll back, return
-///    [`Consumed::Duplicate`] without running `handler`;
-/// 3. otherwise run `handler` with the transaction: on `Ok` commit (the record and the
-///    handler's writes together) and return [`Consumed::Processed`]; on `Err` roll back both
-///    and return the error, so a redelivery of the message is processed again.
-///
-/// Two deliveries of the same id at once are safe: the second insert waits on the unique key
-/// until the first transaction ends.
+/// Inside ONE transaction begun on `db`: records `(consumer_group, msg_id)` in
+/// `t_consumed_message`, skipping an existing key; if the id was already recorded, rolls back
+/// and returns [`Consumed::Duplicate`] without running `handler`; otherwise runs `handler` with
+/// the transaction and commits on `Ok` ([`Consumed::Processed`]) or rolls back on `Err`, so a
+/// redelivery is processed again. Two deliveries of one id at once are safe: the second insert
+/// waits on the unique key until the first transaction ends.
 ///
 /// `msg_id` must be the outbox event id, the `eventId` message property, not the broker's
 /// message id (see the [module documentation](self)).

@@ -125,11 +125,10 @@ pub enum PublishErrorKind {
     /// Can never succeed (message too large, bad topic name): the event goes straight to `FAIL`.
     Permanent,
     /// The publisher's own configuration or permissions are wrong (the broker rejected the
-    /// credentials, or the user may not publish to the topic). The event is not at fault, so the attempt is not
-    /// counted: the relay puts it back to `WAIT` with `retry_count` unchanged, `last_error`
-    /// set, due again after a delay (the retry policy's `max_backoff`, at most 60 s), and logs
-    /// ERROR (at most one line per worker every 10 s, with the count). It never becomes a dead
-    /// letter because of this; it is delivered once the configuration is fixed.
+    /// credentials, or the user may not publish to the topic). The attempt is not counted: the
+    /// event goes back to `WAIT` with `retry_count` unchanged, due again after at most 60 s,
+    /// and the relay logs ERROR (at most one line per worker every 10 s). It is delivered once
+    /// the configuration is fixed.
     Configuration,
 }
 
@@ -180,13 +179,9 @@ impl PublishError {
     }
 }
 
-/// The kind of a database error, for deciding what to do about it: judged by the code the
-/// database gave it ([`crate::db_error_kind`]).
-///
-/// The kinds, judged by the code the database gave them
-/// (Postgres SQLSTATE, MySQL/MariaDB error number, SQLite result code), never by its text
-/// where a code exists. The relay and the `outbox` tool decide on [`DbErrorKind`]: run the
-/// statement again, wait for the server, or tell a person to run the migration.
+/// The kind of a database error ([`OutboxError::db_kind`]), judged by the code the database
+/// gave it (never by its text where a code exists): run the statement again, wait for the
+/// server, or tell a person to run the migration.
 ///
 /// | kind | Postgres (SQLSTATE) | MySQL / MariaDB (error number) | SQLite (result code) |
 /// | --- | --- | --- | --- |
@@ -197,12 +192,8 @@ impl PublishError {
 /// | [`DbErrorKind::MissingColumn`] | `42703` | 1054 | 1 `SQLITE_ERROR` whose message is "no such column" or "… has no column named …" |
 /// | [`DbErrorKind::ConnectionLost`] | class `08` but `08P01`, `57P01`–`57P03`, `53300` | 1040, 1053, 1152, 1158–1161, 1184, 1203, 1226, 1927, 3032 | – |
 ///
-/// I/O errors (refused, reset, closed mid-query, a name that does not resolve; not "permission
-/// denied" or invalid input) and a pool that found no connection in time are
-/// [`DbErrorKind::ConnectionLost`] on every backend. Sources: the PostgreSQL manual's
-/// "PostgreSQL Error Codes" appendix, MariaDB's and MySQL's server error reference, SQLite's
-/// "Result and Error Codes". Each backend's codes are read by its driver
-/// (`src/driver/<backend>/error.rs`).
+/// I/O errors (refused, reset, closed mid-query, a name that does not resolve) and a pool that
+/// found no connection in time are [`DbErrorKind::ConnectionLost`] on every backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DbErrorKind {

@@ -10,32 +10,6 @@ use crate::error::EventError;
 mod limits;
 pub use limits::EventLimits;
 
-/// Default largest payload: 4 MiB (4,194,304 bytes). A publisher crate states its broker's
-/// own limit in the [`EventLimits`] it supplies.
-pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
-
-/// Default largest size of an event's headers together: 16 KiB (16,384 bytes of their JSON
-/// form).
-pub const DEFAULT_MAX_HEADERS_BYTES: usize = 16 * 1024;
-
-/// Longest header name, in characters.
-pub const HEADER_NAME_MAX_LEN: usize = 64;
-
-/// Header names no event may use, whatever the publisher: the outbox's own message properties
-/// ([`crate::OutboxMessage::properties`]), which consumers read as the event's id, type and
-/// business key.
-pub const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
-
-/// Default notify interval of an event ([`NewEvent::notify_interval`]): 10 milliseconds.
-///
-/// On Postgres an event's insert queues the wake-up `NOTIFY` unless another transaction that
-/// queued one during the same 10 ms slot is still open; see [`NewEvent::notify_interval`].
-/// Long enough that a burst of concurrent writers sends about one notifying transaction at a
-/// time, short enough that a long transaction holding a slot keeps the others from notifying
-/// for at most 10 ms; the relays' follow-up round
-/// ([`crate::config::WAKE_FOLLOW_UP`]) is longer.
-pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
-
 /// An event to write into `t_event_record` in the business transaction.
 ///
 /// ```
@@ -55,6 +29,12 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// Longest header name, in characters.
+    pub const HEADER_NAME_MAX_LEN: usize = 64;
+
+    /// Default notify interval ([`NewEvent::notify_interval`]): 10 milliseconds.
+    pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(10);
+
     /// An event whose payload is `value` serialized as JSON text.
     ///
     /// # Errors
@@ -82,7 +62,7 @@ impl NewEvent {
             payload: payload.into(),
             headers: BTreeMap::new(),
             notify: true,
-            notify_interval: DEFAULT_NOTIFY_INTERVAL,
+            notify_interval: Self::DEFAULT_NOTIFY_INTERVAL,
         }
     }
 
@@ -91,8 +71,9 @@ impl NewEvent {
     /// sends each as a message property or header of its broker.
     ///
     /// Checked when the event is written ([`NewEvent::validate`]): the name has 1 to
-    /// [`HEADER_NAME_MAX_LEN`] characters out of ASCII letters, digits, `_`, `-` and `.`, and is
-    /// neither one of [`OUTBOX_PROPERTY_NAMES`] nor reserved by the [`EventLimits`]
+    /// [`NewEvent::HEADER_NAME_MAX_LEN`] characters out of ASCII letters, digits, `_`, `-` and
+    /// `.`, and is neither an outbox property name (`eventId`, `eventType`, `bizNo`) nor
+    /// reserved by the [`EventLimits`]
     /// ([`EventLimits::is_reserved`]); the value has no control character (brokers' property
     /// encodings use some as separators); all headers together take at most
     /// [`EventLimits::max_headers_bytes`] as JSON.
@@ -166,33 +147,16 @@ impl NewEvent {
     }
 
     /// Sets how concurrent writers share the wake-up notification (Postgres; default
-    /// [`DEFAULT_NOTIFY_INTERVAL`]; counted in whole milliseconds, a fraction rounds up).
-    /// [`Duration::ZERO`] makes every event queue its own `NOTIFY`.
+    /// [`NewEvent::DEFAULT_NOTIFY_INTERVAL`]; whole milliseconds, a fraction rounds up).
     ///
-    /// **The rule.** Time is cut into slots of `interval` by the writing process's clock. The
-    /// insert queues the `NOTIFY` only when it gets the slot's transaction-level advisory lock
-    /// without waiting (`pg_try_advisory_xact_lock(1329745752, slot)`, the slot bound as a
-    /// parameter; the first key is `"OBOX"` in ASCII), that is, unless another open transaction
-    /// of the same database queued the slot's notification: its commit then wakes the relays
-    /// for both. The first event after a quiet moment always notifies. Postgres commits
-    /// notifying transactions one at a time (`PreCommit_Notify` in `async.c`), so sharing keeps
-    /// a burst of writers from queueing on that lock: commit rate close to the plain one with
-    /// the default, far below it when every writer notifies (BENCHMARKS.md). Advisory locks are
-    /// per database and across processes: every writer of a database shares the slot, and
-    /// databases never silence each other. Writers whose clocks disagree share keys less. A
-    /// long transaction silences the others for at most `interval`; an insert that took
-    /// `interval` or longer and skipped notifies on its own afterwards (`SELECT
-    /// pg_notify(...)`), as does a writer whose clock reads before 1970.
-    ///
-    /// **What can still wait for the poll delay.** An event that skipped the notify relies on
-    /// the slot holder's commit, on the relays' follow-up rounds after a wake-up
-    /// ([`crate::config::WAKE_FOLLOW_UP`]), or on any later notification. It waits for
-    /// the poll delay (never longer; nothing is lost) only when no notification reaches a
-    /// relay after it committed: the slot holder rolled back or stays open, and no other event
-    /// notified since.
-    ///
-    /// An application that takes advisory locks with the two-key form and the first key
-    /// 1329745752 shares the slots' keys; use `Duration::ZERO` then (or other keys).
+    /// Time is cut into slots of `interval` by the writer's clock; the insert queues the
+    /// `NOTIFY` only when it gets the slot's transaction-level advisory lock without waiting
+    /// (`pg_try_advisory_xact_lock(1329745752, slot)`), so a burst of writers sends about one
+    /// notifying transaction at a time. An event that skipped the notify is found by the slot
+    /// holder's wake-up, the relays' follow-up round, or at worst the poll delay; nothing is
+    /// lost. [`Duration::ZERO`] makes every event queue its own `NOTIFY` (use it if the
+    /// application takes two-key advisory locks with first key 1329745752). See
+    /// docs/configuration.md.
     #[must_use]
     pub fn notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval;
@@ -286,14 +250,15 @@ pub(crate) fn check_header(
 ) -> Result<(), EventError> {
     let refuse = |reason: String| {
         Err(EventError::InvalidHeader {
-            name: name.chars().take(HEADER_NAME_MAX_LEN).collect(),
+            name: name.chars().take(NewEvent::HEADER_NAME_MAX_LEN).collect(),
             reason,
         })
     };
     let len = name.chars().count();
-    if len == 0 || len > HEADER_NAME_MAX_LEN {
+    if len == 0 || len > NewEvent::HEADER_NAME_MAX_LEN {
         return refuse(format!(
-            "the name must have 1 to {HEADER_NAME_MAX_LEN} characters (it has {len})"
+            "the name must have 1 to {} characters (it has {len})",
+            NewEvent::HEADER_NAME_MAX_LEN
         ));
     }
     if !name

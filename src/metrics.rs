@@ -1,59 +1,46 @@
-//! Metrics through the [`metrics`](https://docs.rs/metrics) facade: install any recorder (for
-//! example `metrics-exporter-prometheus`) and these appear; without one they cost nothing.
-//!
-//! | name | kind | meaning |
-//! | --- | --- | --- |
-//! | `outbox_published_total` | counter | events published and marked `SUCCESS` |
-//! | `outbox_claim_lost_total` | counter | per-row claims another instance won |
-//! | `outbox_retries_total` | counter | failed sends put back with back-off |
-//! | `outbox_dead_letters_total` | counter | events marked `FAIL` |
-//! | `outbox_reclaimed_total` | counter | expired leases reclaimed |
-//! | `outbox_late_acks_total` | counter | outcomes dropped because the lease was lost |
-//! | `outbox_released_total` | counter | claimed events handed back to `WAIT` unsent (shutdown) |
-//! | `outbox_config_faults_total` | counter | sends refused because of the publisher's own configuration or permissions (e.g. the broker's credentials), put back to `WAIT` uncounted |
-//! | `outbox_leaked_transactions_total` | counter | connections of a guarded pool (the relay's, or one built with `guarded_pool`) found inside an open transaction before use, closed (see [`crate::pool`]) |
-//! | `outbox_errors_total{op}` | counter | errors met by the relay, per step (`claim`, `record`, `renew`, `reclaim`, `gauges`; `send` for a send task that died) |
-//! | `outbox_send_duration_seconds` | histogram | one publish call, seconds |
-//! | `outbox_sending_dwell_seconds` | histogram | claim to outcome, seconds |
-//! | `outbox_backlog{status}` | gauge | rows per status (`WAIT`, `SENDING`, `FAIL`) |
-//! | `outbox_oldest_wait_age_seconds` | gauge | age of the oldest due `WAIT` row, seconds |
-//! | `outbox_blocked_keys` | gauge | ordered mode with the `Block` policy: keys whose `WAIT` events sit behind a dead letter of their key |
-//! | `outbox_oldest_blocked_age_seconds` | gauge | ordered mode with the `Block` policy: age of the oldest `WAIT` event behind a dead letter, seconds (0 when none) |
-//! | `outbox_wake_listening` | gauge | 1 while wake-on-commit is live (a `LISTEN` connection whose self-check passed), 0 while the worker only polls; with several workers in one process, how many of them listen |
+//! The metric names, through the [`metrics`](https://docs.rs/metrics) facade: install any
+//! recorder (for example `metrics-exporter-prometheus`) and these appear; without one they cost
+//! nothing.
 
-/// Counter: events published.
+/// Counter: events published and marked `SUCCESS`.
 pub const PUBLISHED: &str = "outbox_published_total";
-/// Counter: claims lost to another instance.
+/// Counter: per-row claims another instance won.
 pub const CLAIM_LOST: &str = "outbox_claim_lost_total";
-/// Counter: retries scheduled.
+/// Counter: failed sends put back with back-off.
 pub const RETRIES: &str = "outbox_retries_total";
-/// Counter: dead letters.
+/// Counter: events marked `FAIL` (dead letters).
 pub const DEAD_LETTERS: &str = "outbox_dead_letters_total";
-/// Counter: reclaimed leases.
+/// Counter: expired leases reclaimed.
 pub const RECLAIMED: &str = "outbox_reclaimed_total";
-/// Counter: late acknowledgements.
+/// Counter: outcomes dropped because the lease was lost.
 pub const LATE_ACKS: &str = "outbox_late_acks_total";
-/// Counter: claimed events handed back to `WAIT` unsent.
+/// Counter: claimed events handed back to `WAIT` unsent (shutdown).
 pub const RELEASED: &str = "outbox_released_total";
-/// Counter: sends refused because of the publisher's configuration, put back uncounted.
+/// Counter: sends refused because of the publisher's own configuration or permissions (e.g.
+/// the broker's credentials), put back to `WAIT` uncounted.
 pub const CONFIG_FAULTS: &str = "outbox_config_faults_total";
-/// Counter: pooled connections found inside an open transaction before use, and closed.
+/// Counter: connections of a guarded pool (the relay's, or one from
+/// [`crate::guarded_pool`]) found inside an open transaction before use, and closed.
 pub const LEAKED_TRANSACTIONS: &str = "outbox_leaked_transactions_total";
-/// Counter: database errors met by the relay, labelled `op` (the step).
+/// Counter: errors met by the relay, labelled `op` (`claim`, `record`, `renew`, `reclaim`,
+/// `gauges`; `send` for a send task that died).
 pub const ERRORS: &str = "outbox_errors_total";
-/// Histogram: publish duration in seconds.
+/// Histogram: one publish call, seconds.
 pub const SEND_DURATION: &str = "outbox_send_duration_seconds";
-/// Histogram: claim-to-outcome time in seconds.
+/// Histogram: claim to outcome, seconds.
 pub const SENDING_DWELL: &str = "outbox_sending_dwell_seconds";
-/// Gauge: rows per status.
+/// Gauge: rows per status, labelled `status` (`WAIT`, `SENDING`, `FAIL`).
 pub const BACKLOG: &str = "outbox_backlog";
-/// Gauge: age of the oldest due `WAIT` row in seconds.
+/// Gauge: age of the oldest due `WAIT` row, seconds.
 pub const OLDEST_WAIT_AGE: &str = "outbox_oldest_wait_age_seconds";
-/// Gauge: keys held back behind a dead letter (ordered mode, `Block` policy).
+/// Gauge: ordered mode with the `Block` policy: keys whose `WAIT` events sit behind a dead
+/// letter of their key.
 pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
-/// Gauge: age of the oldest event held back behind a dead letter, seconds.
+/// Gauge: ordered mode with the `Block` policy: age of the oldest `WAIT` event behind a dead
+/// letter, seconds (0 when none).
 pub const OLDEST_BLOCKED_AGE: &str = "outbox_oldest_blocked_age_seconds";
-/// Gauge: workers of this process whose wake-on-commit is live (1 or 0 with one worker).
+/// Gauge: workers of this process whose wake-on-commit is live (a `LISTEN` connection whose
+/// self-check passed); 0 while they only poll.
 pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 
 pub(crate) fn published(n: u64) {

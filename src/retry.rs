@@ -6,7 +6,7 @@ use crate::error::OutboxError;
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
-pub enum RetryDecision {
+pub(crate) enum RetryDecision {
     /// Back to `WAIT`, due after this back-off.
     Retry(Duration),
     /// Retries exhausted: `FAIL` (dead letter).
@@ -35,16 +35,9 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
 }
 
-/// `delay` spread by up to ±10% at random (uniform), so that instances started together do not
-/// poll or retry in lockstep. Used for the relay's poll delay and wake-up retries, and by
-/// `outbox relay` between its connection attempts at start.
-///
-/// ```
-/// use std::time::Duration;
-/// let d = sea_orm_outbox::retry::jitter(Duration::from_millis(1000));
-/// assert!(d >= Duration::from_millis(900) && d <= Duration::from_millis(1100));
-/// ```
-pub fn jitter(delay: Duration) -> Duration {
+/// `delay` spread by up to ±10% at random, so that instances started together do not poll or
+/// retry in lockstep.
+pub(crate) fn jitter(delay: Duration) -> Duration {
     let r = uuid::Uuid::new_v4().as_u128() as u64 % 2001; // 0..=2000
     delay.mul_f64(0.9 + r as f64 / 10_000.0)
 }
@@ -97,7 +90,7 @@ impl RetryPolicy {
     }
 
     /// The decision after the `n`-th failed attempt (n = `retry_count` + 1).
-    pub fn decide(&self, n: u32) -> RetryDecision {
+    pub(crate) fn decide(&self, n: u32) -> RetryDecision {
         if n > self.max_retries {
             RetryDecision::DeadLetter
         } else {

@@ -1,47 +1,18 @@
 //! What a worker waits on between rounds: the poll delay, and where the driver listens
-//! ([`crate::driver::Driver::listens`]: Postgres) also a `LISTEN` on
-//! [`crate::driver::WAKE_CHANNEL`], notified by every committed
-//! [`crate::OutboxExt::with_event`] whose event keeps [`crate::NewEvent::notify_relays`] on.
-//! Polling stays as the safety net: a notification lost while the listener reconnects only
-//! delays an event until the next poll (and not even that: a round follows every reconnect).
+//! (Postgres) also a `LISTEN` on [`crate::driver::WAKE_CHANNEL`], notified by every committed
+//! event that keeps [`crate::NewEvent::notify_relays`] on. Polling stays as the safety net.
 //!
-//! The listener watches its own health:
-//! - **Lost connection** (backend terminated, failover, a proxy's idle timeout): noticed while
-//!   the worker waits, logged at WARN, re-established at once and then with a back-off of
-//!   [`RECONNECT_BACKOFF_FIRST`] doubling to [`RECONNECT_BACKOFF_MAX`] (±10 %); the worker polls
-//!   meanwhile. Right after re-connecting the wait ends as if notified, so events committed in
-//!   the gap are claimed at once instead of after the poll delay.
-//! - **Self-check**, at start and after each reconnect, in two steps. First, before any
-//!   `LISTEN`, two connections of the pool compare their backends' pids: when they share a
-//!   server session, a pooler in transaction mode stands in between (`shares_sessions`), and
-//!   no `LISTEN` is sent (through such a pooler it would leave a server connection subscribed,
-//!   breaking the statements of whichever client gets it next). Then the new `LISTEN`
-//!   connection sends itself a `NOTIFY` from the other connection, with a payload of its own
-//!   (the self-check's prefix and a random token; never a wake reason), and expects it within
-//!   2 seconds. When either step fails (a pooler in transaction mode such as
-//!   PgBouncer, a read replica behind a proxy), the worker logs a WARN once, gives the
-//!   connections back and polls; it checks again every [`SELF_CHECK_RETRY`] (quietly, at
-//!   DEBUG) in case the path to the database changed, and logs at INFO when a check passes.
-//!   The connections and the check are the driver's ([`crate::driver::Listener`]).
-//!
-//! **Follow-up round.** Concurrent writers share notifications ([`crate::NewEvent::notify_interval`]):
-//! an insert skips its own `NOTIFY` while another open transaction holds the current slot, and
-//! relies on that transaction's commit. A skipping transaction may commit just after the
-//! holder's notification woke the worker and its claim had already looked at the table: its
-//! event would wait for the poll delay. So after every wake-up by notification the next waits
-//! are follow-ups instead of the poll delay: [`crate::config::WAKE_FOLLOW_UP`], then
-//! twice as long each time while that is shorter than the poll delay; a notification still
-//! ends a follow-up at once and starts the series again. A straggler that commits `x` after
-//! the woken round is claimed within about `2x + follow-up`. The cost is a handful of claim
-//! statements (empty ones write nothing) per quiet period.
-//!
-//! An event can still wait for the poll delay (nothing is lost: the poll stays the backstop)
-//! only when it skipped the notify and no notification reaches the worker after its commit:
-//! the slot holder whose notification it relied on rolled back, or is still open (a long
-//! transaction; the next slot's first insert notifies, if there is one), and no later insert
-//! notified meanwhile. A skipping event whose slot holder did commit is claimed by the woken
-//! round or a follow-up (within about twice its lateness), unless it commits after the last
-//! follow-up of the series (more than half the poll delay after the wake-up).
+//! - A lost `LISTEN` connection is logged at WARN and re-established at once, then with a
+//!   back-off of [`RECONNECT_BACKOFF_FIRST`] doubling to [`RECONNECT_BACKOFF_MAX`]; the wait
+//!   right after a reconnect ends as if notified, so events committed in the gap are claimed.
+//! - A self-check at start and after each reconnect (the driver's [`Listener`]): no `LISTEN`
+//!   through a pooler in transaction mode, and the connection must hear its own `NOTIFY`
+//!   within 2 s. On failure the worker warns once, polls, and checks again every
+//!   [`SELF_CHECK_RETRY`].
+//! - After a wake-up by notification the next waits are follow-ups
+//!   ([`crate::config::WAKE_FOLLOW_UP`], doubling while shorter than the poll delay), for the
+//!   events of writers that shared the notification ([`crate::NewEvent::notify_interval`]) and
+//!   committed after the woken round's claim.
 //!
 //! The gauge [`crate::metrics::WAKE_LISTENING`] tells whether wake-on-commit is live.
 use std::time::Duration;
@@ -51,17 +22,14 @@ use tokio::time::Instant;
 
 use crate::driver::{Driver, Heard, ListenFailure, Listener};
 
-/// After a failed self-check, how long the worker polls before it checks again: 5 minutes. A
-/// pooler or a replica does not go away by itself, so the check is repeated rarely (each
-/// repetition holds two connections for up to 2 seconds) and only at DEBUG.
+/// After a failed self-check, how long the worker polls before it checks again (at DEBUG).
 pub(crate) const SELF_CHECK_RETRY: Duration = Duration::from_secs(300);
 
 /// Pause before the second attempt to re-establish a lost `LISTEN` connection (the first is
-/// immediate): 500 milliseconds, doubled after each failed attempt up to
-/// [`RECONNECT_BACKOFF_MAX`].
+/// immediate), doubled after each failed attempt.
 pub(crate) const RECONNECT_BACKOFF_FIRST: Duration = Duration::from_millis(500);
 
-/// Longest pause between attempts to re-establish a lost `LISTEN` connection: 30 seconds.
+/// Longest pause between attempts to re-establish a lost `LISTEN` connection.
 pub(crate) const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Why the wait ended.
@@ -72,9 +40,7 @@ pub(crate) enum Woken {
     /// A transaction that wrote events committed, or the `LISTEN` connection was just
     /// (re-)established (events committed before it may not have notified anyone).
     Notified,
-    /// The follow-up after a wake-up by notification passed (see the module's documentation):
-    /// claim the events of transactions that skipped their own notification and committed
-    /// after the woken round's claim.
+    /// The follow-up after a wake-up by notification passed (see the module's documentation).
     FollowUp,
 }
 

@@ -1,4 +1,4 @@
-//! Database errors classified by their code (`sea_orm_outbox::db_error_kind`), each provoked
+//! Database errors classified by their code (`OutboxError::db_kind`), each provoked
 //! for real on the backend that can produce it: deadlock (Postgres, MariaDB), lock timeout
 //! (all three), serialization failure (Postgres; InnoDB reports its conflicts as deadlocks),
 //! missing table (all three) and a connection lost mid-transaction (Postgres, MariaDB; SQLite
@@ -7,7 +7,14 @@ mod common;
 
 use common::{Backend, TestContext};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, IsolationLevel, TransactionTrait};
-use sea_orm_outbox::{db_error_kind, DbErrorKind, OutboxError};
+use sea_orm_outbox::{DbErrorKind, OutboxError};
+
+/// The kind of a database error, as the library judges it ([`OutboxError::db_kind`]).
+fn db_error_kind(err: &DbErr) -> DbErrorKind {
+    OutboxError::Db(err.clone())
+        .db_kind()
+        .expect("a database error has a kind")
+}
 
 macro_rules! on {
     ($test:ident, $backend:ident, $label:literal, $body:ident) => {
@@ -136,7 +143,7 @@ async fn deadlock(ctx: &TestContext) {
         "{}",
         errors[0]
     );
-    assert!(sea_orm_outbox::db_error_kind(errors[0]).is_transient());
+    assert!(db_error_kind(errors[0]).is_transient());
 }
 
 async fn lock_timeout(ctx: &TestContext) {
@@ -160,7 +167,7 @@ async fn lock_timeout(ctx: &TestContext) {
         .expect_err("the row (SQLite: the database) is locked");
     txn.rollback().await.expect("rollback");
     assert_eq!(db_error_kind(&err), DbErrorKind::LockTimeout, "{err}");
-    assert!(sea_orm_outbox::db_error_kind(&err).is_transient());
+    assert!(db_error_kind(&err).is_transient());
 }
 
 async fn serialization_failure(ctx: &TestContext) {
@@ -191,7 +198,7 @@ async fn serialization_failure(ctx: &TestContext) {
         DbErrorKind::SerializationFailure,
         "{err}"
     );
-    assert!(sea_orm_outbox::db_error_kind(&err).is_transient());
+    assert!(db_error_kind(&err).is_transient());
 }
 
 async fn missing_table(ctx: &TestContext) {

@@ -184,7 +184,7 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
                     .await
                     .claim_owner
                     .as_deref()
-                    .map(sea_orm_outbox::instance::instance_of)
+                    .map(common::instance_of)
                     == Some(owner.as_str())
                     && count(db, EventStatus::Success).await == 20
             },

@@ -208,7 +208,7 @@ fn slotted(biz_no: &str) -> NewEvent {
 async fn an_open_slot_holder_takes_the_notify_of_its_slot(ctx: &TestContext) {
     assert_eq!(
         NewEvent::raw("A", "T", "{}").notification_interval(),
-        sea_orm_outbox::DEFAULT_NOTIFY_INTERVAL
+        sea_orm_outbox::NewEvent::DEFAULT_NOTIFY_INTERVAL
     );
     let mut l = listener(ctx).await;
     // The holder: the first insert of the slot notifies (no one holds the slot).

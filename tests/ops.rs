@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use common::{insert_many, order, Fleet, TestContext};
 use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait};
-use sea_orm_outbox::consumed_message::Entity as Consumed;
+use sea_orm_migration::MigratorTrait;
+use sea_orm_outbox::consumer::consume_once;
+use sea_orm_outbox::consumer::consumed_message::Entity as Consumed;
+use sea_orm_outbox::consumer::Consumed as Outcome;
 use sea_orm_outbox::event_record::{Column, Entity as Events};
-use sea_orm_outbox::{
-    consume_once, ops, Consumed as Outcome, EventStatus, Migrator, MigratorTrait, OutboxError,
-    WorkerConfig,
-};
+use sea_orm_outbox::{ops, EventStatus, Migrator, OutboxError, WorkerConfig};
 
 backend_tests!(
     consume_once_runs_the_handler_once,

@@ -15,12 +15,12 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryTrait,
     Statement, TransactionTrait,
 };
+use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox::driver::{self, Claim, Transition};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
     transactional_publish, CancellationToken, EventError, EventStatus, InMemoryPublisher, Migrator,
-    MigratorTrait, NewEvent, OutboxError, OutboxExt, Publisher, StatementProtocol, Worker,
-    WorkerConfig,
+    NewEvent, OutboxError, OutboxExt, Publisher, StatementProtocol, Worker, WorkerConfig,
 };
 
 backend_tests!(
@@ -166,7 +166,7 @@ async fn with_event_commits_and_rolls_back(ctx: &TestContext) {
         NewEvent::raw(
             "B",
             "T",
-            "z".repeat(sea_orm_outbox::DEFAULT_MAX_PAYLOAD_BYTES + 1),
+            "z".repeat(sea_orm_outbox::EventLimits::DEFAULT_MAX_PAYLOAD_BYTES + 1),
         ),
     ] {
         let err = db.with_event(bad).await.expect_err("invalid");
@@ -312,12 +312,7 @@ async fn crash_after_claim_is_reclaimed(ctx: &TestContext) {
     assert_eq!(round.published, 1);
     let e = event(db, id).await;
     assert_eq!(
-        (
-            e.status,
-            e.claim_owner
-                .as_deref()
-                .map(sea_orm_outbox::instance::instance_of)
-        ),
+        (e.status, e.claim_owner.as_deref().map(common::instance_of)),
         (EventStatus::Success, Some("alive-b"))
     );
     assert_eq!(

@@ -25,9 +25,16 @@ use sea_orm::{
 };
 use sea_orm_outbox::event_record::Entity as Events;
 use sea_orm_outbox::{
-    begin_write, db_error_kind, DbErrorKind, EventStatus, InMemoryPublisher, NewEvent, OutboxError,
-    OutboxExt, Publisher,
+    begin_write, DbErrorKind, EventStatus, InMemoryPublisher, NewEvent, OutboxError, OutboxExt,
+    Publisher,
 };
+
+/// The kind of a database error, as the library judges it ([`OutboxError::db_kind`]).
+fn db_error_kind(err: &DbErr) -> DbErrorKind {
+    OutboxError::Db(err.clone())
+        .db_kind()
+        .expect("a database error has a kind")
+}
 
 /// Transactions each writer runs per scenario.
 const PER_WRITER: usize = 100;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use sea_orm_outbox::redact::SecretKey;
 use sea_orm_outbox::WorkerConfig;
+use sea_orm_outbox_rocketmq::SecretKey;
 
 /// A secret from the command line or the environment, kept redacted.
 fn secret(value: &str) -> Result<SecretKey, std::convert::Infallible> {

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 use sea_orm_migration::MigrationStatus;
+use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox::ops::{self, DeadLetterOutcome};
-use sea_orm_outbox::{Migrator, MigratorTrait};
+use sea_orm_outbox::Migrator;
 
 use crate::args::{DeadAction, MigrateAction};
 use crate::failure::Failure;

@@ -1,15 +1,17 @@
 //! Reaching the database: one connection for the commands, waiting with back-off for the relay,
 //! and the log writer that keeps the URL's secrets out of stderr.
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 use sea_orm_outbox::ops;
-use sea_orm_outbox::redact::{redact_secrets, redact_url};
 use sea_orm_outbox::CancellationToken;
 
 use crate::failure::Failure;
+use crate::redact::{redact_secrets, redact_url};
 
 /// One log line on its way to stderr, with the database URL's secrets redacted.
 ///
@@ -77,12 +79,14 @@ fn connect_retry_delay(attempt: u32) -> Duration {
     let doubling = 1u32
         .checked_shl(attempt.saturating_sub(1))
         .unwrap_or(u32::MAX);
-    sea_orm_outbox::retry::jitter(
-        CONNECT_RETRY_FIRST
-            .saturating_mul(doubling)
-            .min(CONNECT_RETRY_MAX),
-    )
-    .min(CONNECT_RETRY_MAX)
+    let delay = CONNECT_RETRY_FIRST
+        .saturating_mul(doubling)
+        .min(CONNECT_RETRY_MAX);
+    // ±10%: a random number from the standard library's randomly seeded hasher.
+    let r = RandomState::new().build_hasher().finish() % 2001;
+    delay
+        .mul_f64(0.9 + r as f64 / 10_000.0)
+        .min(CONNECT_RETRY_MAX)
 }
 
 /// One attempt at `relay` start: open the pool and check that the outbox table is there.

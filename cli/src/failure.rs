@@ -1,8 +1,8 @@
 //! Why a command failed: the message printed (redacted, by `main`) and the exit status.
 use std::time::Duration;
 
+use sea_orm_outbox::DbErrorKind;
 use sea_orm_outbox::OutboxError;
-use sea_orm_outbox::{db_error_kind, DbErrorKind};
 
 /// Why a command failed; printed redacted by `main`.
 pub(crate) enum Failure {
@@ -95,7 +95,7 @@ impl Failure {
     pub(crate) fn is_connection_failure(&self) -> bool {
         match self {
             Failure::Connect(e) | Failure::Outbox(OutboxError::Db(e)) => {
-                db_error_kind(e) == DbErrorKind::ConnectionLost
+                OutboxError::Db(e.clone()).db_kind() == Some(DbErrorKind::ConnectionLost)
             }
             _ => false,
         }

@@ -11,7 +11,7 @@
 //! outbox relay [flags]                   run a relay worker until Ctrl-C / SIGTERM
 //! ```
 //! The database comes from `--database-url` or `DATABASE_URL`. Its password is never printed:
-//! every URL and every error goes through `sea_orm_outbox::redact`.
+//! every URL and every error goes through [`redact`].
 //!
 //! Every command but `relay` fails at once when the database cannot be reached. `relay` waits
 //! for it at start: it retries connection failures with back-off (200 ms doubling to 5 s) until
@@ -22,14 +22,14 @@
 //! table is missing (run `outbox migrate up`).
 //!
 //! Modules: [`args`] the command line, [`connect`] reaching the database, [`commands`] the
-//! one-shot sub-commands, [`relay`] the relay worker, [`failure`] errors and exit status, and
+//! one-shot sub-commands, [`relay`] the relay worker, [`failure`] errors and exit status, [`redact`] keeping passwords out of the output, and
 //! `chaos` the fault injection of a `chaos-testing` build.
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use sea_orm_outbox::redact::redact_secrets;
+use redact::redact_secrets;
 
 mod args;
 #[cfg(feature = "chaos-testing")]
@@ -37,6 +37,7 @@ mod chaos;
 mod commands;
 mod connect;
 mod failure;
+mod redact;
 mod relay;
 
 use args::{Cli, Command};

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
-use sea_orm_outbox::redact::redact_url;
 use sea_orm_outbox::{CancellationToken, OutboxError, Publisher, Worker, WorkerConfig};
 
 use crate::args::RelayArgs;
 use crate::connect::wait_for_database;
 use crate::failure::Failure;
+use crate::redact::redact_url;
 
 /// Runs `outbox relay` on the database at `url` until it is stopped.
 pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {

@@ -93,10 +93,7 @@ async fn relay_with_clock_ahead_reclaims_nothing_early(ctx: &TestContext) {
     assert_eq!(
         (
             stale.retry_count,
-            stale
-                .claim_owner
-                .as_deref()
-                .map(sea_orm_outbox::instance::instance_of)
+            stale.claim_owner.as_deref().map(common::instance_of)
         ),
         (1, Some("skewed-relay")),
         "the really expired lease was reclaimed (one attempt) and sent by the skewed relay"

@@ -59,7 +59,7 @@ pub async fn figures(
         .or((bench.backend != DbBackend::Postgres).then_some("wake-on-commit is Postgres only"));
     run.figures(
         "idle_latency_wake",
-        sea_orm_outbox::config::DEFAULT_POLL_DELAY,
+        sea_orm_outbox::WorkerConfig::default().poll_delay,
         true,
         &waking,
         skip_wake,

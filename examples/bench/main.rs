@@ -76,7 +76,8 @@ mod scratch;
 use std::time::Duration;
 
 use clap::Parser;
-use sea_orm_outbox::{ClaimStrategy, Migrator, MigratorTrait};
+use sea_orm_migration::MigratorTrait;
+use sea_orm_outbox::{ClaimStrategy, Migrator};
 
 use figures::{f1, Figures};
 use scratch::{BoxError, ScratchDb};
@@ -126,7 +127,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [8, 32])]
     writers: Vec<usize>,
     /// The notify interval of `write_eps`'s events, ms (default: the library's,
-    /// `sea_orm_outbox::DEFAULT_NOTIFY_INTERVAL`; for experiments).
+    /// `sea_orm_outbox::NewEvent::DEFAULT_NOTIFY_INTERVAL`; for experiments).
     #[arg(long)]
     notify_interval_ms: Option<u64>,
     /// Rounds of the write-throughput phase per writer count, rounded up to a multiple of the

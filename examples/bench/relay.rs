@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sea_orm::sea_query::PostgresQueryBuilder;
 use sea_orm::{DatabaseConnection, DbBackend};
-use sea_orm_outbox::pool::{RelayPool, MIN_RELAY_POOL_CONNECTIONS};
+use sea_orm_outbox::RelayPool;
+
+/// The fewest connections a relay pool may have (`RelayPool::Own`).
+const MIN_RELAY_POOL_CONNECTIONS: u32 = 3;
 use sea_orm_outbox::{
     driver, CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, Worker,
     WorkerConfig, WorkerSummary,

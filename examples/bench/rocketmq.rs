@@ -342,7 +342,7 @@ async fn latency(
     let postgres = bench.backend == sea_orm::DbBackend::Postgres;
     let (poll, how) = if postgres {
         (
-            sea_orm_outbox::config::DEFAULT_POLL_DELAY,
+            sea_orm_outbox::WorkerConfig::default().poll_delay,
             "waking on commit, poll delay 5 s".to_owned(),
         )
     } else {

@@ -85,7 +85,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use sea_orm::{ConnectionTrait, Schema};
-use sea_orm_outbox::{Migrator, MigratorTrait, RetryPolicy};
+use sea_orm_migration::MigratorTrait;
+use sea_orm_outbox::{Migrator, RetryPolicy};
 
 use broker::{Cluster, PrivateBroker};
 use fleet::Fleet;

@@ -196,7 +196,7 @@ impl Tally {
             fleet.spawned,
             fleet.kills,
             fleet.unexpected_exits,
-            fleet.kills * run.args.batch * sea_orm_outbox::config::DEFAULT_SEND_CONCURRENCY as u64
+            fleet.kills * run.args.batch * sea_orm_outbox::WorkerConfig::default().send_concurrency as u64
         );
         Ok(Tally {
             events: all.len(),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::credentials::{Credentials, SecretKey, ENV_ACCESS_KEY, ENV_SECRET_KEY};
-use sea_orm_outbox::error::OutboxError;
+use sea_orm_outbox::OutboxError;
 
 mod checks;
 mod failover;

@@ -19,7 +19,7 @@ use super::config::{check_name, RocketMqConfig, GROUP_MAX_LEN};
 use super::credentials::Credentials;
 use super::errors::client_error_text;
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
-use sea_orm_outbox::error::OutboxError;
+use sea_orm_outbox::OutboxError;
 
 mod received;
 mod topic;

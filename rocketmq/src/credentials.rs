@@ -5,8 +5,64 @@ use std::sync::Arc;
 
 use rocketmq_client_rust::{AclClientRPCHook, SessionCredentials};
 
-use sea_orm_outbox::error::OutboxError;
-pub use sea_orm_outbox::redact::SecretKey;
+use sea_orm_outbox::OutboxError;
+
+/// What a redacted secret prints as.
+const SECRET_REDACTED: &str = "<redacted>";
+
+/// A secret (a broker's secret key, say): `Debug` and `Display` print `<redacted>`, never
+/// the value. Read it with [`SecretKey::expose`], only to hand it to the client that
+/// signs requests.
+///
+/// ```
+/// use sea_orm_outbox_rocketmq::SecretKey;
+/// let secret = SecretKey::new("s3cret");
+/// assert_eq!(format!("{secret} {secret:?}"), "<redacted> <redacted>");
+/// assert_eq!(secret.expose(), "s3cret");
+/// ```
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct SecretKey(String);
+
+impl SecretKey {
+    /// Wraps `secret`.
+    pub fn new(secret: impl Into<String>) -> Self {
+        SecretKey(secret.into())
+    }
+
+    /// The secret itself. Never log or print it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the secret is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<String> for SecretKey {
+    fn from(secret: String) -> Self {
+        SecretKey(secret)
+    }
+}
+
+impl From<&str> for SecretKey {
+    fn from(secret: &str) -> Self {
+        SecretKey(secret.to_owned())
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(SECRET_REDACTED)
+    }
+}
+
+impl fmt::Display for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(SECRET_REDACTED)
+    }
+}
 
 /// The environment variable with the RocketMQ access key (the broker's user name).
 pub const ENV_ACCESS_KEY: &str = "ROCKETMQ_ACCESS_KEY";

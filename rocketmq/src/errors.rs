@@ -5,7 +5,7 @@
 //! code and response code, never by `Display`.
 use rocketmq_client_rust::{ClientError, MQClientException};
 
-use sea_orm_outbox::error::PublishError;
+use sea_orm_outbox::PublishError;
 
 /// RocketMQ's `MESSAGE_ILLEGAL` response code (too large, empty body, bad property).
 const RESPONSE_MESSAGE_ILLEGAL: i32 = 13;
@@ -132,7 +132,7 @@ pub(super) fn classify_for(e: &ClientError, signer: Signer<'_>) -> PublishError 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sea_orm_outbox::error::PublishErrorKind;
+    use sea_orm_outbox::PublishErrorKind;
 
     fn kind(e: ClientError) -> (PublishErrorKind, String) {
         let p = classify(&e);

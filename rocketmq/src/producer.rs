@@ -21,8 +21,8 @@ use super::errors::{
 use super::limits;
 use super::routing::{queue_of_key, BrokerAvoidance, Failed};
 use super::runtime::{probe_namesrv, ClientHost, SendFuture};
-use sea_orm_outbox::error::{OutboxError, PublishError, PublishErrorKind};
-use sea_orm_outbox::publisher::{OutboxMessage, Publisher};
+use sea_orm_outbox::{OutboxError, PublishError, PublishErrorKind};
+use sea_orm_outbox::{OutboxMessage, Publisher};
 
 mod publish;
 mod send;

@@ -11,7 +11,7 @@ use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
 use super::config::{RocketMqConfig, ENV_NAMESRV_ADDR};
 use super::errors::client_error_text;
-use sea_orm_outbox::error::OutboxError;
+use sea_orm_outbox::OutboxError;
 
 /// How long [`probe_namesrv`] waits for a name server to accept a connection.
 const NAMESRV_PROBE_TIMEOUT: Duration = Duration::from_secs(3);

@@ -21,7 +21,6 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sea_orm_outbox::driver;
 use sea_orm_outbox::{
     transactional_publish, EventStatus, NewEvent, OutboxError, OutboxExt, Publisher, RetryPolicy,
-    DEFAULT_MAX_PAYLOAD_BYTES,
 };
 use sea_orm_outbox_rocketmq::RocketMqConsumer;
 use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};
@@ -281,9 +280,12 @@ async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, a
     // `with_event` refuses it.
     let big = format!(
         r#"{{"blob":"{}"}}"#,
-        "x".repeat(DEFAULT_MAX_PAYLOAD_BYTES - 11 + 1)
+        "x".repeat(sea_orm_outbox::EventLimits::DEFAULT_MAX_PAYLOAD_BYTES - 11 + 1)
     );
-    assert_eq!(big.len(), DEFAULT_MAX_PAYLOAD_BYTES + 1);
+    assert_eq!(
+        big.len(),
+        sea_orm_outbox::EventLimits::DEFAULT_MAX_PAYLOAD_BYTES + 1
+    );
     let refused = db
         .with_event(NewEvent::raw("BIG-1", "ORDER_CREATED", big.clone()))
         .await;
@@ -546,7 +548,9 @@ async fn points(db: &impl ConnectionTrait) -> i64 {
 /// (as re-sends after reclaims are) adds points once; a failing handler leaves no
 /// `t_consumed_message` row, and the redelivered message is then processed.
 async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
-    use sea_orm_outbox::{consume_once, Consumed, OutboxMessage};
+    use sea_orm_outbox::consumer::consume_once;
+    use sea_orm_outbox::consumer::Consumed;
+    use sea_orm_outbox::OutboxMessage;
     let db = &ctx.db;
     db.execute_unprepared(
         "CREATE TABLE user_points (user_id BIGINT PRIMARY KEY, points BIGINT NOT NULL)",

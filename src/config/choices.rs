@@ -96,11 +96,11 @@ pub const MAX_RELAY_POOL_CONNECTIONS: u32 = 1000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RelayPool {
-    /// A pool of the relay's own (the default, [`DEFAULT_RELAY_POOL_CONNECTIONS`]), opened
+    /// A pool of the relay's own (the default, 5 connections), opened
     /// lazily with the connect and pool options of the pool handed to [`crate::Worker::new`]
     /// and at most `max_connections` connections, each checked for a leaked transaction
     /// before it is handed out ([`crate::guarded_pool`]); on Postgres its connections carry
-    /// `application_name` [`crate::pool::RELAY_APPLICATION_NAME`]. SQLite keeps the pool handed over (an
+    /// `application_name` `sea-orm-outbox relay`. SQLite keeps the pool handed over (an
     /// in-memory database exists once per pool, and SQLite has one writer at a time anyway).
     Own {
         /// Most connections the relay opens (3 to 1,000).
@@ -124,7 +124,7 @@ impl Default for RelayPool {
 impl RelayPool {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `max_connections` is outside
-    /// [`MIN_RELAY_POOL_CONNECTIONS`]..=[`MAX_RELAY_POOL_CONNECTIONS`].
+    /// 3 to 1,000 (the `LISTEN` connection, its self-check's, and one for statements).
     pub fn validate(&self) -> Result<(), OutboxError> {
         match *self {
             RelayPool::Own { max_connections }

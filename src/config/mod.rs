@@ -9,8 +9,7 @@ mod choices;
 mod tests;
 
 pub use choices::{
-    ClaimStrategy, OrderedPolicy, RelayPool, StatementProtocol, DEFAULT_RELAY_POOL_CONNECTIONS,
-    MAX_RELAY_POOL_CONNECTIONS, MIN_RELAY_POOL_CONNECTIONS,
+    ClaimStrategy, OrderedPolicy, RelayPool, StatementProtocol, MIN_RELAY_POOL_CONNECTIONS,
 };
 
 /// Default wait after a round before the next one: 5 s (a fixed delay, not a fixed rate).
@@ -19,8 +18,7 @@ pub const DEFAULT_POLL_DELAY: Duration = Duration::from_secs(5);
 pub const DEFAULT_BATCH_SIZE: u64 = 20;
 /// Default lease: 10 minutes. A `SENDING` row whose `claimed_at` is older is reclaimed.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
-/// Longest interval between reclaim passes: 60 s (the seed's, with its 10-minute lease). A
-/// worker reclaims every tenth of its lease, at most every 60 s.
+/// Longest interval between reclaim passes (the seed's).
 pub const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
 /// Default send timeout: 3 s, far below the lease.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
@@ -30,20 +28,14 @@ pub const MAX_BATCH_SIZE: u64 = 10_000;
 const MIN_LEASE: Duration = Duration::from_secs(1);
 /// Longest duration accepted for any setting: 7 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default send slots per worker (16): a send that hangs holds its slot for up to the send
-/// timeout, so a few hung sends leave the worker publishing (with a publisher that batches, a
-/// hung call holds its claim's events, up to `batch_size`).
+/// Default send slots per worker.
 pub const DEFAULT_SEND_CONCURRENCY: usize = 16;
-/// With wake-on-commit, the first wait after a round woken by a notification (20 ms, twice the
-/// writers' default [`crate::DEFAULT_NOTIFY_INTERVAL`]); the waits after it double while shorter
-/// than the poll delay, and a notification starts the series again. The rounds they start
-/// claim events whose writers left the `NOTIFY` to another transaction of the same slot and
-/// committed just after the woken round's claim.
+/// With wake-on-commit, the first follow-up wait after a round woken by a notification (twice
+/// the writers' default notify interval; see `crate::wake`).
 pub const WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
 /// Interval between refreshes of the backlog gauges: 15 s.
 pub const GAUGE_INTERVAL: Duration = Duration::from_secs(15);
-/// The send timeout may be at most this fraction of the lease (1/3), so that a send that times
-/// out is over long before another instance may reclaim the event.
+/// The send timeout may be at most this fraction of the lease (1/3).
 pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
 
 /// How a [`crate::Worker`] polls, claims, sends and retries.
@@ -70,32 +62,26 @@ pub struct WorkerConfig {
     pub send_timeout: Duration,
     /// Retry limit and back-off.
     pub retry: RetryPolicy,
-    /// The instance id stored in `claim_owner` (as `<instance id>#<claim token>`, see
-    /// [`crate::instance`]; at most 111 characters, no `#`); `None` generates one with
-    /// [`crate::instance_id`] from `outbox` and the process id ([`WorkerConfig::service_name`]
-    /// generates one from another name).
+    /// The instance id stored in `claim_owner` (as `<instance id>#<claim token>`; at most 111
+    /// characters, no `#`); `None` generates `outbox-<pid>-<6 random hex>`
+    /// ([`WorkerConfig::service_name`] generates one from another name).
     pub instance_id: Option<String>,
     /// How rounds claim (default [`ClaimStrategy::Batch`]; [`ClaimStrategy::PerRow`] is the
     /// seed's).
     pub claim_strategy: ClaimStrategy,
-    /// Send slots: publish calls in flight at once, each in a task of its own (default
-    /// [`DEFAULT_SEND_CONCURRENCY`], 16). A send that hangs holds its own slot and nothing
-    /// else, so one slot means that one hung send stops the worker for its whole send
-    /// timeout. With a publisher that sends one message per call, the worker claims only as
-    /// many events as it has free slots; with one that batches ([`crate::Publisher::batches`],
-    /// as a broker's batch request does), a claim's events go out in one call that occupies one slot, so up
-    /// to `send_concurrency × batch_size` events are in flight. After a claim that got all it
-    /// asked for the next one follows as soon as slots are free; the poll delay applies once
-    /// the backlog is drained.
+    /// Send slots: publish calls in flight at once, each in a task of its own (default 16). A
+    /// send that hangs holds its own slot and nothing else. The worker claims only as many
+    /// events as it has free slots; with a publisher that [`crate::Publisher::batches`], a
+    /// claim's events go out in one call in one slot, so up to `send_concurrency × batch_size`
+    /// events are in flight.
     pub send_concurrency: usize,
     /// On Postgres, also wait on `LISTEN sea_orm_outbox` between rounds, so an event committed
     /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
     /// delay (default true; the listener holds one pool connection). MySQL and SQLite poll.
     pub wake_on_commit: bool,
-    /// Which connections the relay uses (default [`RelayPool::Own`] with
-    /// [`crate::pool::DEFAULT_RELAY_POOL_CONNECTIONS`]: a pool of its own, opened with the
-    /// options of the pool handed to [`crate::Worker::new`], whose connections are checked for
-    /// leaked transactions; see [`crate::pool`] for why).
+    /// Which connections the relay uses (default [`RelayPool::Own`] with 5 connections: a pool
+    /// of its own, opened with the options of the pool handed to [`crate::Worker::new`], whose
+    /// connections are checked for leaked transactions; see [`crate::guarded_pool`]).
     pub relay_pool: RelayPool,
     /// How the relay's statements reach Postgres (default [`StatementProtocol::Extended`]:
     /// prepared statements). [`StatementProtocol::Simple`] is for a transaction-mode pooler
@@ -107,9 +93,8 @@ pub struct WorkerConfig {
     /// [`OrderedPolicy::Block`]), possibly with a run of the key's next due events, and sends
     /// each key's run in id order in one send slot, stopping at the first failure (the rest
     /// of the run goes back to `WAIT` uncounted). Needs [`ClaimStrategy::Batch`]. The
-    /// claim's predecessor check is served by `idx_t_event_record_biz_no_status_id`
-    /// (migration `m20261202_000004_add_biz_no_status_index`). "Order" is id order: see
-    /// docs/ordered.md for what that means with concurrent writers of one key.
+    /// claim's predecessor check uses the index of migration
+    /// `m20261202_000004_add_biz_no_status_index`. "Order" is id order: see docs/ordered.md.
     pub ordered: Option<OrderedPolicy>,
 }
 
@@ -162,7 +147,7 @@ impl WorkerConfig {
     }
     /// Sets the lease length. The worker renews the leases it holds every third of it, from
     /// claim until the outcome is recorded, and reclaims expired leases of other instances
-    /// every tenth of it (at most every [`MAX_RECLAIM_INTERVAL`]).
+    /// every tenth of it (at most every 60 s).
     pub fn lease(mut self, d: Duration) -> Self {
         self.lease = d;
         self
@@ -178,10 +163,8 @@ impl WorkerConfig {
         self
     }
     /// Sets a fixed instance id (at most 111 characters, no `#`). Unique per running instance is
-    /// best, for the logs and `claim_owner` to tell instances apart; a reused id is still safe,
-    /// because every claim adds a token of its own to `claim_owner` and every later transition
-    /// checks it (see [`crate::instance`]), so one instance's late acknowledgement never
-    /// applies to another's claim. The generated id's random suffix differs on every start.
+    /// best for the logs; a reused id is still safe, because every claim adds a token of its
+    /// own to `claim_owner` and every later transition checks it.
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
         self
@@ -201,25 +184,21 @@ impl WorkerConfig {
         self.wake_on_commit = on;
         self
     }
-    /// Sets the instance id to one generated from the service's `name`
-    /// ([`crate::instance_id`]: `<name>-<pid>-<6 hex digits>`, e.g. `order-4242-a1b2c3`),
-    /// replacing an instance id set before. [`WorkerConfig::validate`] refuses a name that
-    /// makes the id invalid (with `#`, whitespace or control characters, or so long that the
-    /// id passes 111 characters).
+    /// Sets the instance id to one generated from the service's `name`:
+    /// `<name>-<pid>-<6 random hex digits>`, e.g. `order-4242-a1b2c3`. [`WorkerConfig::validate`]
+    /// refuses a name that makes the id invalid.
     pub fn service_name(self, name: impl AsRef<str>) -> Self {
-        self.instance_id(crate::instance_id(name.as_ref(), None))
+        self.instance_id(crate::instance::instance_id(name.as_ref()))
     }
 
     /// Checks that the configuration can work.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, the batch
-    /// size is over [`MAX_BATCH_SIZE`], a duration is zero or over [`MAX_DURATION`], the lease
-    /// is shorter than 1 s, the
-    /// service name is empty or over 90 characters, the instance id is empty, longer than 111
-    /// characters or holds a `#`, ordered mode ([`WorkerConfig::ordered`]) is asked for with
-    /// [`ClaimStrategy::PerRow`], the relay pool fails [`RelayPool::validate`], or the retry
-    /// policy fails [`RetryPolicy::validate`].
+    /// size is over 10,000, a duration is zero or over 7 days, the lease is shorter than 1 s,
+    /// the instance id is empty, longer than 111 characters or not one plain word, ordered mode
+    /// is asked for with [`ClaimStrategy::PerRow`], or the relay pool or the retry policy fails
+    /// its own `validate`.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
@@ -283,19 +262,10 @@ impl WorkerConfig {
     }
 
     /// The longest a publisher's own send timeout may be under this worker: the worker's
-    /// `send_timeout`, and at most a third of the lease ([`MAX_SEND_TIMEOUT_SHARE_OF_LEASE`]).
-    ///
-    /// This is the one send-timeout rule; the worker ([`WorkerConfig::validate`]), a broker's
-    /// publisher (when it checks its own timeout against the worker) and the `outbox` tool all
-    /// apply it:
-    /// - over the worker's `send_timeout`, the worker gives up first and records a send that
-    ///   then succeeds as a failure (the event is sent again);
-    /// - over a third of the lease, a send still running when the lease ends is sent again by
-    ///   another instance. The worker renews its leases, so a lease ends only when renewals fail
-    ///   (the database unreachable for a while); a send whose client gives up within a third of
-    ///   the lease is over before that. The worker's own `send_timeout` may be longer (it only
-    ///   bounds how long the worker waits); the `outbox` tool, whose broker client uses that
-    ///   timeout, applies the rule to it.
+    /// `send_timeout`, and at most a third of the lease. Over the `send_timeout`, the worker
+    /// gives up first and a send that then succeeds is sent again; over a third of the lease, a
+    /// send still running when a lease ends (renewals failing) is sent again by another
+    /// instance.
     pub fn publisher_send_timeout_limit(&self) -> Duration {
         self.send_timeout
             .min(self.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE)

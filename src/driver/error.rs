@@ -67,7 +67,7 @@ fn database_kind(db_err: &dyn sea_orm::sqlx::error::DatabaseError) -> DbErrorKin
 }
 
 impl OutboxError {
-    /// The kind of the database error inside ([`crate::db_error_kind`], judged by its code):
+    /// The kind of the database error inside ([`crate::DbErrorKind`], judged by its code):
     /// `Some` for [`OutboxError::TableMissing`] and [`OutboxError::Db`], `None` for errors that
     /// are not the database's. The relay and the `outbox` tool decide on it (run again, wait for
     /// the server, tell a person to migrate).

@@ -1,11 +1,14 @@
 //! [`EventLimits`]: what a write refuses before anything reaches the database.
-use super::{DEFAULT_MAX_HEADERS_BYTES, DEFAULT_MAX_PAYLOAD_BYTES, OUTBOX_PROPERTY_NAMES};
+
+/// Header names no event may use, whatever the publisher: the outbox's own message properties
+/// ([`crate::OutboxMessage::properties`]).
+const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
 
 /// Limits checked before an event is written.
 ///
-/// The default is broker-neutral: payloads up to [`DEFAULT_MAX_PAYLOAD_BYTES`], headers up to
-/// [`DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names beyond
-/// [`OUTBOX_PROPERTY_NAMES`]. A publisher crate supplies the limits of its broker (its message
+/// The default is broker-neutral: payloads up to [`EventLimits::DEFAULT_MAX_PAYLOAD_BYTES`],
+/// headers up to [`EventLimits::DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names
+/// beyond the outbox's own properties (`eventId`, `eventType`, `bizNo`). A publisher crate supplies the limits of its broker (its message
 /// size, the property names the broker keeps for itself); pass them to
 /// [`crate::OutboxExt::with_event_limited`] or [`crate::transactional_publish_limited`] so that
 /// an event the broker can never take is refused at write time.
@@ -23,13 +26,13 @@ use super::{DEFAULT_MAX_HEADERS_BYTES, DEFAULT_MAX_PAYLOAD_BYTES, OUTBOX_PROPERT
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EventLimits {
-    /// Largest payload in bytes (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 4 MiB). Set it to the
+    /// Largest payload in bytes (default [`EventLimits::DEFAULT_MAX_PAYLOAD_BYTES`]). Set it to the
     /// broker's message size limit so an event that can never be sent is refused at write time.
     pub max_payload_bytes: usize,
     /// Largest size of an event's headers together, in bytes of their JSON form (default
-    /// [`DEFAULT_MAX_HEADERS_BYTES`], 16 KiB).
+    /// [`EventLimits::DEFAULT_MAX_HEADERS_BYTES`]).
     pub max_headers_bytes: usize,
-    /// Header names the broker keeps for itself, refused besides [`OUTBOX_PROPERTY_NAMES`]
+    /// Header names the broker keeps for itself, refused besides the outbox's own
     /// (default none).
     pub reserved_header_names: &'static [&'static str],
     /// Prefixes of header names the broker keeps for itself (default none).
@@ -37,11 +40,17 @@ pub struct EventLimits {
 }
 
 impl EventLimits {
+    /// Default largest payload: 4 MiB (4,194,304 bytes).
+    pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+
+    /// Default largest size of an event's headers together: 16 KiB of their JSON form.
+    pub const DEFAULT_MAX_HEADERS_BYTES: usize = 16 * 1024;
+
     /// The default limits with the largest payload `max_payload_bytes` bytes.
     pub const fn new(max_payload_bytes: usize) -> Self {
         EventLimits {
             max_payload_bytes,
-            max_headers_bytes: DEFAULT_MAX_HEADERS_BYTES,
+            max_headers_bytes: Self::DEFAULT_MAX_HEADERS_BYTES,
             reserved_header_names: &[],
             reserved_header_prefixes: &[],
         }
@@ -85,6 +94,6 @@ impl EventLimits {
 
 impl Default for EventLimits {
     fn default() -> Self {
-        EventLimits::new(DEFAULT_MAX_PAYLOAD_BYTES)
+        EventLimits::new(Self::DEFAULT_MAX_PAYLOAD_BYTES)
     }
 }

@@ -100,7 +100,7 @@ fn validates_headers() {
     assert!(matches!(
         big.validate(&limits),
         Err(EventError::HeadersTooLarge {
-            max: DEFAULT_MAX_HEADERS_BYTES,
+            max: EventLimits::DEFAULT_MAX_HEADERS_BYTES,
             ..
         })
     ));

@@ -158,7 +158,7 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 ///
 /// # Errors
 /// [`OutboxError::InvalidArgument`] when `batch` is 0 or over
-/// [`crate::config::MAX_BATCH_SIZE`] (its ids are bound as statement parameters);
+/// 10,000 (its ids are bound as statement parameters);
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise. A batch
 /// meeting a transient conflict (deadlock, SQLite busy) runs again up to 4 times first.
 /// Batches committed before an error stay deleted.

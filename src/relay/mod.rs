@@ -9,7 +9,7 @@
 //! One event's way, file by file: [`claim`](self) takes it (either strategy) into a free send
 //! slot and into the worker's `Inflight` set; `slots` sends it in a task of its own (`send`);
 //! `outcome` records what became of it, and only then does it leave `Inflight`, whose leases
-//! the [`maintenance::LeaseRenewer`] renews meanwhile. `observe` counts, exports and logs
+//! the `LeaseRenewer` (`maintenance/`) renews meanwhile. `observe` counts, exports and logs
 //! every outcome in one place. With a publisher that [`crate::Publisher::batches`] a slot's task sends a whole claim in one
 //! [`crate::Publisher::publish_batch`] call, and `outcome` records each event's result as if it
 //! had been sent alone.
@@ -29,7 +29,7 @@ use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, R
 
 mod claim;
 mod inflight;
-pub mod maintenance;
+mod maintenance;
 mod observe;
 mod outcome;
 mod send;
@@ -43,7 +43,7 @@ pub use summary::WorkerSummary;
 /// A relay instance. Run one per service instance (or several); they coordinate through the
 /// table alone. It opens a pool of its own (at most 5 connections by default: a round, the
 /// lease renewal, the reclaim pass and the gauge refresh each use one at a time, and on
-/// Postgres with wake-on-commit the `LISTEN` connection holds one); see [`crate::pool`].
+/// Postgres with wake-on-commit the `LISTEN` connection holds one); see [`crate::guarded_pool`].
 ///
 /// ```no_run
 /// # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
@@ -89,7 +89,7 @@ impl Worker {
     /// its own with `db`'s connect and pool options (lazily: no connection is opened here), so
     /// that the application can neither leave one of the relay's connections inside a
     /// transaction nor hold every connection the relay needs to renew leases and record
-    /// outcomes; see [`crate::pool`]. SQLite keeps `db` itself.
+    /// outcomes; see [`crate::guarded_pool`]. SQLite keeps `db` itself.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`], or when
@@ -112,7 +112,7 @@ impl Worker {
         let owner = config
             .instance_id
             .clone()
-            .unwrap_or_else(|| instance_id("outbox", None));
+            .unwrap_or_else(|| instance_id("outbox"));
         let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
         let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
         let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)?
@@ -131,7 +131,7 @@ impl Worker {
     }
 
     /// The instance id this worker writes into `claim_owner` (each claim adds `#` and a claim
-    /// token of its own: see [`crate::instance`]).
+    /// token of its own).
     pub fn owner(&self) -> &str {
         &self.owner
     }
@@ -158,10 +158,10 @@ impl Worker {
     /// it has free slots (at most `batch_size` per claim), refilling them as sends finish, so a
     /// send that hangs holds its own slot and nothing else. While a claim gets all it asked for
     /// the next follows as soon as slots are free; otherwise the worker
-    /// waits `poll_delay` (or, on Postgres with wake-on-commit, a commit's notification). The
-    /// [`Reclaimer`] runs at start and every tenth of the lease (at most every 60 s), the
-    /// [`LeaseRenewer`] every lease/3 over every event from its claim until its outcome is
-    /// recorded, the [`GaugeRefresher`] every 15 s. Errors are logged and counted; the loops go
+    /// waits `poll_delay` (or, on Postgres with wake-on-commit, a commit's notification).
+    /// Expired leases are reclaimed at start and every tenth of the lease (at most every 60 s),
+    /// the worker's own leases renewed every lease/3 from claim until the outcome is recorded,
+    /// the backlog gauges refreshed every 15 s. Errors are logged and counted; the loops go
     /// on (a database restart is survived). On cancellation no new claim or send starts, sends
     /// in flight finish (bounded by the send timeout) and are recorded.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
@@ -247,7 +247,7 @@ impl Worker {
         result.map(|()| out)
     }
 
-    /// One reclaim pass ([`Reclaimer::run_once`]): every `SENDING` row whose lease
+    /// One reclaim pass: every `SENDING` row whose lease
     /// (`claimed_at`, database clock) is older than `lease` goes back to `WAIT` with
     /// `retry_count + 1`, or to `FAIL` once its retries are used up, in batches. Logs the
     /// count at WARN when there was any; returns how many leases it handled.
@@ -279,7 +279,7 @@ fn check_shared_pool(
     let Some(max) = driver.pool_size(db) else {
         return Ok(());
     };
-    let min = crate::pool::MIN_RELAY_POOL_CONNECTIONS;
+    let min = crate::config::MIN_RELAY_POOL_CONNECTIONS;
     if max < min {
         return Err(OutboxError::InvalidConfig(format!(
             "RelayPool::Shared with a pool of {max} connection(s): wake-on-commit needs at \

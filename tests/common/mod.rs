@@ -30,7 +30,7 @@ use futures::FutureExt;
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, EntityTrait, Schema,
 };
-use sea_orm_outbox::MigratorTrait;
+use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox::{Migrator, OutboxMessage, PublishError, Publisher};
 
 /// The backends the suite runs on.
@@ -341,6 +341,13 @@ where
             std::panic::resume_unwind(panic);
         }
     }
+}
+
+/// The instance id part of a `claim_owner` value (`<instance id>#<claim token>`).
+pub fn instance_of(claim_owner: &str) -> &str {
+    claim_owner
+        .rsplit_once('#')
+        .map_or(claim_owner, |(instance, _)| instance)
 }
 
 /// The suites' worker settings: 20 ms polls, lease 10 s (reclaim every 1 s), send timeout

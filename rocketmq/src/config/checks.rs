@@ -2,8 +2,8 @@
 //! the size limits.
 use std::time::Duration;
 
-use sea_orm_outbox::config::WorkerConfig;
-use sea_orm_outbox::error::OutboxError;
+use sea_orm_outbox::OutboxError;
+use sea_orm_outbox::WorkerConfig;
 
 use super::RocketMqConfig;
 

@@ -1,5 +1,5 @@
 //! [`Failover`]: how the publisher moves sends off a broker that fails.
-use sea_orm_outbox::error::OutboxError;
+use sea_orm_outbox::OutboxError;
 
 /// How [`RocketMqPublisher`](crate::RocketMqPublisher) moves sends off a broker that fails, in
 /// a cluster of several broker masters (one broker: all three behave alike).

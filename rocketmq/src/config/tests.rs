@@ -1,5 +1,5 @@
 use super::*;
-use sea_orm_outbox::config::WorkerConfig;
+use sea_orm_outbox::WorkerConfig;
 
 #[test]
 fn config_validation() {

@@ -1,7 +1,6 @@
 //! The gauge refresher: the backlog gauges, read from the table.
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
 use crate::driver::RelayDb;
@@ -9,29 +8,22 @@ use crate::error::OutboxError;
 use crate::ops::Backlog;
 use crate::relay::{Observer, Op, WorkerSummary};
 
-pub use crate::config::GAUGE_INTERVAL;
-
 /// Refreshes `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` from
 /// [`crate::ops::backlog`] (counts over the status index; one index probe for the age), and
 /// with [`GaugeRefresher::blocked_keys`] `outbox_blocked_keys` and
 /// `outbox_oldest_blocked_age_seconds` from [`crate::ops::blocked_keys`].
 #[derive(Debug, Clone)]
-pub struct GaugeRefresher {
+pub(crate) struct GaugeRefresher {
     db: RelayDb,
     interval: Duration,
     blocked: bool,
 }
 
 impl GaugeRefresher {
-    /// A refresher over `db`, every `interval` (a worker's: [`GAUGE_INTERVAL`], 15 s).
+    /// A refresher over the relay's connection `db`, every `interval`.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `interval` is zero.
-    pub fn new(db: DatabaseConnection, interval: Duration) -> Result<Self, OutboxError> {
-        Self::on(RelayDb::extended(db), interval)
-    }
-
-    /// A refresher over the relay's connection `db` (a worker's statement protocol).
     pub(crate) fn on(db: RelayDb, interval: Duration) -> Result<Self, OutboxError> {
         if interval.is_zero() {
             super::invalid("the gauge refresh interval must be greater than zero".into())?;
@@ -43,11 +35,9 @@ impl GaugeRefresher {
         })
     }
 
-    /// Also refresh the blocked-key gauges (`outbox_blocked_keys`,
-    /// `outbox_oldest_blocked_age_seconds`) from [`crate::ops::blocked_keys`] (one read,
-    /// starting from the dead letters): on for a worker in ordered mode with
-    /// [`crate::OrderedPolicy::Block`], off by default.
-    pub fn blocked_keys(mut self, on: bool) -> Self {
+    /// Also refresh the blocked-key gauges from [`crate::ops::blocked_keys`]: on for a worker
+    /// in ordered mode with [`crate::OrderedPolicy::Block`].
+    pub(crate) fn blocked_keys(mut self, on: bool) -> Self {
         self.blocked = on;
         self
     }
@@ -57,7 +47,7 @@ impl GaugeRefresher {
     ///
     /// # Errors
     /// A database error (the gauges keep their last values).
-    pub async fn run_once(&self) -> Result<Backlog, OutboxError> {
+    pub(crate) async fn run_once(&self) -> Result<Backlog, OutboxError> {
         use crate::metrics::{BACKLOG, BLOCKED_KEYS, OLDEST_BLOCKED_AGE, OLDEST_WAIT_AGE};
         let b = crate::ops::backlog(&self.db).await?;
         metrics::gauge!(BACKLOG, "status" => "WAIT").set(b.wait as f64);

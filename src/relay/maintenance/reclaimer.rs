@@ -1,7 +1,6 @@
 //! The reclaimer: gives the events of dead or hung senders back to the relay.
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
@@ -9,28 +8,28 @@ use crate::driver::{self, Reclaimed, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
 
-/// Default expired leases per statement: 1,000.
-pub const DEFAULT_RECLAIM_BATCH: u64 = driver::RECLAIM_BATCH;
+/// Default expired leases per statement.
+const DEFAULT_RECLAIM_BATCH: u64 = driver::RECLAIM_BATCH;
 
 /// What the [`Reclaimer`] does and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct ReclaimerConfig {
+pub(crate) struct ReclaimerConfig {
     /// A `SENDING` row whose `claimed_at` (database clock) is older than this is reclaimed.
-    pub lease: Duration,
+    pub(crate) lease: Duration,
     /// Reclaims of an event past this many attempts make it a dead letter (`FAIL`).
-    pub max_retries: u32,
-    /// Between passes (default a tenth of the lease, at most [`crate::config::MAX_RECLAIM_INTERVAL`], 60 s).
-    pub interval: Duration,
+    pub(crate) max_retries: u32,
+    /// Between passes (default a tenth of the lease, at most 60 s).
+    pub(crate) interval: Duration,
     /// Expired leases per statement (default [`DEFAULT_RECLAIM_BATCH`]); a pass goes on until a
     /// batch comes back short.
-    pub batch_size: u64,
+    pub(crate) batch_size: u64,
 }
 
 impl ReclaimerConfig {
     /// Reclaims leases older than `lease`, dead-lettering past `max_retries`, every tenth of the
     /// lease (at most every [`crate::config::MAX_RECLAIM_INTERVAL`]) with the default batch size.
-    pub fn new(lease: Duration, max_retries: u32) -> Self {
+    pub(crate) fn new(lease: Duration, max_retries: u32) -> Self {
         ReclaimerConfig {
             lease,
             max_retries,
@@ -40,26 +39,14 @@ impl ReclaimerConfig {
     }
 
     /// The worker's settings: its lease and retry limit.
-    pub fn for_worker(c: &WorkerConfig) -> Self {
+    pub(crate) fn for_worker(c: &WorkerConfig) -> Self {
         Self::new(c.lease, c.retry.max_retries)
-    }
-
-    /// Sets the expired leases per statement.
-    pub fn batch_size(mut self, n: u64) -> Self {
-        self.batch_size = n;
-        self
-    }
-
-    /// Sets the time between passes.
-    pub fn interval(mut self, d: Duration) -> Self {
-        self.interval = d;
-        self
     }
 
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the lease or interval is zero, or the batch size is
     /// 0 or over [`MAX_BATCH_SIZE`].
-    pub fn validate(&self) -> Result<(), OutboxError> {
+    pub(crate) fn validate(&self) -> Result<(), OutboxError> {
         if self.lease.is_zero() || self.interval.is_zero() {
             return super::invalid("reclaimer lease and interval must be greater than zero".into());
         }
@@ -72,30 +59,20 @@ impl ReclaimerConfig {
     }
 }
 
-/// Puts every expired lease back to `WAIT` with `retry_count + 1`, or marks it `FAIL` once its
-/// retries are used up. Per batch: `SELECT id FROM t_event_record WHERE status = 'SENDING' AND
-/// claimed_at < now - :lease ORDER BY claimed_at LIMIT :batch` (no locks), then `UPDATE
-/// t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at = NULL,
-/// retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now WHERE id
-/// IN (:ids) AND status = 'SENDING' AND claimed_at < now - :lease AND retry_count < | >=
-/// :max_retries`, through the primary key; `now` is the database clock.
-/// The guards are checked again on each row, so a lease renewed since the read is left alone.
+/// Puts every expired lease (database clock) back to `WAIT` with `retry_count + 1`, or marks it
+/// `FAIL` once its retries are used up (the driver's `reclaim_stuck`). The guards are checked
+/// again on each row, so a lease renewed since the read is left alone.
 #[derive(Debug, Clone)]
-pub struct Reclaimer {
+pub(crate) struct Reclaimer {
     db: RelayDb,
     config: ReclaimerConfig,
 }
 
 impl Reclaimer {
-    /// A reclaimer over `db`.
+    /// A reclaimer over the relay's connection `db`.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] from [`ReclaimerConfig::validate`].
-    pub fn new(db: DatabaseConnection, config: ReclaimerConfig) -> Result<Self, OutboxError> {
-        Self::on(RelayDb::extended(db), config)
-    }
-
-    /// A reclaimer over the relay's connection `db` (a worker's statement protocol).
     pub(crate) fn on(db: RelayDb, config: ReclaimerConfig) -> Result<Self, OutboxError> {
         config.validate()?;
         Ok(Reclaimer { db, config })
@@ -106,7 +83,7 @@ impl Reclaimer {
     ///
     /// # Errors
     /// A database error (batches done before it stay done).
-    pub async fn run_once(&self) -> Result<Reclaimed, OutboxError> {
+    pub(crate) async fn run_once(&self) -> Result<Reclaimed, OutboxError> {
         let c = &self.config;
         Ok(driver::reclaim_stuck(&self.db, c.lease, c.max_retries, c.batch_size).await?)
     }

@@ -3,32 +3,30 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sea_orm::DatabaseConnection;
-
 use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
 use crate::driver::{self, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Inflight, Observer, Op, WorkerSummary};
 
-/// Default leases renewed per statement: 1,000.
-pub const DEFAULT_RENEW_BATCH: u64 = 1000;
+/// Default leases renewed per statement.
+const DEFAULT_RENEW_BATCH: u64 = 1000;
 
 /// How often the [`LeaseRenewer`] renews, and when it gives up on a send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct LeaseRenewerConfig {
+pub(crate) struct LeaseRenewerConfig {
     /// Between renewals (a worker's: a third of its lease).
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// A send running longer than this is hung and no longer renewed, so that its lease
     /// expires and another instance takes over (a worker's: its send timeout + `interval`).
-    pub hung_after: Duration,
+    pub(crate) hung_after: Duration,
     /// Leases per statement (default [`DEFAULT_RENEW_BATCH`]).
-    pub batch_size: u64,
+    pub(crate) batch_size: u64,
 }
 
 impl LeaseRenewerConfig {
     /// The worker's settings: renew every lease/3, give up on a send at send timeout + lease/3.
-    pub fn for_worker(c: &WorkerConfig) -> Self {
+    pub(crate) fn for_worker(c: &WorkerConfig) -> Self {
         let interval = c.lease / 3;
         LeaseRenewerConfig {
             interval,
@@ -40,7 +38,7 @@ impl LeaseRenewerConfig {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the interval is zero or the batch size is 0 or over
     /// [`MAX_BATCH_SIZE`].
-    pub fn validate(&self) -> Result<(), OutboxError> {
+    pub(crate) fn validate(&self) -> Result<(), OutboxError> {
         if self.interval.is_zero() {
             return super::invalid("lease renewal interval must be greater than zero".into());
         }
@@ -56,32 +54,26 @@ impl LeaseRenewerConfig {
 /// What one renewal did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Renewal {
+pub(crate) struct Renewal {
     /// Leases extended.
-    pub renewed: u64,
+    pub(crate) renewed: u64,
     /// Events whose lease another instance had reclaimed: their outcome must not be recorded.
-    pub lost: Vec<i64>,
+    pub(crate) lost: Vec<i64>,
 }
 
-/// Renews leases with `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status
-/// = 'SENDING' AND claim_owner = :claim_owner` (database clock, guarded by the claim's whole
-/// `claim_owner` value, fencing token included: see [`crate::instance`]).
+/// Renews leases (database clock), each statement guarded by the claim's whole `claim_owner`
+/// value, fencing token included.
 #[derive(Debug, Clone)]
-pub struct LeaseRenewer {
+pub(crate) struct LeaseRenewer {
     db: RelayDb,
     config: LeaseRenewerConfig,
 }
 
 impl LeaseRenewer {
-    /// A lease renewer over `db`.
+    /// A lease renewer over the relay's connection `db`.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`].
-    pub fn new(db: DatabaseConnection, config: LeaseRenewerConfig) -> Result<Self, OutboxError> {
-        Self::on(RelayDb::extended(db), config)
-    }
-
-    /// A lease renewer over the relay's connection `db` (a worker's statement protocol).
     pub(crate) fn on(db: RelayDb, config: LeaseRenewerConfig) -> Result<Self, OutboxError> {
         config.validate()?;
         Ok(LeaseRenewer { db, config })
@@ -95,7 +87,11 @@ impl LeaseRenewer {
     /// [`OutboxError::InvalidArgument`] when `claim_owner` is empty or longer than the
     /// `claim_owner` column (128 characters); a database error (batches done before it stay
     /// done).
-    pub async fn run_once(&self, claim_owner: &str, ids: &[i64]) -> Result<Renewal, OutboxError> {
+    pub(crate) async fn run_once(
+        &self,
+        claim_owner: &str,
+        ids: &[i64],
+    ) -> Result<Renewal, OutboxError> {
         let max = sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN;
         if claim_owner.trim().is_empty() || claim_owner.chars().count() > max {
             return Err(OutboxError::InvalidArgument(format!(

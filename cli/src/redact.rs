@@ -1,79 +1,13 @@
-//! Keeping database passwords and other secrets out of every output.
+//! Keeping database passwords out of every output: print URLs only through [`redact_url`], and
+//! pass any text that may quote a URL (a driver's error: SeaORM puts the whole connection string
+//! into its "no supporting driver" error) through [`redact_secrets`] before it is shown.
 //!
-//! A database URL such as `postgres://app:s3cret@db:5432/orders` carries the password. Print
-//! URLs only through [`redact_url`], and pass any text that may have been built from a URL
-//! (a driver's error, for example: SeaORM puts the whole connection string into its "no
-//! supporting driver" error) through [`redact_secrets`] before it is logged or shown.
-//!
-//! Secrets that are not part of a URL (a broker's secret key) are kept in a [`SecretKey`],
-//! whose `Debug` and `Display` print `<redacted>`.
-//!
-//! Beware of DEBUG logs in services: SeaORM's `Database::connect` is instrumented and its span
-//! records the whole `ConnectOptions`, URL included, which a `tracing` subscriber prints with
-//! every event inside the span. The `outbox` tool redacts every log line it writes; a service
-//! should keep `sea_orm` below DEBUG or redact its log output the same way.
+//! SeaORM's `Database::connect` span records the whole `ConnectOptions`, URL included, so every
+//! log line the tool writes goes through [`redact_secrets`] too.
 use std::borrow::Cow;
-use std::fmt;
 
 /// What a password is replaced with.
-pub const REDACTED: &str = "***";
-
-/// What a redacted secret prints as.
-pub const SECRET_REDACTED: &str = "<redacted>";
-
-/// A secret (a broker's secret key, say): `Debug` and `Display` print [`SECRET_REDACTED`],
-/// never the value. Read it with [`SecretKey::expose`], only to hand it to the client that
-/// signs requests.
-///
-/// ```
-/// use sea_orm_outbox::redact::SecretKey;
-/// let secret = SecretKey::new("s3cret");
-/// assert_eq!(format!("{secret} {secret:?}"), "<redacted> <redacted>");
-/// assert_eq!(secret.expose(), "s3cret");
-/// ```
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct SecretKey(String);
-
-impl SecretKey {
-    /// Wraps `secret`.
-    pub fn new(secret: impl Into<String>) -> Self {
-        SecretKey(secret.into())
-    }
-
-    /// The secret itself. Never log or print it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the secret is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<String> for SecretKey {
-    fn from(secret: String) -> Self {
-        SecretKey(secret)
-    }
-}
-
-impl From<&str> for SecretKey {
-    fn from(secret: &str) -> Self {
-        SecretKey(secret.to_owned())
-    }
-}
-
-impl fmt::Debug for SecretKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(SECRET_REDACTED)
-    }
-}
-
-impl fmt::Display for SecretKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(SECRET_REDACTED)
-    }
-}
+const REDACTED: &str = "***";
 
 /// `url` with its password, and the value of any query parameter that looks like a secret
 /// (`password`, `pass`, `pwd`, `secret`, `token` in its name), replaced by [`REDACTED`]. The
@@ -82,16 +16,7 @@ impl fmt::Display for SecretKey {
 /// Errs on the safe side for text that is no proper URL: the user information is everything
 /// before the last `@` ahead of the query string, so a password holding `/` or `@` is hidden
 /// whole.
-///
-/// ```
-/// use sea_orm_outbox::redact::redact_url;
-/// assert_eq!(
-///     redact_url("postgres://app:s3cret@db:5432/orders?sslmode=require&password=x"),
-///     "postgres://app:***@db:5432/orders?sslmode=require&password=***"
-/// );
-/// assert_eq!(redact_url("sqlite://outbox.db?mode=rwc"), "sqlite://outbox.db?mode=rwc");
-/// ```
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     let parts = Parts::of(url);
     let mut out = String::with_capacity(url.len());
     out.push_str(parts.scheme);
@@ -124,17 +49,7 @@ pub fn redact_url(url: &str) -> String {
 /// `text` with `url` shown redacted ([`redact_url`]) and every other occurrence of the URL's
 /// password (as written, percent-decoded, and escaped as `{:?}` prints it) replaced by
 /// [`REDACTED`]. Use it on error messages and log lines that may quote the URL or the password.
-///
-/// ```
-/// use sea_orm_outbox::redact::redact_secrets;
-/// let url = "mysql://root:p%40ss@127.0.0.1/app";
-/// let error = format!("cannot connect to {url}: access denied (using password p@ss)");
-/// assert_eq!(
-///     redact_secrets(&error, url),
-///     "cannot connect to mysql://root:***@127.0.0.1/app: access denied (using password ***)"
-/// );
-/// ```
-pub fn redact_secrets(text: &str, url: &str) -> String {
+pub(crate) fn redact_secrets(text: &str, url: &str) -> String {
     let mut out = text.replace(url, &redact_url(url));
     for secret in secrets(url) {
         if !secret.is_empty() && out.contains(secret.as_ref()) {
@@ -310,5 +225,45 @@ mod tests {
         assert_eq!(percent_decode("a%40b%2"), "a@b%2");
         assert_eq!(percent_decode("%zz%41"), "%zzA");
         assert_eq!(percent_decode("%"), "%");
+    }
+
+    #[test]
+    fn a_url_shows_everything_but_its_secrets() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/orders?sslmode=require&password=x"),
+            "postgres://app:***@db:5432/orders?sslmode=require&password=***"
+        );
+        assert_eq!(
+            redact_url("sqlite://outbox.db?mode=rwc"),
+            "sqlite://outbox.db?mode=rwc"
+        );
+    }
+
+    #[test]
+    fn text_loses_the_password_as_written_and_decoded() {
+        let url = "mysql://root:p%40ss@127.0.0.1/app";
+        let error = format!("cannot connect to {url}: access denied (using password p@ss)");
+        assert_eq!(
+            redact_secrets(&error, url),
+            "cannot connect to mysql://root:***@127.0.0.1/app: access denied (using password ***)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_seaorm_connect_error_is_redacted() {
+        let url = "foo://app:s3cret@db.example/x";
+        let err = sea_orm::Database::connect(url)
+            .await
+            .expect_err("no driver");
+        assert!(
+            err.to_string().contains("s3cret"),
+            "premise: SeaORM quotes the URL"
+        );
+        let shown = redact_secrets(&format!("connect failed: {err}"), url);
+        assert!(
+            !shown.contains("s3cret") && shown.contains("app:***@"),
+            "{shown}"
+        );
+        assert!(!redact_url(url).contains("s3cret"));
     }
 }
