@@ -128,13 +128,9 @@ impl NewEvent {
     /// Whether writing this event wakes listening relays at once (default `true`).
     ///
     /// On Postgres the insert then also queues `pg_notify('sea_orm_outbox', '')`, delivered
-    /// when the transaction commits (never on rollback), and idle relays run a round at once
-    /// instead of after their poll delay. Concurrent writers share the notifications: see
-    /// [`NewEvent::notify_interval`] (by default a burst of writers sends about one notifying
-    /// transaction at a time). Turn it off for an event that need not be published soon:
-    /// relays then find it by polling (or by the next round another event's notification
-    /// starts). Other backends have no notification and always poll; there this setting
-    /// changes nothing.
+    /// when the transaction commits, and idle relays run a round at once instead of after their
+    /// poll delay (shared by concurrent writers: [`NewEvent::notify_interval`]). Turn it off for
+    /// an event that need not be published soon. Other backends always poll.
     #[must_use]
     pub fn notify_relays(mut self, on: bool) -> Self {
         self.notify = on;

@@ -10,8 +10,7 @@ pub enum ClaimStrategy {
     /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
     PerRow,
     /// The default: claim up to `batch_size` due rows in one round trip without waiting on rows
-    /// other instances hold (`FOR UPDATE SKIP LOCKED`). Faster than `PerRow` in every case
-    /// measured (BENCHMARKS.md), and it loses no claims.
+    /// other instances hold (`FOR UPDATE SKIP LOCKED`); it loses no claims.
     #[default]
     Batch,
 }
@@ -55,17 +54,10 @@ impl OrderedPolicy {
     }
 }
 
-/// How the relay sends its statements to Postgres.
-///
-/// SQLx 0.9.0 runs every statement that has parameters through the extended query protocol
-/// (a named prepared statement `sqlx_s_N`: Parse/Describe/Sync, then Bind/Execute/Sync). A
-/// pooler in transaction mode that does not track prepared statements (PgBouncer before 1.21,
-/// or 1.21+ without `max_prepared_statements`) may hand the two halves to different server
-/// connections or mix the statement names of its clients ("prepared statement ... does not
-/// exist" / "already exists"), and `statement_cache_capacity(0)` does not avoid it.
-/// [`StatementProtocol::Simple`] sends each relay statement as one simple-protocol `Query`
-/// message with its values written into the SQL text by sea-query's escaping, which any pooler
-/// passes through.
+/// How the relay sends its statements to Postgres: prepared (the default), or as simple
+/// queries for a pooler in transaction mode that does not track prepared statements
+/// (PgBouncer before 1.21, or 1.21+ without `max_prepared_statements`), which fails them with
+/// "prepared statement ... does not exist".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum StatementProtocol {
@@ -80,13 +72,11 @@ pub enum StatementProtocol {
     Simple,
 }
 
-/// Connections of the relay's own pool by default: a round, the outcome marks, the lease
-/// renewal, the reclaim pass and the gauge refresh each use one at a time, and the `LISTEN` of
-/// wake-on-commit (Postgres) holds one.
+/// Connections of the relay's own pool by default.
 pub const DEFAULT_RELAY_POOL_CONNECTIONS: u32 = 5;
 
-/// Fewest connections a relay pool may have: the `LISTEN` connection, the second one its
-/// self-check borrows for a moment, and one for statements.
+/// Fewest connections a relay pool may have: the `LISTEN` connection, its self-check's, and
+/// one for statements.
 pub const MIN_RELAY_POOL_CONNECTIONS: u32 = 3;
 
 /// Most connections a relay pool may have.

@@ -1,18 +1,9 @@
-//! The relay: a worker that claims due events, publishes them and records the outcome.
-//!
-//! Many instances run a worker over the same table at once. No lock is held across broker I/O:
-//! events are claimed by conditional `UPDATE`s (`claim` or `claim_batch`);
-//! the instance whose update took a row holds its lease, the others skip it. Every later
-//! transition is guarded by the owner, so an instance whose lease was reclaimed cannot
-//! overwrite the new owner's outcome. Delivery is at-least-once.
-//!
-//! One event's way, file by file: [`claim`](self) takes it (either strategy) into a free send
-//! slot and into the worker's `Inflight` set; `slots` sends it in a task of its own (`send`);
-//! `outcome` records what became of it, and only then does it leave `Inflight`, whose leases
-//! the `LeaseRenewer` (`maintenance/`) renews meanwhile. `observe` counts, exports and logs
-//! every outcome in one place. With a publisher that [`crate::Publisher::batches`] a slot's task sends a whole claim in one
-//! [`crate::Publisher::publish_batch`] call, and `outcome` records each event's result as if it
-//! had been sent alone.
+//! The relay: a worker that claims due events, publishes them and records the outcome, with no
+//! lock held across broker I/O. One event's way, file by file: `claim` takes it into a free
+//! send slot and into the worker's `Inflight` set; `slots` sends it in a task of its own
+//! (`send`); `outcome` records what became of it with owner-guarded statements, and only then
+//! does it leave `Inflight`, whose leases `maintenance/` renews meanwhile. `observe` counts,
+//! exports and logs every outcome.
 use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;

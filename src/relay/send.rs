@@ -33,6 +33,17 @@ pub(crate) struct Done {
     pub(crate) took: Option<Duration>,
 }
 
+impl Done {
+    /// `event`, not attempted.
+    fn skipped(event: Model) -> Self {
+        Done {
+            event,
+            sent: Sent::Skipped,
+            took: None,
+        }
+    }
+}
+
 /// What a slot needs to send, cloned into each send's task.
 #[derive(Clone)]
 pub(crate) struct SendContext {
@@ -48,11 +59,7 @@ impl SendContext {
     /// Sends `event` unless shutdown began or its lease was lost.
     pub(crate) async fn run(self, event: Model) -> Done {
         if self.cancel.is_cancelled() || !self.inflight.start(owner_of(&event), event.id) {
-            return Done {
-                event,
-                sent: Sent::Skipped,
-                took: None,
-            };
+            return Done::skipped(event);
         }
         let started = Instant::now();
         let sent = self.send(&event).await;
@@ -78,11 +85,7 @@ impl SendContext {
         let mut stop = false;
         for event in run {
             if stop {
-                done.push(Done {
-                    event,
-                    sent: Sent::Skipped,
-                    took: None,
-                });
+                done.push(Done::skipped(event));
                 continue;
             }
             let d = self.clone().run(event).await;
@@ -110,11 +113,7 @@ impl SendContext {
         let mut run = run;
         let rest = run.split_off(startable);
         let mut done = self.run_batch(run).await;
-        done.extend(rest.into_iter().map(|event| Done {
-            event,
-            sent: Sent::Skipped,
-            took: None,
-        }));
+        done.extend(rest.into_iter().map(Done::skipped));
         done
     }
 
@@ -154,11 +153,7 @@ impl SendContext {
             let startable =
                 !self.cancel.is_cancelled() && self.inflight.start(owner_of(&event), event.id);
             if !startable {
-                done.push(Done {
-                    event,
-                    sent: Sent::Skipped,
-                    took: None,
-                });
+                done.push(Done::skipped(event));
                 continue;
             }
             match self.message(&event) {

@@ -105,35 +105,43 @@ impl<'w> Slots<'w> {
         (self.free() as u64).min(self.worker.config.batch_size)
     }
 
-    /// Starts the sends of `events` (in claim order), each slot's in a task of its own: one
-    /// event per task, or with batch sends up to `batch_size` per task; in ordered mode one
-    /// key's run per task, sent in id order ([`SendContext::run_ordered`]).
-    fn spawn(&mut self, events: Vec<Model>) {
+    /// `events` (in claim order) cut into what one slot takes: `per_slot` events, or in
+    /// ordered mode one key's run.
+    fn slots_of(&self, events: Vec<Model>) -> VecDeque<Vec<Model>> {
         if self.ordered {
-            for run in runs(events) {
-                let (first, last) = (run[0].id, run[run.len() - 1].id);
-                let span = tracing::info_span!("outbox_run", events = run.len(), biz_no = %run[0].biz_no, first_event_id = first, last_event_id = last, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&run[0]));
-                let send = self.ctx.clone().run_ordered(run, self.batching);
-                self.tasks.spawn(send.instrument(span));
-            }
-            return;
+            return runs(events).into();
         }
-        if self.per_slot == 1 {
-            for event in events {
-                let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&event));
+        let mut events = events.into_iter().peekable();
+        let mut chunks = VecDeque::new();
+        while events.peek().is_some() {
+            chunks.push_back(events.by_ref().take(self.per_slot as usize).collect());
+        }
+        chunks
+    }
+
+    /// Starts the sends of `events`, each slot's in a task of its own: one event per task, or
+    /// with batch sends up to `batch_size` per task; in ordered mode one key's run per task,
+    /// sent in id order ([`SendContext::run_ordered`]).
+    fn spawn(&mut self, events: Vec<Model>) {
+        for mut chunk in self.slots_of(events) {
+            let (first, last) = (chunk[0].id, chunk[chunk.len() - 1].id);
+            let owner = &self.worker.owner;
+            let claim = crate::relay::inflight::owner_of(&chunk[0]).to_owned();
+            if self.ordered {
+                let span = tracing::info_span!("outbox_run", events = chunk.len(), biz_no = %chunk[0].biz_no, first_event_id = first, last_event_id = last, %owner, %claim);
+                let send = self.ctx.clone().run_ordered(chunk, self.batching);
+                self.tasks.spawn(send.instrument(span));
+            } else if self.per_slot == 1 {
+                let event = chunk.remove(0);
+                let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, %owner, %claim);
                 let send = self.ctx.clone().run(event);
                 self.tasks
                     .spawn(async move { vec![send.await] }.instrument(span));
+            } else {
+                let span = tracing::info_span!("outbox_batch", events = chunk.len(), first_event_id = first, last_event_id = last, %owner, %claim);
+                self.tasks
+                    .spawn(self.ctx.clone().run_batch(chunk).instrument(span));
             }
-            return;
-        }
-        let mut events = events.into_iter().peekable();
-        while events.peek().is_some() {
-            let chunk: Vec<Model> = events.by_ref().take(self.per_slot as usize).collect();
-            let (first, last) = (chunk[0].id, chunk[chunk.len() - 1].id);
-            let span = tracing::info_span!("outbox_batch", events = chunk.len(), first_event_id = first, last_event_id = last, owner = %self.worker.owner, claim = %crate::relay::inflight::owner_of(&chunk[0]));
-            self.tasks
-                .spawn(self.ctx.clone().run_batch(chunk).instrument(span));
         }
     }
 
@@ -173,9 +181,8 @@ impl<'w> Slots<'w> {
         let mut due = true;
         let mut refill_by: Option<Instant> = None;
         let mut s = WorkerSummary::default();
-        // The two deadlines' timers live across iterations and are reset only when their
-        // deadline changes: a busy worker wakes once per finished send or so, and a timer
-        // registered anew at each wake-up is measurable in the benchmark.
+        // The deadlines' timers live across iterations and are reset only when their deadline
+        // changes (a busy worker wakes once per finished send or so).
         let mut flush_timer = Timer::new();
         let mut refill_timer = Timer::new();
         // Ordered mode: the next deep claim, when heads were found behind the window lately.
@@ -184,11 +191,7 @@ impl<'w> Slots<'w> {
         loop {
             // Sends that finished since the last look are recorded before anything else: their
             // slots are free again, and where marks ride on claims
-            // ([`Recorder::marks_with_claim`]) the next claim's statement marks their
-            // deliveries. Before, a worker whose sends finish faster than a claim (a fast
-            // broker, batch sends) claimed into every free slot first and then marked each
-            // claim in a statement of its own: the bench's no-op relay made about twice the
-            // commits (BENCHMARKS.md, "Marks that ride on the next claim").
+            // ([`Recorder::marks_with_claim`]) the next claim's statement marks their deliveries.
             if let Some(joined) = self.tasks.try_join_next() {
                 self.collect(Some(joined), &mut s).await;
                 // As in the `join_next` arm below: a finished run makes its key's next events
@@ -291,17 +294,7 @@ impl<'w> Slots<'w> {
         cancel: &CancellationToken,
         s: &mut WorkerSummary,
     ) {
-        // What one slot takes: `per_slot` events, or in ordered mode one key's run.
-        let mut queue: VecDeque<Vec<Model>> = if self.ordered {
-            runs(events).into()
-        } else {
-            let mut events = events.into_iter().peekable();
-            let mut chunks = VecDeque::new();
-            while events.peek().is_some() {
-                chunks.push_back(events.by_ref().take(self.per_slot as usize).collect());
-            }
-            chunks
-        };
+        let mut queue = self.slots_of(events);
         let mut flush_timer = Timer::new();
         loop {
             if cancel.is_cancelled() && !queue.is_empty() {
