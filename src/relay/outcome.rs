@@ -308,7 +308,7 @@ impl<'w> Recorder<'w> {
 // ---- Marking with the next claim ----
 // The pump (`slots.rs`) claims through `Claimer::claim_marking` (`claim.rs`), which takes one
 // claim's deliveries from here into the claim's own statement. Every other path (the linger
-// timer, the end of a round, a failed combined statement) marks them with `flush` as before.
+// timer, the end of a round, a failed combined statement) marks them with `flush`.
 
 /// Whether `worker`'s deliveries wait for the next claim's statement: batch claims, unordered,
 /// and a backend with the single statement (Postgres).
