@@ -1,5 +1,5 @@
-//! Issue 15's pool faults, on Postgres and MariaDB (SQLite keeps the application's pool: one
-//! writer, and an in-memory database exists once per pool; see `sea_orm_outbox::pool`):
+//! Pool faults, on Postgres and MariaDB (SQLite keeps the application's pool: one writer, and
+//! an in-memory database exists once per pool; see docs/pools.md):
 //!
 //! - the guard of the relay's pool closes a connection given back inside a transaction;
 //! - an application that cancels its transactions mid-`begin` on the pool it hands the worker
