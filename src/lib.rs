@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod ops;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
+mod outbox;
 pub mod pool;
 pub mod publisher;
 pub mod redact;
@@ -66,9 +67,10 @@ pub use event::{
     EventLimits, NewEvent, DEFAULT_MAX_HEADERS_BYTES, DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_NOTIFY_INTERVAL, HEADER_NAME_MAX_LEN, OUTBOX_PROPERTY_NAMES,
 };
-pub use ext::{begin_write, transactional_publish, transactional_publish_limited, OutboxExt};
+pub use ext::{begin_write, transactional_publish, OutboxExt};
 pub use instance::instance_id;
 pub use ops::{BlockedKeys, DeadLetterOutcome, OutboxStats};
+pub use outbox::Outbox;
 pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 pub use redact::{redact_secrets, redact_url};

@@ -188,12 +188,12 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
     assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
     // The outbox table is still there (without the newer column: not "missing").
     assert!(matches!(
-        ops::stats(&ctx.db, DAY).await,
+        ops::stats(&sea_orm_outbox::Outbox::default(), &ctx.db, DAY).await,
         Err(OutboxError::SchemaOutdated(_))
     ));
     outbox_ok(ctx, &["migrate", "down"]);
     assert!(matches!(
-        ops::stats(&ctx.db, DAY).await,
+        ops::stats(&sea_orm_outbox::Outbox::default(), &ctx.db, DAY).await,
         Err(OutboxError::TableMissing(_))
     ));
     let o = outbox(ctx, &["stats"]);
@@ -265,9 +265,13 @@ async fn cli_stats_counts_statuses_ages_and_stuck_leases(ctx: &TestContext) {
     assert!(text.contains("oldest WAIT age: "), "{text}");
 
     // The library function says the same.
-    let lib = ops::stats(db, Duration::from_secs(600))
-        .await
-        .expect("stats");
+    let lib = ops::stats(
+        &sea_orm_outbox::Outbox::default(),
+        db,
+        Duration::from_secs(600),
+    )
+    .await
+    .expect("stats");
     assert_eq!(
         (
             lib.wait,
@@ -316,7 +320,13 @@ async fn cli_dead_list(ctx: &TestContext) {
     assert!(!text.contains("ALIVE"), "{text}");
     assert!(text.contains("3 dead letter(s)"), "{text}");
 
-    assert_eq!(ops::dead_letters(db, 10).await.expect("list").len(), 3);
+    assert_eq!(
+        ops::dead_letters(&sea_orm_outbox::Outbox::default(), db, 10)
+            .await
+            .expect("list")
+            .len(),
+        3
+    );
 }
 
 async fn cli_dead_retry_makes_the_event_deliverable_again(ctx: &TestContext) {
@@ -403,7 +413,12 @@ async fn cli_dead_retry_all_touches_only_dead_letters(ctx: &TestContext) {
     }
     assert_eq!(event(db, sending).await, before_sending);
     assert_eq!(event(db, delivered).await, before_delivered);
-    assert_eq!(ops::retry_all_dead(db).await.expect("again"), 0);
+    assert_eq!(
+        ops::retry_all_dead(&sea_orm_outbox::Outbox::default(), db)
+            .await
+            .expect("again"),
+        0
+    );
 }
 
 async fn cli_dead_discard_deletes_only_dead_letters(ctx: &TestContext) {
@@ -489,15 +504,20 @@ async fn cli_purge_deletes_only_old_delivered_events(ctx: &TestContext) {
     assert!(out.contains("purged 0 delivered events"), "{out}");
     // Durations in seconds and minutes, and the library's own checks.
     assert_eq!(
-        ops::purge_delivered(db, Duration::from_secs(5 * 86_400), 1000)
-            .await
-            .expect("purge"),
+        ops::purge_delivered(
+            &sea_orm_outbox::Outbox::default(),
+            db,
+            Duration::from_secs(5 * 86_400),
+            1000
+        )
+        .await
+        .expect("purge"),
         1
     );
     outbox_ok(ctx, &["purge", "--older-than", "30s"]);
     outbox_ok(ctx, &["purge", "--older-than", "15m"]);
     assert!(matches!(
-        ops::purge_delivered(db, DAY, 0).await,
+        ops::purge_delivered(&sea_orm_outbox::Outbox::default(), db, DAY, 0).await,
         Err(OutboxError::InvalidArgument(_))
     ));
     let o = outbox(ctx, &["purge", "--older-than", "soon"]);

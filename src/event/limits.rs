@@ -6,9 +6,9 @@ use super::{DEFAULT_MAX_HEADERS_BYTES, DEFAULT_MAX_PAYLOAD_BYTES, OUTBOX_PROPERT
 /// The default is broker-neutral: payloads up to [`DEFAULT_MAX_PAYLOAD_BYTES`], headers up to
 /// [`DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names beyond
 /// [`OUTBOX_PROPERTY_NAMES`]. A publisher crate supplies the limits of its broker (its message
-/// size, the property names the broker keeps for itself); pass them to
-/// [`crate::OutboxExt::with_event_limited`] or [`crate::transactional_publish_limited`] so that
-/// an event the broker can never take is refused at write time.
+/// size, the property names the broker keeps for itself); give them to the [`crate::Outbox`]
+/// that writes the events ([`crate::Outbox::limits`]) so that an event the broker can never
+/// take is refused at write time.
 ///
 /// ```
 /// use sea_orm_outbox::{EventLimits, NewEvent};
