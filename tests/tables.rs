@@ -12,8 +12,7 @@ use common::{test_config, Backend, TestContext};
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use sea_orm_migration::SchemaManager;
 use sea_orm_outbox::{
-    ops, CancellationToken, InMemoryPublisher, NewEvent, Outbox, OutboxError, OutboxExt,
-    Publisher,
+    ops, CancellationToken, InMemoryPublisher, NewEvent, Outbox, OutboxError, OutboxExt, Publisher,
 };
 
 backend_tests!(
@@ -98,11 +97,7 @@ async fn each_worker_sends_its_own_tables_events(ctx: &TestContext) {
         run.await.expect("worker task");
     }
     for (i, publisher) in publishers.iter().enumerate() {
-        let keys: HashSet<String> = publisher
-            .messages()
-            .into_iter()
-            .map(|m| m.biz_no)
-            .collect();
+        let keys: HashSet<String> = publisher.messages().into_iter().map(|m| m.biz_no).collect();
         let want: HashSet<String> = (0..EVENTS).map(|k| key(i, k)).collect();
         assert_eq!(keys, want, "outbox {i}: its own events, every one");
     }
@@ -127,7 +122,10 @@ async fn a_bad_table_name_writes_nothing(ctx: &TestContext) {
             "{bad:?}"
         );
         assert!(
-            matches!(Outbox::new().schema(bad), Err(OutboxError::InvalidConfig(_))),
+            matches!(
+                Outbox::new().schema(bad),
+                Err(OutboxError::InvalidConfig(_))
+            ),
             "{bad:?}"
         );
     }

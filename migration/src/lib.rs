@@ -126,8 +126,11 @@ pub fn check_table_name(name: &str) -> Result<(), DbErr> {
 /// }
 /// ```
 ///
-/// A later release that changes the schema adds a function for the change beside the
-/// migration that makes it on `t_event_record`.
+/// The table is created in the connection's current schema (Postgres: the first of its
+/// `search_path`). Give the same name to the `sea_orm_outbox::Outbox` that writes and relays
+/// its events (`Outbox::new().table("outbox_events")`). A later release that changes the
+/// schema adds a function for the change beside the migration that makes it on
+/// `t_event_record`.
 ///
 /// # Errors
 /// [`DbErr::Custom`] when `table` is not a name [`check_table_name`] accepts; the database's error, for one when

@@ -1,11 +1,13 @@
-//! The driver: the only code that knows SQL and backends (the habit of River's `riverdriver`
-//! and sqlx's per-backend crates). The relay, the write path, the wake-up, the pools and
-//! [`crate::ops`] ask it; none of them holds SQL text or branches on the backend.
+//! The driver: the only code that knows SQL and backends. The relay, the write path, the
+//! wake-up, the pools and [`crate::ops`] ask it; none of them holds SQL text or branches on the
+//! backend.
 //!
-//! [`Driver`] is chosen once from a connection's backend ([`Driver::of`]); a backend this
-//! crate does not know has no driver, and is refused there: by [`crate::Worker::new`], by the
-//! first write ([`insert_event`]), by each [`crate::ops`] function. Every difference between
-//! the backends lives in the backend's own directory, whose files carry the same names so that
+//! [`Driver`] is chosen once from a connection's backend ([`Driver::of`]) and carries the
+//! outbox table every statement names ([`Table`]: `t_event_record` unless the application's
+//! [`crate::Outbox`] names another; [`Driver::with_table`]). A backend this crate does not know
+//! has no driver, and is refused there: by [`crate::Worker::new`], by the first write
+//! ([`insert_event`]), by each [`crate::ops`] function. Every difference between the backends
+//! lives in the backend's own directory, whose files carry the same names so that
 //! a reviewer compares them side by side:
 //!
 //! | file | Postgres (`postgres/`) | MySQL / MariaDB (`mysql/`) | SQLite (`sqlite/`) |
@@ -259,7 +261,7 @@ impl Driver {
     /// | backend | now | now ± d |
     /// | --- | --- | --- |
     /// | Postgres | `CURRENT_TIMESTAMP` (`timestamptz`, microseconds) | `CURRENT_TIMESTAMP ± INTERVAL 'n microseconds'` |
-    /// | MySQL / MariaDB | `UTC_TIMESTAMP(6)` (any session time zone agrees) | `UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND` |
+    /// | MySQL / MariaDB | `UTC_TIMESTAMP(6)` (every connection's time zone agrees) | `UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND` |
     /// | SQLite | `strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')` | the same with a `'±s.ffffff seconds'` modifier |
     pub fn now_sql(self, offset: Option<(char, Duration)>) -> String {
         match self.backend {

@@ -116,18 +116,11 @@ pub fn no_blocking_predecessor(driver: Driver, policy: OrderedPolicy) -> Expr {
 /// view and `WAIT` again since (released) is left for the next claim, which is only more
 /// cautious.
 /// - Postgres: `e.biz_no NOT IN (SELECT s.biz_no FROM t_event_record AS s WHERE s.status =
-///   'SENDING')`, a hashed subplan: the keys out are read once per statement (through
-///   `idx_t_event_record_status_claimed_at`), then each candidate costs one hash lookup. A
-///   correlated probe per candidate lets the planner, when its statistics saw no `SENDING`
-///   rows, rescan every `SENDING` row for every candidate. The cost grows with the events out
-///   (relays × slots × run length), not with the table. `biz_no` is `NOT NULL`, so `NOT IN`
-///   has no null case.
+///   'SENDING')`, the keys out read once per statement (see `postgres/ordered.rs`).
 /// - MySQL/MariaDB and SQLite: `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no =
 ///   e.biz_no AND s.status = 'SENDING')`, one range of `idx_t_event_record_biz_no_status_id` on
-///   SQLite; MariaDB 10.11 may rewrite it (`exists_to_in`) into one materialized read of the
+///   SQLite; MariaDB may rewrite it (`exists_to_in`) into one materialized read of the
 ///   `SENDING` rows, like Postgres'.
-/// - Postgres hashes the list only while its estimated size fits `hash_mem` (some 90,000 keys
-///   out with the defaults); above that it compares each candidate with the whole list.
 pub fn no_event_of_the_key_out(driver: Driver) -> Expr {
     match driver.backend {
         Backend::Postgres => postgres::ordered::no_event_of_the_key_out(driver),
@@ -196,7 +189,7 @@ impl HeadScan {
 ///
 /// **The window is checked in its own order**, oldest first, and only until enough heads are
 /// found: checking every row of the window and sorting afterwards pays 256 checks for the one
-/// head a claim with one free slot wants (slower in every case measured).
+/// head a claim with one free slot wants.
 /// - Postgres: the checks run on the window itself, `e.id = ANY(ARRAY(SELECT e.id FROM
 ///   (<window>) AS e WHERE <checks> ORDER BY e.next_retry_time LIMIT :n + head_lock_slack(n)))`
 ///   (a subquery with a `LIMIT` is never flattened, so its filter runs row by row over the

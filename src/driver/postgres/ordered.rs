@@ -81,8 +81,8 @@ pub(crate) fn from_candidates(
 /// correlated probe per candidate lets the planner, when its statistics saw no `SENDING` rows,
 /// rescan every `SENDING` row for every candidate. The cost grows with the events out (relays
 /// × slots × run length), not with the table. `biz_no` is `NOT NULL`, so `NOT IN` has no null
-/// case. Postgres hashes the list only while its estimated size fits `hash_mem` (some 90,000
-/// keys out with the defaults); above that it compares each candidate with the whole list.
+/// case. Postgres hashes the list only while its estimated size fits `hash_mem`; above that it
+/// compares each candidate with the whole list.
 pub(crate) fn no_event_of_the_key_out(driver: Driver) -> Expr {
     let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
     let mut q = Query::select();
