@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Order, Query, SelectStatement};
-use sea_orm::{ConnectionTrait, DbErr, Iterable};
+use sea_orm::{ConnectionTrait, DbErr};
 use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{ByIds, Driver};
+use super::{event_columns, ByIds, Driver};
 
 type DateTimeUtc = sea_orm::prelude::DateTimeUtc;
 
@@ -109,7 +109,7 @@ pub fn blocked_keys_query(driver: Driver) -> SelectStatement {
 /// (counted by the caller): leases older than `lease`.
 pub fn sending_over_lease_query(driver: Driver, lease: Duration) -> SelectStatement {
     Query::select()
-        .columns(Column::iter())
+        .columns(event_columns(driver))
         .from(driver.table())
         .and_where(Expr::col(Column::Status).eq(EventStatus::Sending.as_str()))
         .and_where(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
@@ -163,7 +163,7 @@ pub async fn check_table<C: ConnectionTrait>(db: &C, driver: Driver) -> Result<(
 /// `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
 pub fn dead_letters_query(driver: Driver, limit: u64) -> SelectStatement {
     Query::select()
-        .columns(Column::iter())
+        .columns(event_columns(driver))
         .from(driver.table())
         .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
         .order_by(Column::Id, Order::Asc)

@@ -1,11 +1,12 @@
 //! Claiming: the candidate read and per-row claim of the seed, and the batch claim (each
 //! backend's in its `claim.rs`).
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement, UpdateStatement};
-use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Iterable, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Statement, TransactionTrait};
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{exec_by_ids, mysql, postgres, query_events, retry_transient, sqlite, status_literal};
+use super::{event_columns, exec_by_ids, mysql, postgres, query_events, retry_transient};
+use super::{sqlite, status_literal};
 use super::{Backend, ByIds, Claim, Driver, OutboxConnection};
 
 // Reached by the statement snapshots (feature `test-support`) only: the MySQL claim runs them
@@ -17,7 +18,7 @@ pub use super::mysql::claim::{claim_locked_statement, locking_candidates_query};
 /// next_retry_time LIMIT batch`: served by `idx_t_event_record_status_next_retry`. Takes no lock.
 pub fn candidates_query(driver: Driver, batch: u64) -> SelectStatement {
     Query::select()
-        .columns(Column::iter())
+        .columns(event_columns(driver))
         .from(driver.table())
         .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
         .and_where(Expr::col(Column::NextRetryTime).lte(driver.now()))

@@ -125,6 +125,17 @@ impl Transition {
     }
 }
 
+/// Every column of an event, qualified by the table's name (`"t_event_record"."id", ...`): the
+/// column list of each statement that reads whole events ([`query_events`]). Qualified because
+/// SQLite reads a double-quoted name that names no column, unqualified, as a string literal
+/// (its "DQS" compatibility rule): a table that lacks a later migration's column must fail the
+/// read, not return the column's name as its value.
+pub(crate) fn event_columns(driver: Driver) -> Vec<(&'static str, event_record::Column)> {
+    use sea_orm::Iterable;
+    let table = driver.table().name();
+    event_record::Column::iter().map(|c| (table, c)).collect()
+}
+
 /// The events `stmt` reads (every column of the table, by name).
 ///
 /// # Errors
@@ -158,9 +169,8 @@ pub(crate) async fn query_ids<C: ConnectionTrait>(
 /// `SELECT * FROM t_event_record WHERE id = :id`.
 pub fn find_event_query(driver: Driver, id: i64) -> sea_orm::sea_query::SelectStatement {
     use sea_orm::sea_query::{Expr, ExprTrait, Query};
-    use sea_orm::Iterable;
     Query::select()
-        .columns(event_record::Column::iter())
+        .columns(event_columns(driver))
         .from(driver.table())
         .and_where(Expr::col(event_record::Column::Id).eq(id))
         .to_owned()

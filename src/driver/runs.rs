@@ -4,12 +4,13 @@
 use std::collections::{HashMap, HashSet};
 
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
-use sea_orm::{DbErr, Iterable, TransactionTrait};
+use sea_orm::{DbErr, TransactionTrait};
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use super::claim::sort_by_due;
-use super::{exec_by_ids, mysql, owned_ids, postgres, query_events, release_unsent, sqlite};
+use super::{event_columns, exec_by_ids, mysql, owned_ids, postgres, query_events};
+use super::{release_unsent, sqlite};
 use super::{Backend, ByIds, Driver, HeadScan, OutboxConnection};
 use crate::config::OrderedPolicy;
 
@@ -24,7 +25,7 @@ pub fn run_candidates_query(
 ) -> SelectStatement {
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
     Query::select()
-        .columns(Column::iter())
+        .columns(event_columns(driver))
         .from(driver.table())
         .and_where(Expr::col(Column::BizNo).is_in(keys.iter().map(String::as_str)))
         .and_where(Expr::col(Column::Id).gt(after))
