@@ -30,6 +30,7 @@ backend_tests!(
     cli_relay_without_a_broker_sends_nothing,
     cli_missing_table_fails_every_command,
     cli_never_prints_the_password,
+    cli_table_flag_names_the_table_of_every_command,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1056,4 +1057,50 @@ async fn cli_never_prints_the_password(ctx: &TestContext) {
         }
         Backend::Sqlite => {}
     }
+}
+
+/// `--table` (and `OUTBOX_TABLE`) names the table every command works on; a bad name is
+/// refused before anything is read, and `migrate` refuses any table but `t_event_record`.
+async fn cli_table_flag_names_the_table_of_every_command(ctx: &TestContext) {
+    let manager = sea_orm_migration::SchemaManager::new(&ctx.db);
+    sea_orm_outbox::migration::create_outbox_table(&manager, "outbox_events")
+        .await
+        .expect("create outbox_events");
+    let named = sea_orm_outbox::Outbox::new()
+        .table("outbox_events")
+        .expect("a valid name");
+    for k in 0..2 {
+        named
+            .with_event(&ctx.db, NewEvent::raw(format!("T-{k}"), "T", "{}"))
+            .await
+            .expect("write");
+    }
+    let stats = json(&outbox_ok(
+        ctx,
+        &["--table", "outbox_events", "stats", "--json"],
+    ));
+    assert_eq!(stats["wait"], 2, "{stats}");
+    let default = json(&outbox_ok(ctx, &["stats", "--json"]));
+    assert_eq!(default["wait"], 0, "{default}");
+    let by_env = outbox_with(
+        &ctx.url,
+        &["stats", "--json"],
+        &[("OUTBOX_TABLE", "outbox_events")],
+        Duration::from_secs(30),
+    );
+    assert_eq!(json(&stdout(&by_env))["wait"], 2, "{}", stderr(&by_env));
+    let bad = outbox(ctx, &["--table", "outbox-events", "stats"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("outbox table name"),
+        "{}",
+        stderr(&bad)
+    );
+    let migrate = outbox(ctx, &["--table", "outbox_events", "migrate", "status"]);
+    assert_eq!(migrate.status.code(), Some(1), "{}", stderr(&migrate));
+    assert!(
+        stderr(&migrate).contains("create_outbox_table"),
+        "{}",
+        stderr(&migrate)
+    );
 }
