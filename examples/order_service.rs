@@ -4,11 +4,15 @@
 //!
 //! ```text
 //! cargo run --example order_service -- --orders 200 --workers 3
+//! cargo run --example order_service -- --table outbox_events
 //! DATABASE_URL=postgres://postgres@127.0.0.1/test cargo run --example order_service
 //! DATABASE_URL=mysql://root@127.0.0.1/test cargo run --example order_service
 //! ```
 //! Without `DATABASE_URL` it uses an embedded SQLite file in the temp directory. On a shared
-//! database it only creates what is missing and counts only its own run's events.
+//! database it only creates what is missing and counts only its own run's events. `--table`
+//! names the outbox table (default `t_event_record`): another one is created with
+//! `create_outbox_table` when missing, and the writes, the relays and the counts all go
+//! through one `Outbox` handle naming it.
 //!
 //! With `ROCKETMQ_NAMESRV_ADDR` set (see docs/ROCKETMQ.md; `ROCKETMQ_PRODUCER_GROUP`,
 //! `OUTBOX_TOPIC` and, for a broker with authentication, `ROCKETMQ_ACCESS_KEY` with
@@ -33,11 +37,10 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, NotSet,
     PaginatorTrait, QueryFilter, Schema,
 };
-use sea_orm_migration::MigratorTrait;
-use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm_migration::{MigratorTrait, SchemaManager};
 use sea_orm_outbox::{
-    transactional_publish_limited, CancellationToken, EventStatus, InMemoryPublisher, Migrator,
-    NewEvent, OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
+    migration, ops, CancellationToken, InMemoryPublisher, Migrator, NewEvent, Outbox,
+    OutboxMessage, PublishError, Publisher, RetryPolicy, WorkerConfig,
 };
 use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher, ENV_TOPIC, EVENT_LIMITS};
 
@@ -81,6 +84,17 @@ struct Args {
     /// Serve the outbox metrics for Prometheus on this address, e.g. 127.0.0.1:9000.
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// The outbox table; created with `create_outbox_table` when it is not `t_event_record`.
+    #[arg(long, default_value = "t_event_record")]
+    table: String,
+}
+
+/// The lease `ops::stats` judges stuck sends by (the library's default).
+const LEASE: Duration = Duration::from_secs(600);
+
+/// Every row of the outbox table, whatever its status.
+fn rows(s: &ops::OutboxStats) -> u64 {
+    s.wait + s.sending + s.success + s.fail
 }
 
 /// A pool of at most `max` connections (waiting up to 30 s for one); on SQLite (the README's
@@ -118,6 +132,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let db = connect(&url, 4).await?;
     Migrator::up(&db, None).await?;
+    // Checked against RocketMQ's rules (message size, reserved property names) at write time,
+    // whichever publisher the run uses.
+    let outbox = Outbox::new().table(&args.table)?.limits(EVENT_LIMITS);
+    let manager = SchemaManager::new(&db);
+    if outbox.table_name() != migration::TABLE && !manager.has_table(outbox.table_name()).await? {
+        migration::create_outbox_table(&manager, outbox.table_name()).await?;
+    }
+    let before = ops::stats(&outbox, &db, LEASE).await?;
     let schema = Schema::new(db.get_database_backend());
     db.execute(
         schema
@@ -174,7 +196,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 RetryPolicy::default().max_backoff,
             ))
             .service_name(format!("order-{}", 8080 + w));
-        let worker = Worker::new(
+        let worker = outbox.worker(
             connect(&url, 2).await?,
             publisher.clone() as Arc<dyn Publisher>,
             config,
@@ -191,35 +213,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             order_no: Set(format!("ORD-{run}-{i:05}")),
             amount_cents: Set(1000 + i as i64),
         };
-        // Checked against RocketMQ's rules (message size, reserved property names) at write
-        // time, whichever publisher the run uses.
-        transactional_publish_limited(&db, order, &EVENT_LIMITS, |o: &order::Model| {
-            Ok(NewEvent::json(
-                &o.order_no,
-                "ORDER_CREATED",
-                &serde_json::json!({"orderId": o.id, "orderNo": o.order_no, "amountCents": o.amount_cents}),
-            )?)
-        })
-        .await?;
+        outbox
+            .transactional_publish(&db, order, |o: &order::Model| {
+                Ok(NewEvent::json(
+                    &o.order_no,
+                    "ORDER_CREATED",
+                    &serde_json::json!({"orderId": o.id, "orderNo": o.order_no, "amountCents": o.amount_cents}),
+                )?)
+            })
+            .await?;
     }
 
-    let mine = || Events::find().filter(Column::BizNo.starts_with(format!("ORD-{run}-")));
-    let count = |status: EventStatus| {
-        let q = mine().filter(Column::Status.eq(status.as_str()));
-        let db = &db;
-        async move { q.count(db).await }
-    };
+    // The table's counts, read through the handle (runs before this one have drained: the
+    // rows added since `before` are this run's).
     let drained = wait_until(
         Duration::from_secs(args.timeout_s),
         Duration::from_millis(50),
         || async {
-            matches!(
-                (
-                    count(EventStatus::Wait).await,
-                    count(EventStatus::Sending).await
-                ),
-                (Ok(0), Ok(0))
-            )
+            ops::stats(&outbox, &db, LEASE)
+                .await
+                .is_ok_and(|s| s.wait == 0 && s.sending == 0)
         },
     )
     .await;
@@ -232,7 +245,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filter(order::Column::OrderNo.starts_with(format!("ORD-{run}-")))
         .count(&db)
         .await?;
-    let events = mine().count(&db).await?;
+    let after = ops::stats(&outbox, &db, LEASE).await?;
+    let events = rows(&after) - rows(&before);
     let prefix = format!("ORD-{run}-");
     let sent: Vec<_> = publisher
         .log
@@ -279,12 +293,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     println!(
-        "summary: orders={orders} events={events} published={} duplicates={} fail={} wait={} sending={}{received_line}",
+        "summary: table={} orders={orders} events={events} published={} duplicates={} fail={} wait={} sending={}{received_line}",
+        outbox.table_name(),
         distinct.len(),
         sent.len() - distinct.len(),
-        count(EventStatus::Fail).await?,
-        count(EventStatus::Wait).await?,
-        count(EventStatus::Sending).await?,
+        after.fail - before.fail,
+        after.wait,
+        after.sending,
     );
     if !drained {
         eprintln!("the outbox did not drain within {} s", args.timeout_s);

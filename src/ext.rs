@@ -7,7 +7,8 @@ use sea_orm::{
 
 use crate::driver;
 use crate::error::OutboxError;
-use crate::event::{EventLimits, NewEvent};
+use crate::event::NewEvent;
+use crate::outbox::Outbox;
 
 /// Adds outbox writes to any SeaORM connection: a `DatabaseTransaction` (the normal case), a
 /// `DatabaseConnection`, or the `db` an `ActiveModelBehavior` hook receives.
@@ -38,32 +39,76 @@ pub trait OutboxExt: ConnectionTrait + Sized {
     /// event's `traceparent` / `tracestate` headers first (module `sea_orm_outbox::otel`; a
     /// `traceparent` set with [`NewEvent::header`] is kept, and then no `tracestate` is added).
     ///
-    /// # Errors
-    /// [`OutboxError::InvalidEvent`] before anything is written when the event breaks
-    /// [`EventLimits::default`] (empty or over-long fields, payload over 4 MiB);
-    /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
-    async fn with_event(&self, event: NewEvent) -> Result<i64, OutboxError> {
-        self.with_event_limited(event, &EventLimits::default())
-            .await
-    }
-
-    /// [`OutboxExt::with_event`] with explicit limits (for example the broker's message size).
+    /// Writes to the default [`Outbox`] (`t_event_record`, [`crate::EventLimits::default`]).
     ///
     /// # Errors
-    /// As [`OutboxExt::with_event`], checking `limits`.
-    async fn with_event_limited(
-        &self,
-        event: NewEvent,
-        limits: &EventLimits,
-    ) -> Result<i64, OutboxError> {
+    /// [`OutboxError::InvalidEvent`] before anything is written when the event breaks
+    /// [`crate::EventLimits::default`] (empty or over-long fields, payload over 4 MiB);
+    /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+    async fn with_event(&self, event: NewEvent) -> Result<i64, OutboxError> {
+        self.with_event_in(&Outbox::default(), event).await
+    }
+
+    /// [`OutboxExt::with_event`] into `outbox`'s table, checking its limits.
+    ///
+    /// # Errors
+    /// As [`OutboxExt::with_event`], checking `outbox`'s limits.
+    async fn with_event_in(&self, outbox: &Outbox, event: NewEvent) -> Result<i64, OutboxError> {
         #[cfg(feature = "opentelemetry")]
         let event = {
             let mut event = event;
             crate::otel::record_trace_context(&mut event);
             event
         };
-        event.validate(limits)?;
-        Ok(driver::insert_event(self, &event).await?)
+        event.validate(&outbox.event_limits())?;
+        Ok(driver::insert_event(self, outbox.table_ref(), &event).await?)
+    }
+}
+
+impl Outbox {
+    /// Inserts `event` into this outbox's table in `db` (the business transaction), checking
+    /// this outbox's limits: [`OutboxExt::with_event`] for this outbox.
+    ///
+    /// # Errors
+    /// As [`OutboxExt::with_event`], checking this outbox's limits.
+    pub async fn with_event<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        event: NewEvent,
+    ) -> Result<i64, OutboxError> {
+        db.with_event_in(self, event).await
+    }
+
+    /// [`transactional_publish`] into this outbox's table, checking its limits.
+    ///
+    /// # Errors
+    /// As [`transactional_publish`], checking this outbox's limits.
+    pub async fn transactional_publish<C, A, F>(
+        &self,
+        db: &C,
+        model: A,
+        make_event: F,
+    ) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
+    where
+        C: TransactionTrait,
+        A: ActiveModelTrait
+            + ActiveModelBehavior
+            + TryIntoModel<<A::Entity as EntityTrait>::Model>
+            + Send,
+        <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
+        F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
+    {
+        let txn = begin_write(db).await?;
+        // On any early return `txn` is dropped, which rolls the transaction back.
+        let saved = model
+            .save(&txn)
+            .await
+            .map_err(inside_transaction)?
+            .try_into_model()?;
+        let event = make_event(&saved)?;
+        let event_id = txn.with_event_in(self, event).await?;
+        txn.commit().await?;
+        Ok((saved, event_id))
     }
 }
 
@@ -119,7 +164,8 @@ pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, 
 /// reads before the insert waits for running relays instead of failing with `database is
 /// locked`), calls `ActiveModelTrait::save` (insert or update, running the model's
 /// `ActiveModelBehavior` hooks), builds the event from the saved model, inserts it with
-/// [`OutboxExt::with_event_limited`] and commits. Returns the saved model and the event id.
+/// [`OutboxExt::with_event`] and commits. The default [`Outbox`]'s; for another table or
+/// limits, [`Outbox::transactional_publish`]. Returns the saved model and the event id.
 ///
 /// ```no_run
 /// # mod order { use sea_orm::entity::prelude::*;
@@ -141,7 +187,7 @@ pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, 
 ///
 /// # Errors
 /// The error of `make_event` or of the event's validation ([`OutboxError::InvalidEvent`], with
-/// [`EventLimits::default`]); [`OutboxError::PoolUsedInsideTransaction`] when a query inside it
+/// [`crate::EventLimits::default`]); [`OutboxError::PoolUsedInsideTransaction`] when a query inside it
 /// (a hook) timed out waiting for a pool connection; or a database error. In every case the transaction is rolled back and nothing is written.
 pub async fn transactional_publish<C, A, F>(
     db: &C,
@@ -157,39 +203,9 @@ where
     <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
     F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
 {
-    transactional_publish_limited(db, model, &EventLimits::default(), make_event).await
-}
-
-/// [`transactional_publish`] with explicit event limits.
-///
-/// # Errors
-/// As [`transactional_publish`], checking `limits`.
-pub async fn transactional_publish_limited<C, A, F>(
-    db: &C,
-    model: A,
-    limits: &EventLimits,
-    make_event: F,
-) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
-where
-    C: TransactionTrait,
-    A: ActiveModelTrait
-        + ActiveModelBehavior
-        + TryIntoModel<<A::Entity as EntityTrait>::Model>
-        + Send,
-    <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
-    F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
-{
-    let txn = begin_write(db).await?;
-    // On any early return `txn` is dropped, which rolls the transaction back.
-    let saved = model
-        .save(&txn)
+    Outbox::default()
+        .transactional_publish(db, model, make_event)
         .await
-        .map_err(inside_transaction)?
-        .try_into_model()?;
-    let event = make_event(&saved)?;
-    let event_id = txn.with_event_limited(event, limits).await?;
-    txn.commit().await?;
-    Ok((saved, event_id))
 }
 
 /// The error of the save inside [`transactional_publish`]: the save itself runs on the

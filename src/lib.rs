@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod ops;
 #[cfg(feature = "opentelemetry")]
 pub mod otel;
+mod outbox;
 mod pool;
 mod publisher;
 mod relay;
@@ -56,7 +57,8 @@ pub struct ReadmeDoctests;
 pub use config::{ClaimStrategy, OrderedPolicy, StatementProtocol, WorkerConfig};
 pub use error::{DbErrorKind, EventError, OutboxError, PublishError, PublishErrorKind};
 pub use event::{EventLimits, NewEvent};
-pub use ext::{begin_write, transactional_publish, transactional_publish_limited, OutboxExt};
+pub use ext::{begin_write, transactional_publish, OutboxExt};
+pub use outbox::Outbox;
 pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 pub use relay::{Worker, WorkerSummary};

@@ -261,8 +261,10 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
         orphan_attempts.push(event(db, *id).await.retry_count);
     }
     // The operator's batched statements, while the transaction is still open.
-    let retried = ops::retry_all_dead(db).await.expect("retry dead letters");
-    let purged = ops::purge_delivered(db, Duration::ZERO, 4)
+    let retried = ops::retry_all_dead(&sea_orm_outbox::Outbox::default(), db)
+        .await
+        .expect("retry dead letters");
+    let purged = ops::purge_delivered(&sea_orm_outbox::Outbox::default(), db, Duration::ZERO, 4)
         .await
         .expect("purge");
     let retried_published = all_published(fail_rows.clone()).await;

@@ -501,7 +501,9 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
         "{histograms:?}"
     );
     // The backlog gauges, refreshed here by hand: RETRY waits, PERM is a dead letter.
-    let backlog = sea_orm_outbox::ops::backlog(db).await.expect("backlog");
+    let backlog = sea_orm_outbox::ops::backlog(&sea_orm_outbox::Outbox::default(), db)
+        .await
+        .expect("backlog");
     assert_eq!((backlog.wait, backlog.sending, backlog.fail), (1, 0, 1));
 }
 

@@ -13,18 +13,25 @@ backend_tests!(bad_arguments_are_refused_not_panicked_on);
 /// panicked in the driver).
 async fn bad_arguments_are_refused_not_panicked_on(ctx: &TestContext) {
     use sea_orm_outbox::{ops, OutboxError};
-    let e = ops::dead_letters(&ctx.db, u64::MAX)
+    let e = ops::dead_letters(&sea_orm_outbox::Outbox::default(), &ctx.db, u64::MAX)
         .await
         .expect_err("limit");
     assert!(matches!(e, OutboxError::InvalidArgument(_)), "{e}");
-    assert!(ops::dead_letters(&ctx.db, 0)
-        .await
-        .expect("zero")
-        .is_empty());
-    for batch in [0, u64::MAX] {
-        let e = ops::purge_delivered(&ctx.db, Duration::from_secs(1), batch)
+    assert!(
+        ops::dead_letters(&sea_orm_outbox::Outbox::default(), &ctx.db, 0)
             .await
-            .expect_err("batch");
+            .expect("zero")
+            .is_empty()
+    );
+    for batch in [0, u64::MAX] {
+        let e = ops::purge_delivered(
+            &sea_orm_outbox::Outbox::default(),
+            &ctx.db,
+            Duration::from_secs(1),
+            batch,
+        )
+        .await
+        .expect_err("batch");
         assert!(matches!(e, OutboxError::InvalidArgument(_)), "{e}");
     }
 }

@@ -227,7 +227,9 @@ async fn retry_all_dead_retries_each_dead_letter_once_while_relays_fail_them_aga
     // Both relays' publisher refuses everything for good.
     let configs = ["a", "b"].map(|owner| fast_config(owner).batch_size(100));
     let relays = Fleet::start(ctx, 4, ScriptedPublisher::failing_all(true), configs).await;
-    let retried = ops::retry_all_dead(db).await.expect("retry all");
+    let retried = ops::retry_all_dead(&sea_orm_outbox::Outbox::default(), db)
+        .await
+        .expect("retry all");
     relays.stop().await;
     assert_eq!(retried, N as u64, "each dead letter retried exactly once");
 }

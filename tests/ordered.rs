@@ -346,7 +346,9 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     );
     assert_eq!(claim("r#2").await, [a1], "Skip goes past the dead letter");
     assert_eq!(
-        ops::retry_dead(db, a0).await.expect("retry"),
+        ops::retry_dead(&sea_orm_outbox::Outbox::default(), db, a0)
+            .await
+            .expect("retry"),
         ops::DeadLetterOutcome::Applied
     );
     assert!(claim("r#3").await.is_empty(), "A0 waits while A1 is out");

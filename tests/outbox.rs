@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use common::{hooked_order, order, ScriptedPublisher, TestContext};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, QueryTrait,
-    Statement, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, Statement,
+    TransactionTrait,
 };
 use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox::driver::{self, Claim, Transition};
@@ -706,13 +706,16 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     .expect("analyze");
 
     let d = driver::Driver::of(backend).expect("a known backend");
-    let scan = explain(ctx, driver::candidates_query(d, 20).build(backend))
+    let scan = explain(ctx, backend.build(&driver::candidates_query(d, 20)))
         .await
         .join("\n");
     let reclaim = explain(
         ctx,
-        driver::expired_leases_query(d, Duration::from_secs(600), driver::RECLAIM_BATCH)
-            .build(backend),
+        backend.build(&driver::expired_leases_query(
+            d,
+            Duration::from_secs(600),
+            driver::RECLAIM_BATCH,
+        )),
     )
     .await
     .join("\n");

@@ -5,7 +5,7 @@
 //! `INSTA_UPDATE=always cargo test --test statements`) accepts a deliberate change.
 use std::time::Duration;
 
-use sea_orm::{QueryTrait, Statement};
+use sea_orm::Statement;
 use sea_orm_outbox::driver::{self, consumed, Driver};
 use sea_orm_outbox::{EventStatus, NewEvent};
 
@@ -84,9 +84,9 @@ fn insert_event() {
 
 #[test]
 fn candidates() {
-    insta::assert_snapshot!(render(
-        |b| driver::candidates_query(b, 20).build(b.backend())
-    ));
+    insta::assert_snapshot!(render(|b| b
+        .backend()
+        .build(&driver::candidates_query(b, 20))));
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn claim_batch() {
         "claim_batch_mysql",
         format!(
             "{}\n{}",
-            render(|b| driver::locking_candidates_query(b, 20).build(b.backend())),
+            render(|b| b.backend().build(&driver::locking_candidates_query(b, 20))),
             render(|b| driver::claim_locked_statement(b, &[7, 8], "me", now).build(b))
         )
     );
@@ -150,7 +150,9 @@ fn claim_ordered() {
         "claim_ordered_runs",
         format!(
             "{}\n{}",
-            render(|b| driver::run_candidates_query(&keys, 7, 20).build(b.backend())),
+            render(|b| b
+                .backend()
+                .build(&driver::run_candidates_query(b, &keys, 7, 20))),
             render(|b| driver::claim_run_statement(b, &[8, 9], "me").build(b))
         )
     );
@@ -288,9 +290,11 @@ fn reclaim() {
     let lease = Duration::from_secs(600);
     insta::assert_snapshot!(
         "expired_leases",
-        render(
-            |b| driver::expired_leases_query(b, lease, driver::RECLAIM_BATCH).build(b.backend())
-        )
+        render(|b| b.backend().build(&driver::expired_leases_query(
+            b,
+            lease,
+            driver::RECLAIM_BATCH
+        )))
     );
     for (name, to) in [
         ("reclaim_to_wait", EventStatus::Wait),
@@ -312,33 +316,40 @@ fn consumed_record() {
 #[test]
 fn admin() {
     use driver::admin;
-    use sea_orm::EntityTrait;
     use sea_orm_outbox::event_record::Column;
     let lease = Duration::from_secs(600);
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
     insta::assert_snapshot!(
         "admin_count_by_status",
-        render(|b| admin::count_by_status_query(Some(&open)).build(b.backend()))
+        render(|b| b
+            .backend()
+            .build(&admin::count_by_status_query(b, Some(&open))))
     );
     insta::assert_snapshot!(
         "admin_oldest_wait",
-        render(|b| admin::oldest_wait_query(b, Column::NextRetryTime).build(b.backend()))
+        render(|b| b
+            .backend()
+            .build(&admin::oldest_wait_query(b, Column::NextRetryTime)))
     );
     insta::assert_snapshot!(
         "admin_sending_over_lease",
-        render(|b| admin::sending_over_lease_query(b, lease).build(b.backend()))
+        render(|b| b
+            .backend()
+            .build(&admin::sending_over_lease_query(b, lease)))
     );
     insta::assert_snapshot!(
         "admin_check_table",
-        render(|b| admin::check_table_query().build(b.backend()))
+        render(|b| b.backend().build(&admin::check_table_query(b)))
     );
     insta::assert_snapshot!(
         "admin_dead_letters",
-        render(|b| admin::dead_letters_query(50).build(b.backend()))
+        render(|b| b.backend().build(&admin::dead_letters_query(b, 50)))
     );
     insta::assert_snapshot!(
         "admin_dead_letter_ids",
-        render(|b| admin::dead_letter_ids_query(7, driver::RECLAIM_BATCH).build(b.backend()))
+        render(|b| b
+            .backend()
+            .build(&admin::dead_letter_ids_query(b, 7, driver::RECLAIM_BATCH)))
     );
     insta::assert_snapshot!(
         "admin_retry_dead",
@@ -350,7 +361,11 @@ fn admin() {
     );
     insta::assert_snapshot!(
         "admin_purge_ids",
-        render(|b| admin::purge_ids_query(b, Duration::from_secs(86_400), 1000).build(b.backend()))
+        render(|b| b.backend().build(&admin::purge_ids_query(
+            b,
+            Duration::from_secs(86_400),
+            1000
+        )))
     );
     insta::assert_snapshot!(
         "admin_purge",
@@ -362,10 +377,34 @@ fn admin() {
     );
     insta::assert_snapshot!(
         "owned_ids",
-        render(|b| driver::owned_ids_query(b, &[7, 8], "me").build(b.backend()))
+        render(|b| b
+            .backend()
+            .build(&driver::owned_ids_query(b, &[7, 8], "me")))
     );
     insta::assert_snapshot!(
         "find_event",
-        render(|b| sea_orm_outbox::event_record::Entity::find_by_id(7).build(b.backend()))
+        render(|b| b.backend().build(&driver::find_event_query(b, 7)))
+    );
+}
+
+/// A table of the application's naming in a schema (`app.outbox_events`): the batch claim and
+/// a mark by ids name it schema-qualified on every backend (on MySQL/MariaDB the schema is the
+/// database).
+#[test]
+fn custom_table() {
+    let table = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
+    insta::assert_snapshot!(
+        "custom_table",
+        format!(
+            "{}\n{}",
+            render(|b| {
+                let b = b.with_table(table);
+                b.build(&driver::claim_batch_statement(b, "me", 20))
+            }),
+            render(|b| {
+                let b = b.with_table(table);
+                driver::mark_success_many_statement(b, &[7, 8], "me").build(b)
+            })
+        )
     );
 }

@@ -23,6 +23,19 @@ pub(crate) struct Cli {
     /// Database URL (postgres://, mysql://, sqlite://). Never printed with its password.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
+    /// The outbox table every command works on (1 to 40 ASCII letters, digits and
+    /// underscores, not starting with a digit).
+    #[arg(
+        long,
+        env = "OUTBOX_TABLE",
+        global = true,
+        default_value = "t_event_record"
+    )]
+    pub(crate) table: String,
+    /// The outbox table's schema (Postgres; on MySQL/MariaDB its database). Default: the
+    /// connection's.
+    #[arg(long, env = "OUTBOX_SCHEMA", global = true)]
+    pub(crate) schema: Option<String>,
     /// The sub-command to run.
     #[command(subcommand)]
     pub(crate) command: Command,

@@ -6,7 +6,7 @@ use sea_orm::DatabaseConnection;
 use sea_orm_migration::MigrationStatus;
 use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox::ops::{self, DeadLetterOutcome};
-use sea_orm_outbox::Migrator;
+use sea_orm_outbox::{Migrator, Outbox};
 
 use crate::args::{DeadAction, MigrateAction};
 use crate::failure::Failure;
@@ -48,11 +48,12 @@ pub(crate) async fn migrate(db: &DatabaseConnection, action: MigrateAction) -> R
 
 /// `outbox stats`: rows per status, the oldest WAIT age and the SENDING rows past `lease`.
 pub(crate) async fn stats(
+    outbox: &Outbox,
     db: &DatabaseConnection,
     lease: Duration,
     json: bool,
 ) -> Result<(), Failure> {
-    let s = ops::stats(db, lease).await?;
+    let s = ops::stats(outbox, db, lease).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
@@ -82,10 +83,14 @@ pub(crate) async fn stats(
 }
 
 /// `outbox dead list|retry|discard`.
-pub(crate) async fn dead(db: &DatabaseConnection, action: DeadAction) -> Result<(), Failure> {
+pub(crate) async fn dead(
+    outbox: &Outbox,
+    db: &DatabaseConnection,
+    action: DeadAction,
+) -> Result<(), Failure> {
     match action {
         DeadAction::List { limit, json } => {
-            let rows = ops::dead_letters(db, limit).await?;
+            let rows = ops::dead_letters(outbox, db, limit).await?;
             if json {
                 let rows: Vec<serde_json::Value> = rows.iter().map(dead_letter_json).collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -109,15 +114,15 @@ pub(crate) async fn dead(db: &DatabaseConnection, action: DeadAction) -> Result<
             }
             println!("{} dead letter(s)", rows.len());
         }
-        DeadAction::Retry { id: Some(id), .. } => match ops::retry_dead(db, id).await? {
+        DeadAction::Retry { id: Some(id), .. } => match ops::retry_dead(outbox, db, id).await? {
             DeadLetterOutcome::Applied => println!("event {id} will be sent again"),
             DeadLetterOutcome::NotDeadLetter => return Err(Failure::NotDeadLetter(id)),
         },
         DeadAction::Retry { id: None, .. } => {
-            let n = ops::retry_all_dead(db).await?;
+            let n = ops::retry_all_dead(outbox, db).await?;
             println!("{n} dead letter(s) will be sent again");
         }
-        DeadAction::Discard { id } => match ops::discard_dead(db, id).await? {
+        DeadAction::Discard { id } => match ops::discard_dead(outbox, db, id).await? {
             DeadLetterOutcome::Applied => println!("event {id} discarded"),
             DeadLetterOutcome::NotDeadLetter => return Err(Failure::NotDeadLetter(id)),
         },
@@ -147,11 +152,12 @@ fn dead_letter_json(r: &sea_orm_outbox::event_record::Model) -> serde_json::Valu
 
 /// `outbox purge`: delete delivered events last updated more than `older_than` ago.
 pub(crate) async fn purge(
+    outbox: &Outbox,
     db: &DatabaseConnection,
     older_than: Duration,
     batch: u64,
 ) -> Result<(), Failure> {
-    let n = ops::purge_delivered(db, older_than, batch).await?;
+    let n = ops::purge_delivered(outbox, db, older_than, batch).await?;
     println!(
         "purged {n} delivered events last updated more than {} ago",
         humantime::format_duration(older_than)

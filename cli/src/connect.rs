@@ -6,12 +6,12 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::redact::{redact_secrets, redact_url};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 use sea_orm_outbox::ops;
-use sea_orm_outbox::CancellationToken;
+use sea_orm_outbox::{CancellationToken, Outbox};
 
 use crate::failure::Failure;
-use crate::redact::{redact_secrets, redact_url};
 
 /// One log line on its way to stderr, with the database URL's secrets redacted.
 ///
@@ -90,9 +90,9 @@ fn connect_retry_delay(attempt: u32) -> Duration {
 }
 
 /// One attempt at `relay` start: open the pool and check that the outbox table is there.
-async fn connect_and_check(url: &str) -> Result<DatabaseConnection, Failure> {
+async fn connect_and_check(url: &str, outbox: &Outbox) -> Result<DatabaseConnection, Failure> {
     let db = connect(url).await?;
-    if let Err(e) = ops::check_table(&db).await {
+    if let Err(e) = ops::check_table(outbox, &db).await {
         db.close().await.ok();
         return Err(e.into());
     }
@@ -104,6 +104,7 @@ async fn connect_and_check(url: &str) -> Result<DatabaseConnection, Failure> {
 /// returned as is). Any other failure returns at once. `Ok(None)` when `cancel` fires first.
 pub(crate) async fn wait_for_database(
     url: &str,
+    outbox: &Outbox,
     limit: Option<Duration>,
     cancel: &CancellationToken,
 ) -> Result<Option<DatabaseConnection>, Failure> {
@@ -127,10 +128,10 @@ pub(crate) async fn wait_for_database(
         attempts += 1;
         let attempt = async {
             match deadline {
-                Some(d) => tokio::time::timeout_at(d, connect_and_check(url))
+                Some(d) => tokio::time::timeout_at(d, connect_and_check(url, outbox))
                     .await
                     .ok(),
-                None => Some(connect_and_check(url).await),
+                None => Some(connect_and_check(url, outbox).await),
             }
         };
         let failure = tokio::select! {

@@ -11,7 +11,9 @@
 //! outbox relay [flags]                   run a relay worker until Ctrl-C / SIGTERM
 //! ```
 //! The database comes from `--database-url` or `DATABASE_URL`. Its password is never printed:
-//! every URL and every error goes through [`redact`].
+//! every URL and every error goes through [`redact`]. Every command works on the table
+//! `--table` (`OUTBOX_TABLE`, default `t_event_record`) in the schema `--schema`
+//! (`OUTBOX_SCHEMA`, default the connection's); `migrate` manages `t_event_record` only.
 //!
 //! Every command but `relay` fails at once when the database cannot be reached. `relay` waits
 //! for it at start: it retries connection failures with back-off (200 ms doubling to 5 s) until
@@ -30,6 +32,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use redact::redact_secrets;
+use sea_orm_outbox::{Outbox, OutboxError};
 
 mod args;
 #[cfg(feature = "chaos-testing")]
@@ -77,16 +80,30 @@ async fn main() -> ExitCode {
 /// closes the connection when done.
 async fn run(cli: Cli) -> Result<(), Failure> {
     let url = cli.database_url.ok_or(Failure::NoUrl)?;
+    let mut outbox = Outbox::new().table(&cli.table)?;
+    if let Some(schema) = &cli.schema {
+        outbox = outbox.schema(schema)?;
+    }
     // The relay waits for the database; every other command fails at once without it.
     if let Command::Relay(args) = &cli.command {
-        return relay::relay(&url, args).await;
+        return relay::relay(&url, args, &outbox).await;
+    }
+    if matches!(cli.command, Command::Migrate { .. }) && outbox != Outbox::new() {
+        return Err(Failure::Outbox(OutboxError::InvalidConfig(
+            "`outbox migrate` manages the table t_event_record only; create another outbox \
+             table from a migration of your own with \
+             sea_orm_outbox_migration::create_outbox_table (see docs/migrations.md)"
+                .into(),
+        )));
     }
     let db = connect::connect(&url).await?;
     let result = match cli.command {
         Command::Migrate { action } => commands::migrate(&db, action).await,
-        Command::Stats { lease, json } => commands::stats(&db, lease, json).await,
-        Command::Dead { action } => commands::dead(&db, action).await,
-        Command::Purge { older_than, batch } => commands::purge(&db, older_than, batch).await,
+        Command::Stats { lease, json } => commands::stats(&outbox, &db, lease, json).await,
+        Command::Dead { action } => commands::dead(&outbox, &db, action).await,
+        Command::Purge { older_than, batch } => {
+            commands::purge(&outbox, &db, older_than, batch).await
+        }
         Command::Relay(_) => Ok(()), // handled above
     };
     db.close().await.ok();

@@ -2,16 +2,16 @@
 //! database, then run a worker until Ctrl-C or SIGTERM.
 use std::sync::Arc;
 
+use crate::redact::redact_url;
 use sea_orm::DatabaseConnection;
-use sea_orm_outbox::{CancellationToken, OutboxError, Publisher, Worker, WorkerConfig};
+use sea_orm_outbox::{CancellationToken, Outbox, OutboxError, Publisher, WorkerConfig};
 
 use crate::args::RelayArgs;
 use crate::connect::wait_for_database;
 use crate::failure::Failure;
-use crate::redact::redact_url;
 
 /// Runs `outbox relay` on the database at `url` until it is stopped.
-pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
+pub(crate) async fn relay(url: &str, args: &RelayArgs, outbox: &Outbox) -> Result<(), Failure> {
     // Settings that cannot work are refused before waiting for anything.
     let config = args.config();
     config.validate()?;
@@ -48,16 +48,16 @@ pub(crate) async fn relay(url: &str, args: &RelayArgs) -> Result<(), Failure> {
     });
     // Wait for the database, and refuse to start without the table rather than log the error
     // every round.
-    let Some(db) = wait_for_database(url, args.connect_timeout, &cancel).await? else {
+    let Some(db) = wait_for_database(url, outbox, args.connect_timeout, &cancel).await? else {
         println!("relay stopped before the database could be reached");
         return Ok(());
     };
     let result = match rocketmq {
         Some(rocketmq) if !args.dry_run => {
-            relay_on(db.clone(), url, args, config, rocketmq, cancel).await
+            relay_on(outbox, db.clone(), url, args, config, rocketmq, cancel).await
         }
         // A dry run (without a broker, nothing else got this far).
-        _ => dry_run(&db, url, config.poll_delay, cancel).await,
+        _ => dry_run(outbox, &db, url, config.poll_delay, cancel).await,
     };
     db.close().await.ok();
     result
@@ -72,6 +72,7 @@ const NO_BROKER: &str = "no broker to publish to: give the RocketMQ name server 
 /// how long the most overdue one has been due; reads only, so nothing is sent, claimed or
 /// marked.
 async fn dry_run(
+    outbox: &Outbox,
     db: &DatabaseConnection,
     url: &str,
     poll_delay: std::time::Duration,
@@ -79,7 +80,7 @@ async fn dry_run(
 ) -> Result<(), Failure> {
     tracing::info!(database = %redact_url(url), "relay started (dry run): nothing is sent, claimed or marked");
     loop {
-        match sea_orm_outbox::ops::backlog(db).await {
+        match sea_orm_outbox::ops::backlog(outbox, db).await {
             Ok(b) => tracing::info!(
                 wait = b.wait,
                 sending = b.sending,
@@ -101,6 +102,7 @@ async fn dry_run(
 
 /// The relay proper, once the database answers: publisher, worker, run until `cancel`.
 async fn relay_on(
+    outbox: &Outbox,
     db: DatabaseConnection,
     url: &str,
     // Read only by the fault injection of a `chaos-testing` build.
@@ -112,14 +114,14 @@ async fn relay_on(
     let (publisher, handle, target): (Arc<dyn Publisher>, _, String) = rmq::start(rocketmq).await?;
     #[cfg(feature = "chaos-testing")]
     let publisher = crate::chaos::inject(&args.chaos, publisher);
-    let worker = match Worker::new(db, publisher, config) {
+    let worker = match outbox.worker(db, publisher, config) {
         Ok(w) => w,
         Err(e) => {
             handle.shutdown().await;
             return Err(e.into());
         }
     };
-    tracing::info!(owner = %worker.owner(), database = %redact_url(url), publisher = %target, config = ?worker.config(), "relay started");
+    tracing::info!(owner = %worker.owner(), database = %redact_url(url), table = outbox.table_name(), publisher = %target, config = ?worker.config(), "relay started");
     let summary = worker.run(cancel).await;
     // The worker holds the other reference to the publisher: drop it, then stop the producer.
     drop(worker);

@@ -30,6 +30,7 @@ backend_tests!(
     cli_relay_without_a_broker_sends_nothing,
     cli_missing_table_fails_every_command,
     cli_never_prints_the_password,
+    cli_table_flag_names_the_table_of_every_command,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -188,12 +189,12 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
     assert!(matches!(err, OutboxError::TableMissing(_)), "{err}");
     // The outbox table is still there (without the newer column: not "missing").
     assert!(matches!(
-        ops::stats(&ctx.db, DAY).await,
+        ops::stats(&sea_orm_outbox::Outbox::default(), &ctx.db, DAY).await,
         Err(OutboxError::SchemaOutdated(_))
     ));
     outbox_ok(ctx, &["migrate", "down"]);
     assert!(matches!(
-        ops::stats(&ctx.db, DAY).await,
+        ops::stats(&sea_orm_outbox::Outbox::default(), &ctx.db, DAY).await,
         Err(OutboxError::TableMissing(_))
     ));
     let o = outbox(ctx, &["stats"]);
@@ -265,9 +266,13 @@ async fn cli_stats_counts_statuses_ages_and_stuck_leases(ctx: &TestContext) {
     assert!(text.contains("oldest WAIT age: "), "{text}");
 
     // The library function says the same.
-    let lib = ops::stats(db, Duration::from_secs(600))
-        .await
-        .expect("stats");
+    let lib = ops::stats(
+        &sea_orm_outbox::Outbox::default(),
+        db,
+        Duration::from_secs(600),
+    )
+    .await
+    .expect("stats");
     assert_eq!(
         (
             lib.wait,
@@ -316,7 +321,13 @@ async fn cli_dead_list(ctx: &TestContext) {
     assert!(!text.contains("ALIVE"), "{text}");
     assert!(text.contains("3 dead letter(s)"), "{text}");
 
-    assert_eq!(ops::dead_letters(db, 10).await.expect("list").len(), 3);
+    assert_eq!(
+        ops::dead_letters(&sea_orm_outbox::Outbox::default(), db, 10)
+            .await
+            .expect("list")
+            .len(),
+        3
+    );
 }
 
 async fn cli_dead_retry_makes_the_event_deliverable_again(ctx: &TestContext) {
@@ -403,7 +414,12 @@ async fn cli_dead_retry_all_touches_only_dead_letters(ctx: &TestContext) {
     }
     assert_eq!(event(db, sending).await, before_sending);
     assert_eq!(event(db, delivered).await, before_delivered);
-    assert_eq!(ops::retry_all_dead(db).await.expect("again"), 0);
+    assert_eq!(
+        ops::retry_all_dead(&sea_orm_outbox::Outbox::default(), db)
+            .await
+            .expect("again"),
+        0
+    );
 }
 
 async fn cli_dead_discard_deletes_only_dead_letters(ctx: &TestContext) {
@@ -489,15 +505,20 @@ async fn cli_purge_deletes_only_old_delivered_events(ctx: &TestContext) {
     assert!(out.contains("purged 0 delivered events"), "{out}");
     // Durations in seconds and minutes, and the library's own checks.
     assert_eq!(
-        ops::purge_delivered(db, Duration::from_secs(5 * 86_400), 1000)
-            .await
-            .expect("purge"),
+        ops::purge_delivered(
+            &sea_orm_outbox::Outbox::default(),
+            db,
+            Duration::from_secs(5 * 86_400),
+            1000
+        )
+        .await
+        .expect("purge"),
         1
     );
     outbox_ok(ctx, &["purge", "--older-than", "30s"]);
     outbox_ok(ctx, &["purge", "--older-than", "15m"]);
     assert!(matches!(
-        ops::purge_delivered(db, DAY, 0).await,
+        ops::purge_delivered(&sea_orm_outbox::Outbox::default(), db, DAY, 0).await,
         Err(OutboxError::InvalidArgument(_))
     ));
     let o = outbox(ctx, &["purge", "--older-than", "soon"]);
@@ -1021,4 +1042,50 @@ async fn cli_never_prints_the_password(ctx: &TestContext) {
         }
         Backend::Sqlite => {}
     }
+}
+
+/// `--table` (and `OUTBOX_TABLE`) names the table every command works on; a bad name is
+/// refused before anything is read, and `migrate` refuses any table but `t_event_record`.
+async fn cli_table_flag_names_the_table_of_every_command(ctx: &TestContext) {
+    let manager = sea_orm_migration::SchemaManager::new(&ctx.db);
+    sea_orm_outbox::migration::create_outbox_table(&manager, "outbox_events")
+        .await
+        .expect("create outbox_events");
+    let named = sea_orm_outbox::Outbox::new()
+        .table("outbox_events")
+        .expect("a valid name");
+    for k in 0..2 {
+        named
+            .with_event(&ctx.db, NewEvent::raw(format!("T-{k}"), "T", "{}"))
+            .await
+            .expect("write");
+    }
+    let stats = json(&outbox_ok(
+        ctx,
+        &["--table", "outbox_events", "stats", "--json"],
+    ));
+    assert_eq!(stats["wait"], 2, "{stats}");
+    let default = json(&outbox_ok(ctx, &["stats", "--json"]));
+    assert_eq!(default["wait"], 0, "{default}");
+    let by_env = outbox_with(
+        &ctx.url,
+        &["stats", "--json"],
+        &[("OUTBOX_TABLE", "outbox_events")],
+        Duration::from_secs(30),
+    );
+    assert_eq!(json(&stdout(&by_env))["wait"], 2, "{}", stderr(&by_env));
+    let bad = outbox(ctx, &["--table", "outbox-events", "stats"]);
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("outbox table name"),
+        "{}",
+        stderr(&bad)
+    );
+    let migrate = outbox(ctx, &["--table", "outbox_events", "migrate", "status"]);
+    assert_eq!(migrate.status.code(), Some(1), "{}", stderr(&migrate));
+    assert!(
+        stderr(&migrate).contains("create_outbox_table"),
+        "{}",
+        stderr(&migrate)
+    );
 }

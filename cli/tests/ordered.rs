@@ -81,7 +81,9 @@ async fn block_holds_a_key_behind_its_dead_letter_until_retried(ctx: &TestContex
         "A sent nothing"
     );
 
-    let blocked = ops::blocked_keys(db).await.expect("blocked keys");
+    let blocked = ops::blocked_keys(&sea_orm_outbox::Outbox::default(), db)
+        .await
+        .expect("blocked keys");
     assert_eq!(blocked.keys, 1, "{blocked:?}");
     assert!(
         blocked.oldest_age_seconds.is_some_and(|a| a >= 0.0),
@@ -115,5 +117,11 @@ async fn block_holds_a_key_behind_its_dead_letter_until_retried(ctx: &TestContex
     );
     publisher.assert_in_order();
     assert_eq!(publisher.first_deliveries()["A"], ids["A"]);
-    assert_eq!(ops::blocked_keys(db).await.expect("blocked").keys, 0);
+    assert_eq!(
+        ops::blocked_keys(&sea_orm_outbox::Outbox::default(), db)
+            .await
+            .expect("blocked")
+            .keys,
+        0
+    );
 }

@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use sea_orm::sea_query::{MysqlQueryBuilder, PostgresQueryBuilder};
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DbBackend, QueryTrait, Statement, TransactionTrait,
-};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
 use sea_orm_outbox::driver;
 
 use crate::figures::{percentile, Figures};
@@ -173,7 +171,7 @@ pub async fn figures(
         driver::Driver::of(backend).expect("a known backend"),
         args.per_row_batch,
     )
-    .into_query();
+    .to_owned();
     let scans = match backend {
         DbBackend::Postgres => {
             let claim = driver::claim_batch_statement(
@@ -191,7 +189,7 @@ pub async fn figures(
                 driver::Driver::of(backend).expect("a known backend"),
                 args.batch,
             )
-            .into_query();
+            .to_owned();
             locking.lock_with_behavior(
                 sea_orm::sea_query::LockType::Update,
                 sea_orm::sea_query::LockBehavior::SkipLocked,

@@ -91,6 +91,17 @@ mod table;
 /// The outbox table the migrations of this crate create and change: `t_event_record`.
 pub const TABLE: &str = "t_event_record";
 
+/// Checks an outbox table (or Postgres schema) name: 1 to 40 ASCII letters, digits and
+/// underscores, not starting with a digit (so that the index names of [`create_outbox_table`]
+/// fit every backend's 63-byte limit, and the name needs no quoting anywhere). The rule of
+/// [`create_outbox_table`] and of `sea_orm_outbox::Outbox::table`.
+///
+/// # Errors
+/// [`DbErr::Custom`] naming the rule.
+pub fn check_table_name(name: &str) -> Result<(), DbErr> {
+    table::check_name(name)
+}
+
 /// Creates an outbox table named `table`, in the schema the migrations of this crate give
 /// `t_event_record` (every column, the indexes `idx_<table>_status_next_retry`,
 /// `idx_<table>_status_claimed_at` and `idx_<table>_biz_no_status_id`), for a table of the
@@ -115,16 +126,15 @@ pub const TABLE: &str = "t_event_record";
 /// }
 /// ```
 ///
-/// A later release that changes the schema adds a function for the change beside the
-/// migration that makes it on `t_event_record`.
+/// The table is created in the connection's current schema (Postgres: the first of its
+/// `search_path`). Give the same name to the `sea_orm_outbox::Outbox` that writes and relays
+/// its events (`Outbox::new().table("outbox_events")`). A later release that changes the
+/// schema adds a function for the change beside the migration that makes it on
+/// `t_event_record`.
 ///
 /// # Errors
-/// [`DbErr::Custom`] when `table` is not 1 to 40 ASCII letters, digits and underscores (so that
-/// its index names fit every backend's 63-byte limit); the database's error, for one when
+/// [`DbErr::Custom`] when `table` is not a name [`check_table_name`] accepts; the database's error, for one when
 /// `table` exists already with its indexes.
-// Hidden until the relay, the write path and `ops` take their table's name: today they read
-// `t_event_record` only.
-#[doc(hidden)]
 pub async fn create_outbox_table(manager: &SchemaManager<'_>, table: &str) -> Result<(), DbErr> {
     table::check_name(table)?;
     table::create(manager, table).await?;
@@ -136,7 +146,6 @@ pub async fn create_outbox_table(manager: &SchemaManager<'_>, table: &str) -> Re
 ///
 /// # Errors
 /// [`DbErr::Custom`] for a name [`create_outbox_table`] refuses; the database's error.
-#[doc(hidden)]
 pub async fn drop_outbox_table(manager: &SchemaManager<'_>, table: &str) -> Result<(), DbErr> {
     table::check_name(table)?;
     table::drop(manager, table).await

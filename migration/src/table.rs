@@ -33,18 +33,19 @@ enum Col {
 
 /// Longest outbox table name: 40 characters, so that `idx_<table>_biz_no_status_id` stays
 /// within Postgres's 63-byte identifiers (longer ones are cut short silently) and MySQL's 64.
-const MAX_NAME_LEN: usize = 40;
+pub(crate) const MAX_NAME_LEN: usize = 40;
 
-/// Refuses a table name that is empty, longer than [`MAX_NAME_LEN`], or holds anything but
-/// ASCII letters, digits and underscores.
+/// Refuses a name that is empty, longer than [`MAX_NAME_LEN`], starts with a digit, or holds
+/// anything but ASCII letters, digits and underscores.
 pub(crate) fn check_name(table: &str) -> Result<(), DbErr> {
     let plain = table
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if table.is_empty() || table.len() > MAX_NAME_LEN || !plain {
+    let digit_first = table.bytes().next().is_some_and(|b| b.is_ascii_digit());
+    if table.is_empty() || table.len() > MAX_NAME_LEN || !plain || digit_first {
         return Err(DbErr::Custom(format!(
             "outbox table name {table:?}: use 1 to {MAX_NAME_LEN} ASCII letters, digits and \
-             underscores"
+             underscores, not starting with a digit"
         )));
     }
     Ok(())

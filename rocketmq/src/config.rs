@@ -335,9 +335,9 @@ impl RocketMqConfig {
     }
 
     /// RocketMQ's rules for an event under this configuration: [`crate::EVENT_LIMITS`] with the
-    /// largest payload [`RocketMqConfig::max_message_bytes`]. Pass them to the core's
-    /// `with_event_limited` or `transactional_publish_limited` so that an event this publisher
-    /// can never send is refused at write time.
+    /// largest payload [`RocketMqConfig::max_message_bytes`]. Give them to the core's
+    /// `Outbox::limits` so that an event this publisher can never send is refused at write
+    /// time.
     ///
     /// ```
     /// use sea_orm_outbox_rocketmq::RocketMqConfig;

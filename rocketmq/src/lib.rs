@@ -32,7 +32,8 @@
 //!
 //! Events written for RocketMQ are checked against its rules at write time with
 //! [`EVENT_LIMITS`] (or [`RocketMqConfig::event_limits`], which follows the configured message
-//! size): pass them to `with_event_limited` or `transactional_publish_limited`.
+//! size): give them to the core's `Outbox` (`Outbox::new().limits(EVENT_LIMITS)`) that writes
+//! the events.
 //!
 //! One home for each concern: `config` ([`RocketMqConfig`] and its checks), `limits` (the
 //! message size and the reserved property names: [`EVENT_LIMITS`]), `runtime` (the runtime

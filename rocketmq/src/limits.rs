@@ -1,5 +1,5 @@
 //! RocketMQ's rules for an event, checked at write time: [`EVENT_LIMITS`] for the core's
-//! `with_event_limited` and `transactional_publish_limited`, and the same reserved names checked
+//! `Outbox::limits`, and the same reserved names checked
 //! again when a message is built (a row written or edited outside the library).
 use sea_orm_outbox::EventLimits;
 

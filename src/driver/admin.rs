@@ -3,37 +3,69 @@
 //! rendered per backend by the snapshot test (`tests/statements.rs`).
 use std::time::Duration;
 
-use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Query, SelectStatement};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
-    QueryTrait, Select,
-};
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Order, Query, SelectStatement};
+use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{ByIds, Driver};
+use super::{event_columns, ByIds, Driver};
+
+type DateTimeUtc = sea_orm::prelude::DateTimeUtc;
 
 /// `SELECT status, COUNT(id) AS n FROM t_event_record [WHERE status IN (:only)] GROUP BY
 /// status`.
-pub fn count_by_status_query(only: Option<&[EventStatus]>) -> Select<Entity> {
-    let mut q = Entity::find()
-        .select_only()
-        .column(Column::Status)
-        .column_as(Expr::col(Column::Id).count(), "n");
+pub fn count_by_status_query(driver: Driver, only: Option<&[EventStatus]>) -> SelectStatement {
+    let mut q = Query::select();
+    q.column(Column::Status)
+        .expr_as(Expr::col(Column::Id).count(), "n")
+        .from(driver.table());
     if let Some(only) = only {
-        q = q.filter(Column::Status.is_in(only.iter().map(|s| s.as_str())));
+        q.and_where(Expr::col(Column::Status).is_in(only.iter().map(|s| s.as_str())));
     }
-    q.group_by(Column::Status)
+    q.group_by_col(Column::Status).to_owned()
+}
+
+/// The rows of [`count_by_status_query`]: `(status, count)`.
+///
+/// # Errors
+/// Any database error.
+pub async fn count_by_status<C: ConnectionTrait>(
+    db: &C,
+    driver: Driver,
+    only: Option<&[EventStatus]>,
+) -> Result<Vec<(String, i64)>, DbErr> {
+    db.query_all(&count_by_status_query(driver, only))
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?)))
+        .collect()
 }
 
 /// `SELECT MIN(column) AS oldest, now AS now FROM t_event_record WHERE status = 'WAIT'`: the
 /// oldest waiting row's `column` and the database clock, read together.
-pub fn oldest_wait_query(driver: Driver, column: Column) -> Select<Entity> {
-    Entity::find()
-        .select_only()
-        .column_as(Expr::col(column).min(), "oldest")
-        .column_as(driver.now(), "now")
-        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+pub fn oldest_wait_query(driver: Driver, column: Column) -> SelectStatement {
+    Query::select()
+        .expr_as(Expr::col(column).min(), "oldest")
+        .expr_as(driver.now(), "now")
+        .from(driver.table())
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
+        .to_owned()
+}
+
+/// The row of [`oldest_wait_query`]: the oldest `column` (`None` when nothing waits) and the
+/// database's now.
+///
+/// # Errors
+/// Any database error.
+pub async fn oldest_wait<C: ConnectionTrait>(
+    db: &C,
+    driver: Driver,
+    column: Column,
+) -> Result<Option<(Option<DateTimeUtc>, DateTimeUtc)>, DbErr> {
+    match db.query_one(&oldest_wait_query(driver, column)).await? {
+        Some(r) => Ok(Some((r.try_get_by_index(0)?, r.try_get_by_index(1)?))),
+        None => Ok(None),
+    }
 }
 
 /// `SELECT COUNT(DISTINCT w.biz_no) AS blocked_keys, MIN(w.create_time) AS oldest, now AS now
@@ -49,7 +81,7 @@ pub fn blocked_keys_query(driver: Driver) -> SelectStatement {
     let dead = Query::select()
         .column(Column::BizNo)
         .expr_as(Expr::col(Column::Id).min(), first.clone())
-        .from(Entity)
+        .from(driver.table())
         .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
         .group_by_col(Column::BizNo)
         .to_owned();
@@ -63,7 +95,7 @@ pub fn blocked_keys_query(driver: Driver) -> SelectStatement {
         .from_subquery(dead, f.clone())
         .join_as(
             sea_orm::sea_query::JoinType::InnerJoin,
-            Entity,
+            driver.table(),
             w.clone(),
             Expr::col((w.clone(), Column::BizNo))
                 .equals((f.clone(), Column::BizNo))
@@ -75,15 +107,43 @@ pub fn blocked_keys_query(driver: Driver) -> SelectStatement {
 
 /// `SELECT ... FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease`
 /// (counted by the caller): leases older than `lease`.
-pub fn sending_over_lease_query(driver: Driver, lease: Duration) -> Select<Entity> {
-    Entity::find()
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
+pub fn sending_over_lease_query(driver: Driver, lease: Duration) -> SelectStatement {
+    Query::select()
+        .columns(event_columns(driver))
+        .from(driver.table())
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Sending.as_str()))
+        .and_where(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
+        .to_owned()
+}
+
+/// `SELECT COUNT(*) FROM (<sending_over_lease_query>) AS sub_query`: the leases older than
+/// `lease`.
+///
+/// # Errors
+/// Any database error.
+pub async fn count_sending_over_lease<C: ConnectionTrait>(
+    db: &C,
+    driver: Driver,
+    lease: Duration,
+) -> Result<u64, DbErr> {
+    let count = Query::select()
+        .expr(Expr::cust("COUNT(*)"))
+        .from_subquery(sending_over_lease_query(driver, lease), "sub_query")
+        .to_owned();
+    let n: Option<i64> = match db.query_one(&count).await? {
+        Some(r) => Some(r.try_get_by_index(0)?),
+        None => None,
+    };
+    Ok(n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
 }
 
 /// `SELECT id FROM t_event_record LIMIT 1`: whether the table exists.
-pub fn check_table_query() -> Select<Entity> {
-    Entity::find().select_only().column(Column::Id).limit(1)
+pub fn check_table_query(driver: Driver) -> SelectStatement {
+    Query::select()
+        .column(Column::Id)
+        .from(driver.table())
+        .limit(1)
+        .to_owned()
 }
 
 /// Runs [`check_table_query`]; where the driver has a simple protocol ([`Driver::inline`]:
@@ -92,35 +152,36 @@ pub fn check_table_query() -> Select<Entity> {
 ///
 /// # Errors
 /// Any database error (a missing table among them).
-pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
-    let driver = Driver::of_db(db)?;
-    match driver.inline(&check_table_query().build(driver.backend())) {
+pub async fn check_table<C: ConnectionTrait>(db: &C, driver: Driver) -> Result<(), DbErr> {
+    let stmt = driver.build(&check_table_query(driver));
+    match driver.inline(&stmt) {
         Some(sql) => db.execute_unprepared(&sql).await.map(drop),
-        None => {
-            let _: Option<i64> = check_table_query().into_tuple().one(db).await?;
-            Ok(())
-        }
+        None => db.query_one_raw(stmt).await.map(drop),
     }
 }
 
 /// `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
-pub fn dead_letters_query(limit: u64) -> Select<Entity> {
-    Entity::find()
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
-        .order_by_asc(Column::Id)
+pub fn dead_letters_query(driver: Driver, limit: u64) -> SelectStatement {
+    Query::select()
+        .columns(event_columns(driver))
+        .from(driver.table())
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
+        .order_by(Column::Id, Order::Asc)
         .limit(limit)
+        .to_owned()
 }
 
 /// `SELECT id FROM t_event_record WHERE status = 'FAIL' AND id > :after ORDER BY id LIMIT
 /// :batch`: one page of dead letters by id.
-pub fn dead_letter_ids_query(after: i64, batch: u64) -> Select<Entity> {
-    Entity::find()
-        .select_only()
+pub fn dead_letter_ids_query(driver: Driver, after: i64, batch: u64) -> SelectStatement {
+    Query::select()
         .column(Column::Id)
-        .filter(Column::Status.eq(EventStatus::Fail.as_str()))
-        .filter(Column::Id.gt(after))
-        .order_by_asc(Column::Id)
+        .from(driver.table())
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
+        .and_where(Expr::col(Column::Id).gt(after))
+        .order_by(Column::Id, Order::Asc)
         .limit(batch)
+        .to_owned()
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT', retry_count = 0, next_retry_time = now,
@@ -128,41 +189,42 @@ pub fn dead_letter_ids_query(after: i64, batch: u64) -> Select<Entity> {
 /// 'FAIL'`: dead letters given a fresh start (run through the primary key).
 pub fn retry_dead_statement(driver: Driver, ids: &[i64]) -> ByIds {
     let now = driver.now();
-    ByIds::update()
+    ByIds::update(driver.table())
         .set(Column::Status, Expr::val(EventStatus::Wait.as_str()))
         .set(Column::RetryCount, Expr::val(0))
         .set(Column::NextRetryTime, now.clone())
         .set(Column::ClaimOwner, Expr::cust("NULL"))
         .set(Column::ClaimedAt, Expr::cust("NULL"))
         .set(Column::UpdateTime, now)
-        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
         .filter(driver.status_guard(Expr::val(EventStatus::Fail.as_str())))
 }
 
 /// `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'` (run through the primary
 /// key).
 pub fn discard_dead_statement(driver: Driver, id: i64) -> ByIds {
-    ByIds::delete()
-        .filter(Column::Id.eq(id))
+    ByIds::delete(driver.table())
+        .filter(Expr::col(Column::Id).eq(id))
         .filter(driver.status_guard(Expr::val(EventStatus::Fail.as_str())))
 }
 
 /// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
 /// ORDER BY id LIMIT :batch`: one purge batch.
-pub fn purge_ids_query(driver: Driver, older_than: Duration, batch: u64) -> Select<Entity> {
-    Entity::find()
-        .select_only()
+pub fn purge_ids_query(driver: Driver, older_than: Duration, batch: u64) -> SelectStatement {
+    Query::select()
         .column(Column::Id)
-        .filter(Column::Status.eq(EventStatus::Success.as_str()))
-        .filter(Expr::col(Column::UpdateTime).lt(driver.now_minus(older_than)))
-        .order_by_asc(Column::Id)
+        .from(driver.table())
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Success.as_str()))
+        .and_where(Expr::col(Column::UpdateTime).lt(driver.now_minus(older_than)))
+        .order_by(Column::Id, Order::Asc)
         .limit(batch)
+        .to_owned()
 }
 
 /// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SUCCESS'` (run through the
 /// primary key).
 pub fn purge_statement(driver: Driver, ids: &[i64]) -> ByIds {
-    ByIds::delete()
-        .filter(Column::Id.is_in(ids.iter().copied()))
+    ByIds::delete(driver.table())
+        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
         .filter(driver.status_guard(Expr::val(EventStatus::Success.as_str())))
 }

@@ -4,18 +4,20 @@
 //! values, conditions) as sea-query expressions until [`Driver::by_ids`] or
 //! [`Driver::insert_if_absent`] writes the statement of one backend.
 use sea_orm::sea_query::{DynIden, Expr, IntoIden, OnConflict, Query};
-use sea_orm::{DbBackend, EntityTrait, QueryFilter, QueryTrait, Statement};
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm::{DbBackend, Statement};
+use sea_orm_outbox_entity::event_record::Column;
 
-use super::Driver;
+use super::{Driver, Table};
 
-/// An `UPDATE` (or `DELETE`) of `t_event_record` whose `WHERE` names its rows by id (`id =
+/// An `UPDATE` (or `DELETE`) of the outbox table whose `WHERE` names its rows by id (`id =
 /// :id` or `id IN (:ids)`): every guarded transition, the reclaim, the dead-letter and purge
 /// statements. Sent through the primary key alone ([`Driver::by_ids`]), so that it never reads
 /// (nor, on MySQL/MariaDB, locks or waits on) rows it does not name. Its status guard is built
 /// by [`Driver::status_guard`].
 #[derive(Debug, Clone)]
 pub struct ByIds {
+    /// The outbox table.
+    table: Table,
     /// `Some(assignments)` for an `UPDATE`, in order; `None` for a `DELETE`.
     set: Option<Vec<(Column, Expr)>>,
     /// The conditions joined by `AND`, in order.
@@ -23,20 +25,27 @@ pub struct ByIds {
 }
 
 impl ByIds {
-    /// An `UPDATE` of no column yet.
-    pub fn update() -> Self {
+    /// An `UPDATE` of `table`, of no column yet.
+    pub fn update(table: Table) -> Self {
         ByIds {
+            table,
             set: Some(Vec::new()),
             filter: Vec::new(),
         }
     }
 
-    /// A `DELETE`.
-    pub fn delete() -> Self {
+    /// A `DELETE` from `table`.
+    pub fn delete(table: Table) -> Self {
         ByIds {
+            table,
             set: None,
             filter: Vec::new(),
         }
+    }
+
+    /// The table.
+    pub fn table(&self) -> Table {
+        self.table
     }
 
     /// `SET column = value` (ignored by a `DELETE`).
@@ -68,26 +77,27 @@ impl ByIds {
         &self.filter
     }
 
-    /// The statement as sea-orm writes an `update_many` / `delete_many` with these columns
-    /// and filters, for `backend`.
+    /// The statement as sea-query writes it for `backend`.
     pub(super) fn plain(&self, backend: DbBackend) -> Statement {
         match &self.set {
             Some(set) => {
-                let mut update = Entity::update_many();
+                let mut update = Query::update();
+                update.table(self.table);
                 for (column, value) in set {
-                    update = update.col_expr(*column, value.clone());
+                    update.value(*column, value.clone());
                 }
                 for condition in &self.filter {
-                    update = update.filter(condition.clone());
+                    update.and_where(condition.clone());
                 }
-                update.build(backend)
+                backend.build(&update)
             }
             None => {
-                let mut delete = Entity::delete_many();
+                let mut delete = Query::delete();
+                delete.from_table(self.table);
                 for condition in &self.filter {
-                    delete = delete.filter(condition.clone());
+                    delete.and_where(condition.clone());
                 }
-                delete.build(backend)
+                backend.build(&delete)
             }
         }
     }
@@ -181,28 +191,29 @@ mod tests {
 
     #[test]
     fn by_ids_per_backend() {
-        use sea_orm::ColumnTrait;
-        let update = ByIds::update()
+        use sea_orm::sea_query::ExprTrait;
+        let update = ByIds::update(Table::DEFAULT)
             .set(Column::RetryCount, Expr::val(0))
-            .filter(Column::Id.is_in([1_i64, 2]));
+            .filter(Expr::col(Column::Id).is_in([1_i64, 2]));
         assert_eq!(
             update.build(Driver::MySql).sql,
-            "UPDATE `t_event_record` FORCE INDEX (PRIMARY) SET `retry_count` = ? WHERE \
-             `t_event_record`.`id` IN (?, ?)"
+            "UPDATE `t_event_record` FORCE INDEX (PRIMARY) SET `retry_count` = ? WHERE `id` IN \
+             (?, ?)"
         );
         assert_eq!(
             update.build(Driver::Postgres).sql,
-            r#"UPDATE "t_event_record" SET "retry_count" = $1 WHERE "t_event_record"."id" IN ($2, $3)"#
+            r#"UPDATE "t_event_record" SET "retry_count" = $1 WHERE "id" IN ($2, $3)"#
         );
-        let delete = ByIds::delete().filter(Column::Id.is_in([1_i64, 2]));
+        let app = Table::new(Some("app"), "outbox_events").expect("valid");
+        let delete = ByIds::delete(app).filter(Expr::col(Column::Id).is_in([1_i64, 2]));
         assert_eq!(
             delete.build(Driver::MySql).sql,
-            "DELETE `t_event_record` FROM `t_event_record` FORCE INDEX (PRIMARY) WHERE \
-             `t_event_record`.`id` IN (?, ?)"
+            "DELETE `app`.`outbox_events` FROM `app`.`outbox_events` FORCE INDEX (PRIMARY) \
+             WHERE `id` IN (?, ?)"
         );
         assert_eq!(
             delete.build(Driver::Sqlite).sql,
-            r#"DELETE FROM "t_event_record" WHERE "t_event_record"."id" IN (?, ?)"#
+            r#"DELETE FROM "app"."outbox_events" WHERE "id" IN (?, ?)"#
         );
     }
 }

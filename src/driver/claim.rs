@@ -1,15 +1,13 @@
 //! Claiming: the candidate read and per-row claim of the seed, and the batch claim (each
 //! backend's in its `claim.rs`).
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement, UpdateStatement};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
-    QuerySelect, Select, Statement, TransactionTrait,
-};
-use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Statement, TransactionTrait};
+use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{exec_by_ids, mysql, postgres, retry_transient, sqlite, status_literal};
-use super::{ByIds, Claim, Driver};
+use super::{event_columns, exec_by_ids, mysql, postgres, query_events, retry_transient};
+use super::{sqlite, status_literal};
+use super::{Backend, ByIds, Claim, Driver, OutboxConnection};
 
 // Reached by the statement snapshots (feature `test-support`) only: the MySQL claim runs them
 // from its backend file.
@@ -18,12 +16,15 @@ pub use super::mysql::claim::{claim_locked_statement, locking_candidates_query};
 
 /// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
 /// next_retry_time LIMIT batch`: served by `idx_t_event_record_status_next_retry`. Takes no lock.
-pub fn candidates_query(driver: Driver, batch: u64) -> Select<Entity> {
-    Entity::find()
-        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
-        .filter(Expr::col(Column::NextRetryTime).lte(driver.now()))
-        .order_by_asc(Column::NextRetryTime)
+pub fn candidates_query(driver: Driver, batch: u64) -> SelectStatement {
+    Query::select()
+        .columns(event_columns(driver))
+        .from(driver.table())
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
+        .and_where(Expr::col(Column::NextRetryTime).lte(driver.now()))
+        .order_by(Column::NextRetryTime, Order::Asc)
         .limit(batch)
+        .to_owned()
 }
 
 /// The due `WAIT` events, oldest due first, at most `batch`. Several instances seeing the same
@@ -31,11 +32,11 @@ pub fn candidates_query(driver: Driver, batch: u64) -> Select<Entity> {
 ///
 /// # Errors
 /// Any database error.
-pub async fn select_candidates<C: ConnectionTrait>(
+pub async fn select_candidates<C: OutboxConnection>(
     db: &C,
     batch: u64,
 ) -> Result<Vec<Model>, DbErr> {
-    candidates_query(Driver::of_db(db)?, batch).all(db).await
+    query_events(db, &candidates_query(db.driver()?, batch)).await
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
@@ -47,28 +48,28 @@ pub async fn select_candidates<C: ConnectionTrait>(
 /// row's real one.
 pub fn claim_statement(driver: Driver, id: i64, seen_retry_count: i32, owner: &str) -> ByIds {
     let now = driver.now();
-    ByIds::update()
+    ByIds::update(driver.table())
         .set(Column::Status, Expr::val(EventStatus::Sending.as_str()))
         .set(Column::ClaimOwner, Expr::val(owner))
         .set(Column::ClaimedAt, now.clone())
         .set(Column::UpdateTime, now.clone())
-        .filter(Column::Id.eq(id))
+        .filter(Expr::col(Column::Id).eq(id))
         .filter(driver.status_guard(Expr::val(EventStatus::Wait.as_str())))
         .filter(Expr::col(Column::NextRetryTime).lte(now))
-        .filter(Column::RetryCount.eq(seen_retry_count))
+        .filter(Expr::col(Column::RetryCount).eq(seen_retry_count))
 }
 
 /// Takes the lease on event `id` (seen with `seen_retry_count`) for `owner`.
 ///
 /// # Errors
 /// Any database error.
-pub async fn claim<C: ConnectionTrait>(
+pub async fn claim<C: OutboxConnection>(
     db: &C,
     id: i64,
     seen_retry_count: i32,
     owner: &str,
 ) -> Result<Claim, DbErr> {
-    let stmt = claim_statement(Driver::of_db(db)?, id, seen_retry_count, owner);
+    let stmt = claim_statement(db.driver()?, id, seen_retry_count, owner);
     let rows = exec_by_ids(db, &stmt).await?;
     Ok(if rows == 1 { Claim::Won } else { Claim::Lost })
 }
@@ -82,12 +83,12 @@ pub async fn claim<C: ConnectionTrait>(
 /// statements of [`locking_candidates_query`] and [`claim_locked_statement`] instead (the
 /// form above, which they reject, is rendered for them only for comparison).
 pub fn claim_batch_statement(driver: Driver, owner: &str, n: u64) -> UpdateStatement {
-    match driver {
-        Driver::Postgres => postgres::claim::claim_batch_statement(owner, n),
-        Driver::MySql | Driver::Sqlite => {
+    match driver.backend {
+        Backend::Postgres => postgres::claim::claim_batch_statement(driver, owner, n),
+        Backend::MySql | Backend::Sqlite => {
             let mut due = Query::select();
             due.column(Column::Id)
-                .from(Entity)
+                .from(driver.table())
                 .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
                 .and_where(Expr::col(Column::NextRetryTime).lte(driver.now()))
                 .order_by(Column::NextRetryTime, Order::Asc)
@@ -120,7 +121,7 @@ pub(super) fn claim_update(driver: Driver, owner: &str, wait: Expr, ids: Expr) -
     let now = driver.now();
     let mut update = Query::update();
     update
-        .table(Entity)
+        .table(driver.table())
         .value(Column::Status, status_literal(EventStatus::Sending))
         .value(Column::ClaimOwner, Expr::val(owner))
         .value(Column::ClaimedAt, now.clone())
@@ -164,12 +165,13 @@ pub(super) async fn claim_returning<C: ConnectionTrait>(
 /// Any database error (transient conflicts are retried first).
 pub async fn claim_batch<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
 where
-    C: ConnectionTrait + TransactionTrait,
+    C: OutboxConnection + TransactionTrait,
 {
-    let mut claimed = match Driver::of_db(db)? {
-        Driver::Postgres => postgres::claim::claim_batch(db, owner, n).await?,
-        Driver::MySql => mysql::claim::claim_batch(db, owner, n).await?,
-        Driver::Sqlite => sqlite::claim::claim_batch(db, owner, n).await?,
+    let driver = db.driver()?;
+    let mut claimed = match driver.backend {
+        Backend::Postgres => postgres::claim::claim_batch(db, driver, owner, n).await?,
+        Backend::MySql => mysql::claim::claim_batch(db, driver, owner, n).await?,
+        Backend::Sqlite => sqlite::claim::claim_batch(db, driver, owner, n).await?,
     };
     sort_by_due(&mut claimed);
     Ok(claimed)
@@ -204,11 +206,11 @@ pub fn mark_success_and_claim_statement(
     owner: &str,
     n: u64,
 ) -> Option<Statement> {
-    match driver {
-        Driver::Postgres => Some(postgres::claim::mark_success_and_claim_statement(
-            done_ids, done_owner, owner, n,
+    match driver.backend {
+        Backend::Postgres => Some(postgres::claim::mark_success_and_claim_statement(
+            driver, done_ids, done_owner, owner, n,
         )),
-        Driver::MySql | Driver::Sqlite => None,
+        Backend::MySql | Backend::Sqlite => None,
     }
 }
 
@@ -223,16 +225,18 @@ pub fn mark_success_and_claim_statement(
 /// Any database error (transient conflicts are retried first); [`DbErr::Custom`] on a backend
 /// without the single statement ([`Driver::mark_and_claim_in_one`]): there, mark and claim
 /// with the two functions.
-pub async fn mark_success_and_claim_batch<C: ConnectionTrait>(
+pub async fn mark_success_and_claim_batch<C: OutboxConnection>(
     db: &C,
     done_ids: &[i64],
     done_owner: &str,
     owner: &str,
     n: u64,
 ) -> Result<MarkedAndClaimed, DbErr> {
-    let (marked, mut claimed) = match Driver::of_db(db)? {
-        Driver::Postgres => {
-            postgres::claim::mark_success_and_claim(db, done_ids, done_owner, owner, n).await?
+    let driver = db.driver()?;
+    let (marked, mut claimed) = match driver.backend {
+        Backend::Postgres => {
+            postgres::claim::mark_success_and_claim(db, driver, done_ids, done_owner, owner, n)
+                .await?
         }
         other => {
             return Err(DbErr::Custom(format!(

@@ -1,6 +1,7 @@
 //! What kind of database failure an error is ([`DbErrorKind`]): sqlx's error
 //! read here, the database's own code by the backend's `error.rs` (Postgres SQLSTATE,
 //! MySQL/MariaDB error number, SQLite result code), never by its text where a code exists.
+use super::table::known_names;
 use sea_orm::DbErr;
 
 use crate::error::{DbErrorKind, OutboxError};
@@ -95,14 +96,15 @@ impl From<DbErr> for OutboxError {
 }
 
 /// Whether `err` says an outbox table is missing: a missing table by the database's code
-/// (Postgres 42P01, MySQL 1146, SQLite "no such table") that names `t_event_record` or
+/// (Postgres 42P01, MySQL 1146, SQLite "no such table") that names an outbox table (of the
+/// names a [`super::Table`] of this process holds, `t_event_record` among them) or
 /// `t_consumed_message` (a missing table of the application's is a plain database error).
 fn is_missing_table(err: &DbErr) -> bool {
     if db_error_kind(err) != DbErrorKind::MissingTable {
         return false;
     }
     let text = err.to_string();
-    text.contains("t_event_record") || text.contains("t_consumed_message")
+    text.contains("t_consumed_message") || known_names().iter().any(|name| text.contains(name))
 }
 
 /// Whether `err` says a column the library added in a later migration is missing (Postgres
@@ -113,15 +115,18 @@ fn is_missing_outbox_column(err: &DbErr) -> bool {
     }
     // The column as each backend names it (an application's own `request_headers` is not it).
     let text = err.to_string();
-    [
-        "t_event_record.headers",
-        "\"headers\"",
-        "'headers'",
-        "column named headers",
-        "no such column: headers",
-    ]
-    .iter()
-    .any(|form| text.contains(form))
+    let qualified = known_names()
+        .iter()
+        .any(|name| text.contains(&format!("{name}.headers")));
+    qualified
+        || [
+            "\"headers\"",
+            "'headers'",
+            "column named headers",
+            "no such column: headers",
+        ]
+        .iter()
+        .any(|form| text.contains(form))
 }
 
 /// Whether `err` is a transient conflict that the same statement may simply run again after:

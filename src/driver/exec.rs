@@ -3,11 +3,40 @@
 //! the table's columns.
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
-use sea_orm_outbox_entity::event_record::{self, Entity};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, FromQueryResult};
+use sea_orm_outbox_entity::event_record;
 
 use super::is_transient;
-use super::{ByIds, Driver};
+use super::{ByIds, Driver, RelayDb};
+
+/// A connection the driver runs statements on, and the driver they are built for: its
+/// backend's, on the default table, except for a [`RelayDb`], which carries the relay's
+/// table.
+pub trait OutboxConnection: ConnectionTrait {
+    /// The driver of this connection's statements.
+    ///
+    /// # Errors
+    /// [`DbErr::Custom`] for a backend this crate does not know.
+    fn driver(&self) -> Result<Driver, DbErr>;
+}
+
+impl OutboxConnection for DatabaseConnection {
+    fn driver(&self) -> Result<Driver, DbErr> {
+        Driver::of_db(self)
+    }
+}
+
+impl OutboxConnection for DatabaseTransaction {
+    fn driver(&self) -> Result<Driver, DbErr> {
+        Driver::of_db(self)
+    }
+}
+
+impl OutboxConnection for RelayDb {
+    fn driver(&self) -> Result<Driver, DbErr> {
+        RelayDb::driver(self)
+    }
+}
 
 /// Attempts a guarded statement makes when it meets a transient conflict (deadlock,
 /// serialization failure, SQLite busy) before the error is returned.
@@ -49,15 +78,15 @@ pub(crate) fn truncate_reason(reason: &str) -> &str {
     &reason[..end]
 }
 
-/// Runs `stmt` ([`ByIds`]: an `UPDATE` or `DELETE` whose `WHERE` names its rows by id) as the
-/// driver sends it, through the primary key alone ([`Driver::by_ids`]: on MySQL and MariaDB it
+/// Runs `stmt` ([`ByIds`]: an `UPDATE` or `DELETE` whose `WHERE` names its rows by id, and its
+/// table) as the driver of `db`'s backend sends it, through the primary key alone ([`Driver::by_ids`]: on MySQL and MariaDB it
 /// would otherwise wait on rows of open transactions that it does not change), and returns
 /// `rows_affected`. Transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
 ///
 /// # Errors
 /// Any database error.
 pub async fn exec_by_ids<C: ConnectionTrait>(db: &C, stmt: &ByIds) -> Result<u64, DbErr> {
-    let stmt = stmt.build(Driver::of_db(db)?);
+    let stmt = stmt.build(Driver::of_db(db)?.with_table(stmt.table()));
     Ok(retry_transient(|| db.execute_raw(stmt.clone()))
         .await?
         .rows_affected())
@@ -96,7 +125,58 @@ impl Transition {
     }
 }
 
-/// Reads one event by id.
+/// Every column of an event, qualified by the table's name (`"t_event_record"."id", ...`): the
+/// column list of each statement that reads whole events ([`query_events`]). Qualified because
+/// SQLite reads a double-quoted name that names no column, unqualified, as a string literal
+/// (its "DQS" compatibility rule): a table that lacks a later migration's column must fail the
+/// read, not return the column's name as its value.
+pub(crate) fn event_columns(driver: Driver) -> Vec<(&'static str, event_record::Column)> {
+    use sea_orm::Iterable;
+    let table = driver.table().name();
+    event_record::Column::iter().map(|c| (table, c)).collect()
+}
+
+/// The events `stmt` reads (every column of the table, by name).
+///
+/// # Errors
+/// Any database error.
+pub(crate) async fn query_events<C: ConnectionTrait>(
+    db: &C,
+    stmt: &sea_orm::sea_query::SelectStatement,
+) -> Result<Vec<event_record::Model>, DbErr> {
+    db.query_all(stmt)
+        .await?
+        .iter()
+        .map(|row| event_record::Model::from_query_result(row, ""))
+        .collect()
+}
+
+/// The ids `stmt` reads (its first column).
+///
+/// # Errors
+/// Any database error.
+pub(crate) async fn query_ids<C: ConnectionTrait>(
+    db: &C,
+    stmt: &sea_orm::sea_query::SelectStatement,
+) -> Result<Vec<i64>, DbErr> {
+    db.query_all(stmt)
+        .await?
+        .iter()
+        .map(|row| row.try_get_by_index::<i64>(0))
+        .collect()
+}
+
+/// `SELECT * FROM t_event_record WHERE id = :id`.
+pub fn find_event_query(driver: Driver, id: i64) -> sea_orm::sea_query::SelectStatement {
+    use sea_orm::sea_query::{Expr, ExprTrait, Query};
+    Query::select()
+        .columns(event_columns(driver))
+        .from(driver.table())
+        .and_where(Expr::col(event_record::Column::Id).eq(id))
+        .to_owned()
+}
+
+/// Reads one event of `t_event_record` by id.
 ///
 /// # Errors
 /// Any database error.
@@ -104,27 +184,36 @@ pub async fn find_event<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<Option<event_record::Model>, DbErr> {
-    Entity::find_by_id(id).one(db).await
+    let driver = Driver::of_db(db)?;
+    Ok(query_events(db, &find_event_query(driver, id))
+        .await?
+        .into_iter()
+        .next())
 }
 
-/// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails when the table
-/// lacks a column of a later migration (`headers`, `m20261201_000003_add_event_headers`).
-pub fn schema_probe_statement() -> sea_orm::sea_query::SelectStatement {
+/// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails
+/// when the table lacks a column of a later migration (`headers`,
+/// `m20261201_000003_add_event_headers`).
+pub fn schema_probe_statement(driver: Driver) -> sea_orm::sea_query::SelectStatement {
     use sea_orm::sea_query::{Expr, ExprTrait, Query};
+    let table = driver.table();
     Query::select()
-        // Qualified: SQLite reads an unknown double-quoted name that is not qualified as a
-        // string literal (its "DQS" compatibility rule) instead of failing.
-        .column((Entity, event_record::Column::Headers))
-        .from(Entity)
+        // Qualified by the table's name: SQLite reads an unknown double-quoted name that is
+        // not qualified as a string literal (its "DQS" compatibility rule) instead of failing.
+        .column((table.name(), event_record::Column::Headers))
+        .from(table)
         .and_where(Expr::val(1).eq(0))
         .to_owned()
 }
 
-/// Checks that `t_event_record` has every column this version reads and writes.
+/// Checks that the outbox table has every column this version reads and writes.
 ///
 /// # Errors
 /// The database error of [`schema_probe_statement`]: as an [`crate::OutboxError`],
 /// `SchemaOutdated` for the missing column, `TableMissing` without the table.
-pub async fn check_schema<C: ConnectionTrait>(db: &C) -> Result<(), DbErr> {
-    db.query_all(&schema_probe_statement()).await.map(drop)
+pub async fn check_schema<C: OutboxConnection>(db: &C) -> Result<(), DbErr> {
+    let driver = db.driver()?;
+    db.query_all(&schema_probe_statement(driver))
+        .await
+        .map(drop)
 }

@@ -3,10 +3,10 @@ use std::time::Instant;
 
 use sea_orm::sea_query::{Expr, InsertStatement, Query};
 use sea_orm::{ConnectionTrait, DbErr};
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
-use super::Driver;
+use super::{Driver, Table};
 use crate::event::NewEvent;
 
 /// `INSERT` of a new `WAIT` event due now (database clock), `retry_count` 0.
@@ -14,7 +14,7 @@ pub fn insert_statement(driver: Driver, event: &NewEvent) -> InsertStatement {
     let now = driver.now();
     let mut insert = Query::insert();
     insert
-        .into_table(Entity)
+        .into_table(driver.table())
         .columns([
             Column::BizNo,
             Column::EventType,
@@ -43,7 +43,7 @@ pub fn insert_statement(driver: Driver, event: &NewEvent) -> InsertStatement {
     insert
 }
 
-/// Inserts `event` as a `WAIT` row due now and returns its id. On Postgres the same statement
+/// Inserts `event` into `table` as a `WAIT` row due now and returns its id. On Postgres the same statement
 /// may also queue a `NOTIFY` on [`super::WAKE_CHANNEL`], delivered when the transaction
 /// commits (never on rollback), which wakes listening relays at once: unless the event says
 /// [`NewEvent::notify_relays`]`(false)`, and by default only when no other open transaction
@@ -54,8 +54,12 @@ pub fn insert_statement(driver: Driver, event: &NewEvent) -> InsertStatement {
 ///
 /// # Errors
 /// Any database error (for example a missing table).
-pub async fn insert_event<C: ConnectionTrait>(db: &C, event: &NewEvent) -> Result<i64, DbErr> {
-    let driver = Driver::of_db(db)?;
+pub async fn insert_event<C: ConnectionTrait>(
+    db: &C,
+    table: Table,
+    event: &NewEvent,
+) -> Result<i64, DbErr> {
+    let driver = Driver::of_db(db)?.with_table(table);
     let stmt = insert_statement(driver, event);
     if driver.returning() {
         let wakeup = event.wakeup();

@@ -5,19 +5,20 @@
 //! instance's earlier ones included.
 use std::time::Duration;
 
-use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QuerySelect, Select};
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm::sea_query::{Expr, ExprTrait, Query, SelectStatement};
+use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{exec_by_ids, status_literal, truncate_reason, ByIds, Driver, Transition};
+use super::{exec_by_ids, query_ids, status_literal, truncate_reason};
+use super::{ByIds, Driver, OutboxConnection, Transition};
 
 /// An update of event `id` guarded by `status = 'SENDING' AND claim_owner = :owner`.
 fn owned(driver: Driver, id: i64, owner: &str) -> ByIds {
-    ByIds::update()
-        .filter(Column::Id.eq(id))
+    ByIds::update(driver.table())
+        .filter(Expr::col(Column::Id).eq(id))
         .filter(driver.status_guard(status_literal(EventStatus::Sending)))
-        .filter(Column::ClaimOwner.eq(owner))
+        .filter(Expr::col(Column::ClaimOwner).eq(owner))
 }
 
 /// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id = :id AND status =
@@ -25,12 +26,12 @@ fn owned(driver: Driver, id: i64, owner: &str) -> ByIds {
 ///
 /// # Errors
 /// Any database error.
-pub async fn mark_success<C: ConnectionTrait>(
+pub async fn mark_success<C: OutboxConnection>(
     db: &C,
     id: i64,
     owner: &str,
 ) -> Result<Transition, DbErr> {
-    let stmt = mark_success_statement(Driver::of_db(db)?, id, owner);
+    let stmt = mark_success_statement(db.driver()?, id, owner);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
@@ -48,15 +49,14 @@ pub fn mark_success_statement(driver: Driver, id: i64, owner: &str) -> ByIds {
 ///
 /// # Errors
 /// Any database error.
-pub async fn release_for_retry<C: ConnectionTrait>(
+pub async fn release_for_retry<C: OutboxConnection>(
     db: &C,
     id: i64,
     owner: &str,
     backoff: Duration,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let driver = Driver::of_db(db)?;
-    let stmt = release_for_retry_statement(driver, id, owner, backoff, reason);
+    let stmt = release_for_retry_statement(db.driver()?, id, owner, backoff, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
@@ -68,12 +68,29 @@ pub fn release_for_retry_statement(
     backoff: Duration,
     reason: &str,
 ) -> ByIds {
-    owned(driver, id, owner)
+    release_statement(driver, id, owner, backoff, reason, true)
+}
+
+/// The release of event `id` back to `WAIT`, due after `delay`, its `retry_count` moved on
+/// when `counted`: [`release_for_retry_statement`] and [`release_uncounted_statement`].
+fn release_statement(
+    driver: Driver,
+    id: i64,
+    owner: &str,
+    delay: Duration,
+    reason: &str,
+    counted: bool,
+) -> ByIds {
+    let stmt = owned(driver, id, owner)
         .set(Column::Status, status_literal(EventStatus::Wait))
         .set(Column::ClaimOwner, Expr::cust("NULL"))
-        .set(Column::ClaimedAt, Expr::cust("NULL"))
-        .set(Column::RetryCount, retry_count_plus_one())
-        .set(Column::NextRetryTime, driver.now_plus(backoff))
+        .set(Column::ClaimedAt, Expr::cust("NULL"));
+    let stmt = if counted {
+        stmt.set(Column::RetryCount, retry_count_plus_one())
+    } else {
+        stmt
+    };
+    stmt.set(Column::NextRetryTime, driver.now_plus(delay))
         .set(Column::LastError, Expr::val(truncate_reason(reason)))
         .set(Column::UpdateTime, driver.now())
 }
@@ -86,15 +103,14 @@ pub fn release_for_retry_statement(
 ///
 /// # Errors
 /// Any database error.
-pub async fn release_uncounted<C: ConnectionTrait>(
+pub async fn release_uncounted<C: OutboxConnection>(
     db: &C,
     id: i64,
     owner: &str,
     delay: Duration,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let driver = Driver::of_db(db)?;
-    let stmt = release_uncounted_statement(driver, id, owner, delay, reason);
+    let stmt = release_uncounted_statement(db.driver()?, id, owner, delay, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
@@ -106,13 +122,7 @@ pub fn release_uncounted_statement(
     delay: Duration,
     reason: &str,
 ) -> ByIds {
-    owned(driver, id, owner)
-        .set(Column::Status, status_literal(EventStatus::Wait))
-        .set(Column::ClaimOwner, Expr::cust("NULL"))
-        .set(Column::ClaimedAt, Expr::cust("NULL"))
-        .set(Column::NextRetryTime, driver.now_plus(delay))
-        .set(Column::LastError, Expr::val(truncate_reason(reason)))
-        .set(Column::UpdateTime, driver.now())
+    release_statement(driver, id, owner, delay, reason, false)
 }
 
 /// `retry_count + 1`, the row's own count moved on.
@@ -126,13 +136,13 @@ fn retry_count_plus_one() -> Expr {
 ///
 /// # Errors
 /// Any database error.
-pub async fn mark_fail<C: ConnectionTrait>(
+pub async fn mark_fail<C: OutboxConnection>(
     db: &C,
     id: i64,
     owner: &str,
     reason: &str,
 ) -> Result<Transition, DbErr> {
-    let stmt = mark_fail_statement(Driver::of_db(db)?, id, owner, reason);
+    let stmt = mark_fail_statement(db.driver()?, id, owner, reason);
     Ok(Transition::from_rows(exec_by_ids(db, &stmt).await?))
 }
 
@@ -148,10 +158,10 @@ pub fn mark_fail_statement(driver: Driver, id: i64, owner: &str, reason: &str) -
 /// `UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`, the guard
 /// of the statements below.
 fn owned_many(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
-    ByIds::update()
-        .filter(Column::Id.is_in(ids.iter().copied()))
+    ByIds::update(driver.table())
+        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
         .filter(driver.status_guard(status_literal(EventStatus::Sending)))
-        .filter(Column::ClaimOwner.eq(owner))
+        .filter(Expr::col(Column::ClaimOwner).eq(owner))
 }
 
 /// Runs an [`owned_many`] statement through the primary key ([`exec_by_ids`]) and returns how
@@ -169,12 +179,12 @@ async fn update_owned<C: ConnectionTrait>(db: &C, ids: &[i64], stmt: ByIds) -> R
 ///
 /// # Errors
 /// Any database error.
-pub async fn mark_success_many<C: ConnectionTrait>(
+pub async fn mark_success_many<C: OutboxConnection>(
     db: &C,
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    let stmt = mark_success_many_statement(Driver::of_db(db)?, ids, owner);
+    let stmt = mark_success_many_statement(db.driver()?, ids, owner);
     update_owned(db, ids, stmt).await
 }
 
@@ -192,12 +202,12 @@ pub fn mark_success_many_statement(driver: Driver, ids: &[i64], owner: &str) -> 
 ///
 /// # Errors
 /// Any database error.
-pub async fn release_unsent<C: ConnectionTrait>(
+pub async fn release_unsent<C: OutboxConnection>(
     db: &C,
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    let stmt = release_unsent_statement(Driver::of_db(db)?, ids, owner);
+    let stmt = release_unsent_statement(db.driver()?, ids, owner);
     update_owned(db, ids, stmt).await
 }
 
@@ -216,12 +226,12 @@ pub fn release_unsent_statement(driver: Driver, ids: &[i64], owner: &str) -> ByI
 ///
 /// # Errors
 /// Any database error.
-pub async fn renew_leases<C: ConnectionTrait>(
+pub async fn renew_leases<C: OutboxConnection>(
     db: &C,
     ids: &[i64],
     owner: &str,
 ) -> Result<u64, DbErr> {
-    let stmt = renew_leases_statement(Driver::of_db(db)?, ids, owner);
+    let stmt = renew_leases_statement(db.driver()?, ids, owner);
     update_owned(db, ids, stmt).await
 }
 
@@ -233,26 +243,24 @@ pub fn renew_leases_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds
 /// `SELECT id FROM t_event_record WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner =
 /// :owner`: which of `ids` are still leased to `owner` (the status guard as every statement by
 /// ids writes it, [`Driver::status_guard`]).
-pub fn owned_ids_query(driver: Driver, ids: &[i64], owner: &str) -> Select<Entity> {
-    Entity::find()
-        .select_only()
+pub fn owned_ids_query(driver: Driver, ids: &[i64], owner: &str) -> SelectStatement {
+    Query::select()
         .column(Column::Id)
-        .filter(Column::Id.is_in(ids.iter().copied()))
-        .filter(driver.status_guard(status_literal(EventStatus::Sending)))
-        .filter(Column::ClaimOwner.eq(owner))
+        .from(driver.table())
+        .and_where(Expr::col(Column::Id).is_in(ids.iter().copied()))
+        .and_where(driver.status_guard(status_literal(EventStatus::Sending)))
+        .and_where(Expr::col(Column::ClaimOwner).eq(owner))
+        .to_owned()
 }
 
 /// The ids among `ids` still `SENDING` under `owner`'s lease ([`owned_ids_query`]).
 ///
 /// # Errors
 /// Any database error.
-pub async fn owned_ids<C: ConnectionTrait>(
+pub async fn owned_ids<C: OutboxConnection>(
     db: &C,
     ids: &[i64],
     owner: &str,
 ) -> Result<Vec<i64>, DbErr> {
-    owned_ids_query(Driver::of_db(db)?, ids, owner)
-        .into_tuple()
-        .all(db)
-        .await
+    query_ids(db, &owned_ids_query(db.driver()?, ids, owner)).await
 }

@@ -1,11 +1,13 @@
-//! The driver: the only code that knows SQL and backends (the habit of River's `riverdriver`
-//! and sqlx's per-backend crates). The relay, the write path, the wake-up, the pools and
-//! [`crate::ops`] ask it; none of them holds SQL text or branches on the backend.
+//! The driver: the only code that knows SQL and backends. The relay, the write path, the
+//! wake-up, the pools and [`crate::ops`] ask it; none of them holds SQL text or branches on the
+//! backend.
 //!
-//! [`Driver`] is chosen once from a connection's backend ([`Driver::of`]); a backend this
-//! crate does not know has no driver, and is refused there: by [`crate::Worker::new`], by the
-//! first write ([`insert_event`]), by each [`crate::ops`] function. Every difference between
-//! the backends lives in the backend's own directory, whose files carry the same names so that
+//! [`Driver`] is chosen once from a connection's backend ([`Driver::of`]) and carries the
+//! outbox table every statement names ([`Table`]: `t_event_record` unless the application's
+//! [`crate::Outbox`] names another; [`Driver::with_table`]). A backend this crate does not know
+//! has no driver, and is refused there: by [`crate::Worker::new`], by the first write
+//! ([`insert_event`]), by each [`crate::ops`] function. Every difference between the backends
+//! lives in the backend's own directory, whose files carry the same names so that
 //! a reviewer compares them side by side:
 //!
 //! | file | Postgres (`postgres/`) | MySQL / MariaDB (`mysql/`) | SQLite (`sqlite/`) |
@@ -59,12 +61,13 @@ mod reclaim;
 mod relay_db;
 mod runs;
 mod sqlite;
+mod table;
 
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait, InsertStatement};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, StatementBuilder};
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
 pub use by_ids::{ByIds, InsertIfAbsent};
@@ -81,6 +84,7 @@ pub use ordered::*;
 pub use postgres::WAKE_CHANNEL;
 pub use reclaim::*;
 pub use relay_db::RelayDb;
+pub use table::Table;
 
 /// How long a connection of a guarded pool may have been idle and still be handed out
 /// without a check (1 second): one idle longer is checked again first (it may have died while
@@ -93,7 +97,7 @@ use crate::error::OutboxError;
 
 /// The backend of a connection, as the outbox knows it: which directory answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driver {
+pub enum Backend {
     /// PostgreSQL.
     Postgres,
     /// MySQL and MariaDB.
@@ -102,18 +106,59 @@ pub enum Driver {
     Sqlite,
 }
 
+/// The driver of one backend and one outbox table: what every statement is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Driver {
+    backend: Backend,
+    table: Table,
+}
+
+#[allow(non_upper_case_globals)]
 impl Driver {
-    /// The driver of `backend`; `None` for a backend this crate does not know.
+    /// PostgreSQL, the default table.
+    pub const Postgres: Driver = Driver::on(Backend::Postgres);
+    /// MySQL and MariaDB, the default table.
+    pub const MySql: Driver = Driver::on(Backend::MySql);
+    /// SQLite, the default table.
+    pub const Sqlite: Driver = Driver::on(Backend::Sqlite);
+}
+
+impl Driver {
+    /// The driver of `backend` on the default table.
+    const fn on(backend: Backend) -> Driver {
+        Driver {
+            backend,
+            table: Table::DEFAULT,
+        }
+    }
+
+    /// The driver of `backend` on the default table; `None` for a backend this crate does
+    /// not know.
     pub fn of(backend: DbBackend) -> Option<Driver> {
         match backend {
-            DbBackend::Postgres => Some(Driver::Postgres),
-            DbBackend::MySql => Some(Driver::MySql),
-            DbBackend::Sqlite => Some(Driver::Sqlite),
+            DbBackend::Postgres => Some(Driver::on(Backend::Postgres)),
+            DbBackend::MySql => Some(Driver::on(Backend::MySql)),
+            DbBackend::Sqlite => Some(Driver::on(Backend::Sqlite)),
             _ => None,
         }
     }
 
-    /// The driver of `db`'s backend.
+    /// This driver on `table`.
+    pub fn with_table(self, table: Table) -> Driver {
+        Driver { table, ..self }
+    }
+
+    /// The outbox table the statements name.
+    pub fn table(self) -> Table {
+        self.table
+    }
+
+    /// The backend kind.
+    pub fn kind(self) -> Backend {
+        self.backend
+    }
+
+    /// The driver of `db`'s backend on the default table.
     ///
     /// # Errors
     /// [`DbErr::Custom`] for a backend this crate does not know.
@@ -142,10 +187,10 @@ impl Driver {
                  SQLite)"
             )));
         };
-        let (feature, built) = match driver {
-            Driver::Postgres => postgres::FEATURE,
-            Driver::MySql => mysql::FEATURE,
-            Driver::Sqlite => sqlite::FEATURE,
+        let (feature, built) = match driver.backend {
+            Backend::Postgres => postgres::FEATURE,
+            Backend::MySql => mysql::FEATURE,
+            Backend::Sqlite => sqlite::FEATURE,
         };
         if built {
             Ok(driver)
@@ -160,10 +205,10 @@ impl Driver {
 
     /// sea-orm's name of the backend.
     pub fn backend(self) -> DbBackend {
-        match self {
-            Driver::Postgres => DbBackend::Postgres,
-            Driver::MySql => DbBackend::MySql,
-            Driver::Sqlite => DbBackend::Sqlite,
+        match self.backend {
+            Backend::Postgres => DbBackend::Postgres,
+            Backend::MySql => DbBackend::MySql,
+            Backend::Sqlite => DbBackend::Sqlite,
         }
     }
 
@@ -177,23 +222,23 @@ impl Driver {
     /// (sea-orm's `mariadb-use-returning` must stay off: MariaDB has no `UPDATE ...
     /// RETURNING`).
     pub fn returning(self) -> bool {
-        match self {
-            Driver::Postgres => postgres::RETURNING,
-            Driver::MySql => mysql::RETURNING,
-            Driver::Sqlite => sqlite::RETURNING,
+        match self.backend {
+            Backend::Postgres => postgres::RETURNING,
+            Backend::MySql => mysql::RETURNING,
+            Backend::Sqlite => sqlite::RETURNING,
         }
     }
 
     /// Whether relays can be woken by `LISTEN`/`NOTIFY` on commit in this build (Postgres with
     /// the `postgres` feature).
     pub fn listens(self) -> bool {
-        self == Driver::Postgres && listen::BUILT
+        self.backend == Backend::Postgres && listen::BUILT
     }
 
     /// Whether one statement can mark a claim's deliveries `SUCCESS` and claim the next batch
     /// (data-modifying `WITH`: Postgres only), see [`mark_success_and_claim_batch`].
     pub fn mark_and_claim_in_one(self) -> bool {
-        self == Driver::Postgres
+        self.backend == Backend::Postgres
     }
 
     /// The database clock's `now`.
@@ -216,24 +261,24 @@ impl Driver {
     /// | backend | now | now ± d |
     /// | --- | --- | --- |
     /// | Postgres | `CURRENT_TIMESTAMP` (`timestamptz`, microseconds) | `CURRENT_TIMESTAMP ± INTERVAL 'n microseconds'` |
-    /// | MySQL / MariaDB | `UTC_TIMESTAMP(6)` (any session time zone agrees) | `UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND` |
+    /// | MySQL / MariaDB | `UTC_TIMESTAMP(6)` (every connection's time zone agrees) | `UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND` |
     /// | SQLite | `strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')` | the same with a `'±s.ffffff seconds'` modifier |
     pub fn now_sql(self, offset: Option<(char, Duration)>) -> String {
-        match self {
-            Driver::Postgres => postgres::now_sql(offset),
-            Driver::MySql => mysql::now_sql(offset),
-            Driver::Sqlite => sqlite::now_sql(offset),
+        match self.backend {
+            Backend::Postgres => postgres::now_sql(offset),
+            Backend::MySql => mysql::now_sql(offset),
+            Backend::Sqlite => sqlite::now_sql(offset),
         }
     }
 
-    /// `"t_event_record"."status" = <value>` as a statement that names its rows by id writes
-    /// it: on Postgres `(...) IS TRUE`, so that only the id list can choose the index (see
-    /// `postgres/mod.rs`); plain elsewhere.
+    /// `"status" = <value>` as a statement that names its rows by id writes it: on Postgres
+    /// `(...) IS TRUE`, so that only the id list can choose the index (see `postgres/mod.rs`);
+    /// plain elsewhere.
     pub fn status_guard(self, value: Expr) -> Expr {
-        let guard = Expr::col((Entity, Column::Status)).eq(value);
-        match self {
-            Driver::Postgres => postgres::primary_key_only(guard),
-            Driver::MySql | Driver::Sqlite => guard,
+        let guard = Expr::col(Column::Status).eq(value);
+        match self.backend {
+            Backend::Postgres => postgres::primary_key_only(guard),
+            Backend::MySql | Backend::Sqlite => guard,
         }
     }
 
@@ -241,9 +286,9 @@ impl Driver {
     /// (PRIMARY)`, see `mysql/by_ids.rs`; the other backends as sea-query writes it, their
     /// status guards already built by [`Driver::status_guard`]).
     pub fn by_ids(self, stmt: &ByIds) -> Statement {
-        match self {
-            Driver::MySql => mysql::by_ids::through_primary_key(stmt),
-            Driver::Postgres | Driver::Sqlite => stmt.plain(self.backend()),
+        match self.backend {
+            Backend::MySql => mysql::by_ids::through_primary_key(stmt),
+            Backend::Postgres | Backend::Sqlite => stmt.plain(self.backend()),
         }
     }
 
@@ -259,9 +304,9 @@ impl Driver {
     /// A plain `INSERT` hitting the key would fail, and on Postgres a failed statement aborts
     /// the whole transaction.
     pub fn insert_if_absent(self, insert: &InsertIfAbsent) -> Statement {
-        match self {
-            Driver::MySql => mysql::by_ids::insert_ignore(insert),
-            Driver::Postgres | Driver::Sqlite => insert.on_conflict_do_nothing(self.backend()),
+        match self.backend {
+            Backend::MySql => mysql::by_ids::insert_ignore(insert),
+            Backend::Postgres | Backend::Sqlite => insert.on_conflict_do_nothing(self.backend()),
         }
     }
 
@@ -270,9 +315,9 @@ impl Driver {
     /// one more expression of the insert's `RETURNING` list (see `postgres/notify.rs`); the
     /// other backends poll and get `insert` unchanged.
     pub fn with_wakeup(self, insert: InsertStatement, notify: Option<Duration>) -> InsertStatement {
-        match self {
-            Driver::Postgres => postgres::notify::with_wakeup(insert, notify),
-            Driver::MySql | Driver::Sqlite => insert,
+        match self.backend {
+            Backend::Postgres => postgres::notify::with_wakeup(insert, notify),
+            Backend::MySql | Backend::Sqlite => insert,
         }
     }
 
@@ -281,24 +326,24 @@ impl Driver {
     /// at once outside one); `None` on the backends that poll. Sent after an insert whose slot
     /// key may have gone stale (see [`insert_event`]).
     pub fn wakeup_alone(self) -> Option<Statement> {
-        match self {
-            Driver::Postgres => Some(postgres::notify::wakeup_alone()),
-            Driver::MySql | Driver::Sqlite => None,
+        match self.backend {
+            Backend::Postgres => Some(postgres::notify::wakeup_alone()),
+            Backend::MySql | Backend::Sqlite => None,
         }
     }
 
     /// Whether [`crate::StatementProtocol::Simple`] can be served: Postgres with the `postgres`
     /// feature (MySQL/MariaDB and SQLite have no transaction-mode pooler to pass).
     pub fn simple_protocol(self) -> bool {
-        self == Driver::Postgres && cfg!(feature = "postgres")
+        self.backend == Backend::Postgres && cfg!(feature = "postgres")
     }
 
     /// `stmt` as one simple-protocol query, its values inlined (see `postgres/simple.rs`);
     /// `None` where statements are always prepared.
     pub fn inline(self, stmt: &Statement) -> Option<String> {
-        match self {
-            Driver::Postgres => Some(postgres::simple::inline(stmt)),
-            Driver::MySql | Driver::Sqlite => None,
+        match self.backend {
+            Backend::Postgres => Some(postgres::simple::inline(stmt)),
+            Backend::MySql | Backend::Sqlite => None,
         }
     }
 
@@ -311,19 +356,19 @@ impl Driver {
         max: u32,
         name: Option<&str>,
     ) -> Option<DatabaseConnection> {
-        match self {
-            Driver::Postgres => postgres::guarded_pool(db, max, name),
-            Driver::MySql => mysql::guarded_pool(db, max),
-            Driver::Sqlite => Some(db.clone()),
+        match self.backend {
+            Backend::Postgres => postgres::guarded_pool(db, max, name),
+            Backend::MySql => mysql::guarded_pool(db, max),
+            Backend::Sqlite => Some(db.clone()),
         }
     }
 
     /// The most connections `db`'s pool opens, where the relay's wake-up needs to know
     /// (Postgres, whose `LISTEN` holds one); `None` elsewhere.
     pub(crate) fn pool_size(self, db: &DatabaseConnection) -> Option<u32> {
-        match self {
-            Driver::Postgres => postgres::pool_size(db),
-            Driver::MySql | Driver::Sqlite => None,
+        match self.backend {
+            Backend::Postgres => postgres::pool_size(db),
+            Backend::MySql | Backend::Sqlite => None,
         }
     }
 }

@@ -48,11 +48,11 @@
 use sea_orm::sea_query::{
     Alias, Asterisk, Expr, ExprTrait, Order, Query, SelectStatement, UpdateStatement,
 };
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
 use super::claim::claim_in;
-use super::{mysql, postgres, sqlite, Driver};
+use super::{mysql, postgres, sqlite, Backend, Driver};
 use crate::config::OrderedPolicy;
 
 /// The alias of the candidate row in [`ordered_heads_query`].
@@ -76,7 +76,7 @@ pub(super) const WINDOW: &str = "w";
 /// afterwards, so there a hot key's probe costs its backlog. Not one `p.status IN (...)` (read
 /// by `biz_no` alone: every row of the key per probe), nor `NOT EXISTS` for `WAIT` (reads
 /// forwards from the key's first entry, over its delivered rows' dead index entries).
-pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
+pub fn no_blocking_predecessor(driver: Driver, policy: OrderedPolicy) -> Expr {
     let (e, p) = (Alias::new(CANDIDATE), Alias::new(PREDECESSOR));
     let mut all: Option<Expr> = None;
     for status in policy.blocking_statuses() {
@@ -85,7 +85,7 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
         }
         let mut pred = Query::select();
         pred.expr(Expr::col((p.clone(), Column::Id)).max())
-            .from_as(Entity, p.clone())
+            .from_as(driver.table(), p.clone())
             .and_where(Expr::col((p.clone(), Column::BizNo)).equals((e.clone(), Column::BizNo)))
             .and_where(Expr::col((p.clone(), Column::Status)).eq(status.as_str()))
             .and_where(Expr::col((p.clone(), Column::Id)).lt(Expr::col((e.clone(), Column::Id))));
@@ -116,31 +116,24 @@ pub fn no_blocking_predecessor(policy: OrderedPolicy) -> Expr {
 /// view and `WAIT` again since (released) is left for the next claim, which is only more
 /// cautious.
 /// - Postgres: `e.biz_no NOT IN (SELECT s.biz_no FROM t_event_record AS s WHERE s.status =
-///   'SENDING')`, a hashed subplan: the keys out are read once per statement (through
-///   `idx_t_event_record_status_claimed_at`), then each candidate costs one hash lookup. A
-///   correlated probe per candidate lets the planner, when its statistics saw no `SENDING`
-///   rows, rescan every `SENDING` row for every candidate. The cost grows with the events out
-///   (relays × slots × run length), not with the table. `biz_no` is `NOT NULL`, so `NOT IN`
-///   has no null case.
+///   'SENDING')`, the keys out read once per statement (see `postgres/ordered.rs`).
 /// - MySQL/MariaDB and SQLite: `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.biz_no =
 ///   e.biz_no AND s.status = 'SENDING')`, one range of `idx_t_event_record_biz_no_status_id` on
-///   SQLite; MariaDB 10.11 may rewrite it (`exists_to_in`) into one materialized read of the
+///   SQLite; MariaDB may rewrite it (`exists_to_in`) into one materialized read of the
 ///   `SENDING` rows, like Postgres'.
-/// - Postgres hashes the list only while its estimated size fits `hash_mem` (some 90,000 keys
-///   out with the defaults); above that it compares each candidate with the whole list.
 pub fn no_event_of_the_key_out(driver: Driver) -> Expr {
-    match driver {
-        Driver::Postgres => postgres::ordered::no_event_of_the_key_out(),
-        Driver::MySql | Driver::Sqlite => no_sending_event_of_the_key(),
+    match driver.backend {
+        Backend::Postgres => postgres::ordered::no_event_of_the_key_out(driver),
+        Backend::MySql | Backend::Sqlite => no_sending_event_of_the_key(driver),
     }
 }
 
 /// `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.status = 'SENDING' AND s.biz_no =
 /// e.biz_no)`: [`no_event_of_the_key_out`] of MySQL/MariaDB and SQLite.
-fn no_sending_event_of_the_key() -> Expr {
+fn no_sending_event_of_the_key(driver: Driver) -> Expr {
     let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
     let mut q = Query::select();
-    q.from_as(Entity, out.clone())
+    q.from_as(driver.table(), out.clone())
         .and_where(Expr::col((out.clone(), Column::Status)).eq(EventStatus::Sending.as_str()))
         .expr(Expr::val(1))
         .and_where(Expr::col((out, Column::BizNo)).equals((e, Column::BizNo)));
@@ -196,7 +189,7 @@ impl HeadScan {
 ///
 /// **The window is checked in its own order**, oldest first, and only until enough heads are
 /// found: checking every row of the window and sorting afterwards pays 256 checks for the one
-/// head a claim with one free slot wants (slower in every case measured).
+/// head a claim with one free slot wants.
 /// - Postgres: the checks run on the window itself, `e.id = ANY(ARRAY(SELECT e.id FROM
 ///   (<window>) AS e WHERE <checks> ORDER BY e.next_retry_time LIMIT :n + head_lock_slack(n)))`
 ///   (a subquery with a `LIMIT` is never flattened, so its filter runs row by row over the
@@ -236,12 +229,12 @@ pub fn ordered_heads_query(
     match window {
         Some(window) => {
             c.column(Column::Id);
-            match driver {
-                Driver::Postgres => postgres::ordered::window_columns(&mut c),
-                Driver::MySql => mysql::ordered::window_columns(&mut c),
-                Driver::Sqlite => sqlite::ordered::window_columns(&mut c),
+            match driver.backend {
+                Backend::Postgres => postgres::ordered::window_columns(&mut c),
+                Backend::MySql => mysql::ordered::window_columns(&mut c),
+                Backend::Sqlite => sqlite::ordered::window_columns(&mut c),
             }
-            c.from(Entity)
+            c.from(driver.table())
                 .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
                 .and_where(Expr::col(Column::NextRetryTime).lte(now.clone()))
                 .order_by(Column::NextRetryTime, Order::Asc)
@@ -249,7 +242,7 @@ pub fn ordered_heads_query(
         }
         None => {
             c.expr_as(Expr::col(Column::Id).min(), Alias::new("id"))
-                .from(Entity)
+                .from(driver.table())
                 .and_where(
                     Expr::col(Column::Status)
                         .is_in(policy.blocking_statuses().iter().map(|s| s.as_str())),
@@ -259,10 +252,12 @@ pub fn ordered_heads_query(
     }
     let mut q = Query::select();
     let windowed = window.is_some();
-    let from = match driver {
-        Driver::Postgres => postgres::ordered::from_candidates(&mut q, c, windowed, policy, n),
-        Driver::MySql => mysql::ordered::from_candidates(&mut q, c, windowed),
-        Driver::Sqlite => sqlite::ordered::from_candidates(&mut q, c),
+    let from = match driver.backend {
+        Backend::Postgres => {
+            postgres::ordered::from_candidates(driver, &mut q, c, windowed, policy, n)
+        }
+        Backend::MySql => mysql::ordered::from_candidates(driver, &mut q, c, windowed),
+        Backend::Sqlite => sqlite::ordered::from_candidates(driver, &mut q, c),
     };
     if locked {
         q.column((e.clone(), Asterisk))
@@ -273,7 +268,7 @@ pub fn ordered_heads_query(
     q.and_where(Expr::col((e.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
         .and_where(Expr::col((e, Column::NextRetryTime)).lte(now));
     if from.checks_here {
-        q.and_where(no_blocking_predecessor(policy))
+        q.and_where(no_blocking_predecessor(driver, policy))
             .and_where(no_event_of_the_key_out(driver));
     }
     q.order_by((from.ordered_by, Column::NextRetryTime), Order::Asc)
@@ -297,10 +292,10 @@ pub(super) struct HeadsFrom {
 /// those of the candidates: on Postgres an array or a derived table, on MariaDB a materialized
 /// derived table, a non-locking read); each backend's `lock_heads` says how.
 fn lock_heads(driver: Driver, q: &mut SelectStatement) {
-    match driver {
-        Driver::Postgres => postgres::ordered::lock_heads(q),
-        Driver::MySql => mysql::ordered::lock_heads(q),
-        Driver::Sqlite => sqlite::ordered::lock_heads(q),
+    match driver.backend {
+        Backend::Postgres => postgres::ordered::lock_heads(q),
+        Backend::MySql => mysql::ordered::lock_heads(q),
+        Backend::Sqlite => sqlite::ordered::lock_heads(q),
     }
 }
 
@@ -318,11 +313,11 @@ pub fn ordered_heads_statement(
     scan: HeadScan,
 ) -> UpdateStatement {
     let mut due = ordered_heads_query(driver, policy, n, false, scan);
-    match driver {
-        Driver::Postgres => {
+    match driver.backend {
+        Backend::Postgres => {
             lock_heads(driver, &mut due);
-            postgres::claim::claim_of(owner, due)
+            postgres::claim::claim_of(driver, owner, due)
         }
-        Driver::MySql | Driver::Sqlite => claim_in(driver, owner, due),
+        Backend::MySql | Backend::Sqlite => claim_in(driver, owner, due),
     }
 }

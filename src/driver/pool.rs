@@ -14,18 +14,35 @@ fn leaked() {
     );
 }
 
-/// The pool options of the relay's pool, from the application's `app`: at most `max`
-/// connections, opened lazily, closed after 60 s idle, sqlx's ping before acquire off (the
-/// caller's checks replace it).
-pub(super) fn relay_options<DB: sea_orm::sqlx::Database>(
+/// A backend's check of one connection for a leaked transaction: whether to keep it.
+pub(super) type Check<DB> =
+    for<'c> fn(
+        &'c mut <DB as sea_orm::sqlx::Database>::Connection,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'c>>;
+
+/// The pool options of the relay's guarded pool, from the application's `app`: at most `max`
+/// connections, opened lazily, closed after 60 s idle, sqlx's ping before acquire off; instead
+/// every connection given back, and every one idle for [`crate::driver::IDLE_RECHECK`] or
+/// longer before it is handed out, passes `check` ([`bounded`]).
+pub(super) fn guarded_options<DB: sea_orm::sqlx::Database>(
     app: &sea_orm::sqlx::pool::PoolOptions<DB>,
     max: u32,
+    check: Check<DB>,
 ) -> sea_orm::sqlx::pool::PoolOptions<DB> {
     app.clone()
         .max_connections(max)
         .min_connections(0)
         .idle_timeout(std::time::Duration::from_secs(60))
         .test_before_acquire(false)
+        .after_release(move |conn, _| Box::pin(bounded(check(conn))))
+        .before_acquire(move |conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for < crate::driver::IDLE_RECHECK {
+                    return Ok(true);
+                }
+                bounded(check(conn)).await
+            })
+        })
 }
 
 /// How long a connection of a [`crate::guarded_pool`] may take to answer its check (10 s). A
@@ -40,7 +57,7 @@ const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs a connection's `check` within [`CHECK_TIMEOUT`]: `Ok(keep)` with its verdict, or an
 /// error (sqlx then closes the connection without a goodbye) when it does not answer in time.
-pub(super) async fn bounded(
+async fn bounded(
     check: impl std::future::Future<Output = bool>,
 ) -> Result<bool, sea_orm::sqlx::Error> {
     tokio::time::timeout(CHECK_TIMEOUT, check)

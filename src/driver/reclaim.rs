@@ -1,14 +1,12 @@
 //! The reclaim of expired leases, in bounded batches.
 use std::time::Duration;
 
-use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
-};
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
+use sea_orm::DbErr;
+use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{exec_by_ids, ByIds, Driver};
+use super::{exec_by_ids, query_ids, ByIds, Driver, OutboxConnection};
 
 /// What a reclaim pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,14 +36,15 @@ pub const RECLAIM_BATCH: u64 = 1000;
 /// `SELECT id FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease ORDER
 /// BY claimed_at LIMIT :batch`: the oldest expired leases, read through
 /// `idx_t_event_record_status_claimed_at` without locking anything.
-pub fn expired_leases_query(driver: Driver, lease: Duration, batch: u64) -> Select<Entity> {
-    Entity::find()
-        .select_only()
+pub fn expired_leases_query(driver: Driver, lease: Duration, batch: u64) -> SelectStatement {
+    Query::select()
         .column(Column::Id)
-        .filter(Column::Status.eq(EventStatus::Sending.as_str()))
-        .filter(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
-        .order_by_asc(Column::ClaimedAt)
+        .from(driver.table())
+        .and_where(Expr::col(Column::Status).eq(EventStatus::Sending.as_str()))
+        .and_where(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
+        .order_by(Column::ClaimedAt, Order::Asc)
         .limit(batch)
+        .to_owned()
 }
 
 /// `UPDATE t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at = NULL,
@@ -65,20 +64,20 @@ pub fn reclaim_statement(
     to: EventStatus,
 ) -> ByIds {
     let limit = i32::try_from(max_retries).unwrap_or(i32::MAX);
-    let stmt = ByIds::update()
+    let stmt = ByIds::update(driver.table())
         .set(Column::Status, Expr::val(to.as_str()))
         .set(Column::ClaimOwner, Expr::cust("NULL"))
         .set(Column::ClaimedAt, Expr::cust("NULL"))
         .set(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
         .set(Column::LastError, Expr::val(LEASE_EXPIRED))
         .set(Column::UpdateTime, driver.now())
-        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
         .filter(driver.status_guard(Expr::val(EventStatus::Sending.as_str())))
         .filter(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)));
     if to == EventStatus::Fail {
-        stmt.filter(Column::RetryCount.gte(limit))
+        stmt.filter(Expr::col(Column::RetryCount).gte(limit))
     } else {
-        stmt.filter(Column::RetryCount.lt(limit))
+        stmt.filter(Expr::col(Column::RetryCount).lt(limit))
     }
 }
 
@@ -93,7 +92,7 @@ pub fn reclaim_statement(
 ///
 /// # Errors
 /// [`DbErr::Custom`] when `batch` is 0; any database error (batches done before it stay done).
-pub async fn reclaim_stuck<C: ConnectionTrait>(
+pub async fn reclaim_stuck<C: OutboxConnection>(
     db: &C,
     lease: Duration,
     max_retries: u32,
@@ -104,13 +103,10 @@ pub async fn reclaim_stuck<C: ConnectionTrait>(
             "reclaim batch size must be at least 1".into(),
         ));
     }
-    let driver = Driver::of_db(db)?;
+    let driver = db.driver()?;
     let mut done = Reclaimed::default();
     loop {
-        let ids: Vec<i64> = expired_leases_query(driver, lease, batch)
-            .into_tuple()
-            .all(db)
-            .await?;
+        let ids = query_ids(db, &expired_leases_query(driver, lease, batch)).await?;
         if ids.is_empty() {
             break;
         }

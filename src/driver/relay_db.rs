@@ -10,18 +10,19 @@ use sea_orm::{
 };
 
 use super::postgres::simple;
-use super::Driver;
+use super::{Driver, Table};
 use crate::config::StatementProtocol;
 use crate::error::OutboxError;
 
 /// A connection of the relay: `db`, with its statements sent as simple-protocol queries with
-/// inlined values when `simple` (Postgres only). The worker and its maintenance services run
+/// inlined values when `simple` (Postgres only), and the outbox table they name. The worker and its maintenance services run
 /// every statement through it; reached from outside only by the crate's tests (feature
 /// `test-support`).
 #[derive(Debug, Clone)]
 pub struct RelayDb {
     db: DatabaseConnection,
     simple: bool,
+    table: Table,
 }
 
 impl RelayDb {
@@ -38,12 +39,38 @@ impl RelayDb {
                 true
             }
         };
-        Ok(RelayDb { db, simple })
+        Ok(RelayDb {
+            db,
+            simple,
+            table: Table::DEFAULT,
+        })
     }
 
     /// `db` unchanged (prepared statements).
     pub fn extended(db: DatabaseConnection) -> Self {
-        RelayDb { db, simple: false }
+        RelayDb {
+            db,
+            simple: false,
+            table: Table::DEFAULT,
+        }
+    }
+
+    /// This connection with its statements naming `table` (`t_event_record` by default).
+    pub fn with_table(self, table: Table) -> Self {
+        RelayDb { table, ..self }
+    }
+
+    /// The outbox table its statements name.
+    pub fn table(&self) -> Table {
+        self.table
+    }
+
+    /// The driver of this connection's statements: its backend's, on its table.
+    ///
+    /// # Errors
+    /// [`DbErr::Custom`] for a backend this crate does not know.
+    pub fn driver(&self) -> Result<Driver, DbErr> {
+        Ok(Driver::of_db(&self.db)?.with_table(self.table))
     }
 
     /// The connection underneath.

@@ -3,30 +3,36 @@
 //! events behind each head, by one guarded `UPDATE` by ids.
 use std::collections::{HashMap, HashSet};
 
-use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Select,
-    TransactionTrait,
-};
-use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
+use sea_orm::{DbErr, TransactionTrait};
+use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use super::claim::sort_by_due;
-use super::{exec_by_ids, mysql, owned_ids, postgres, release_unsent, sqlite};
-use super::{ByIds, Driver, HeadScan};
+use super::{event_columns, exec_by_ids, mysql, owned_ids, postgres, query_events};
+use super::{release_unsent, sqlite};
+use super::{Backend, ByIds, Driver, HeadScan, OutboxConnection};
 use crate::config::OrderedPolicy;
 
 /// `SELECT * FROM t_event_record WHERE biz_no IN (:keys) AND id > :after AND status IN
 /// ('WAIT', 'SENDING', 'FAIL') ORDER BY id LIMIT :limit`: the unfinished events that may
 /// follow the claimed heads of `keys` (step 2), read without locks.
-pub fn run_candidates_query(keys: &[String], after: i64, limit: u64) -> Select<Entity> {
+pub fn run_candidates_query(
+    driver: Driver,
+    keys: &[String],
+    after: i64,
+    limit: u64,
+) -> SelectStatement {
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
-    Entity::find()
-        .filter(Column::BizNo.is_in(keys.iter().map(String::as_str)))
-        .filter(Column::Id.gt(after))
-        .filter(Column::Status.is_in(open.iter().map(|s| s.as_str())))
-        .order_by_asc(Column::Id)
+    Query::select()
+        .columns(event_columns(driver))
+        .from(driver.table())
+        .and_where(Expr::col(Column::BizNo).is_in(keys.iter().map(String::as_str)))
+        .and_where(Expr::col(Column::Id).gt(after))
+        .and_where(Expr::col(Column::Status).is_in(open.iter().map(|s| s.as_str())))
+        .order_by(Column::Id, Order::Asc)
         .limit(limit)
+        .to_owned()
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
@@ -34,12 +40,12 @@ pub fn run_candidates_query(keys: &[String], after: i64, limit: u64) -> Select<E
 /// followers of this claim's heads (step 2; run through the primary key).
 pub fn claim_run_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
     let now = driver.now();
-    ByIds::update()
+    ByIds::update(driver.table())
         .set(Column::Status, Expr::val(EventStatus::Sending.as_str()))
         .set(Column::ClaimOwner, Expr::val(owner))
         .set(Column::ClaimedAt, now.clone())
         .set(Column::UpdateTime, now.clone())
-        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
         .filter(driver.status_guard(Expr::val(EventStatus::Wait.as_str())))
         .filter(Expr::col(Column::NextRetryTime).lte(now))
 }
@@ -63,15 +69,18 @@ pub async fn claim_ordered<C>(
     scan: HeadScan,
 ) -> Result<Vec<Model>, DbErr>
 where
-    C: ConnectionTrait + TransactionTrait,
+    C: OutboxConnection + TransactionTrait,
 {
-    let mut claimed = match Driver::of_db(db)? {
-        Driver::Postgres => {
-            postgres::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?
+    let driver = db.driver()?;
+    let mut claimed = match driver.backend {
+        Backend::Postgres => {
+            postgres::claim::claim_ordered_heads(db, driver, owner, policy, heads, scan).await?
         }
-        Driver::MySql => mysql::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?,
-        Driver::Sqlite => {
-            sqlite::claim::claim_ordered_heads(db, owner, policy, heads, scan).await?
+        Backend::MySql => {
+            mysql::claim::claim_ordered_heads(db, driver, owner, policy, heads, scan).await?
+        }
+        Backend::Sqlite => {
+            sqlite::claim::claim_ordered_heads(db, driver, owner, policy, heads, scan).await?
         }
     };
     sort_by_due(&mut claimed);
@@ -97,20 +106,19 @@ where
 }
 
 /// Step 2: the runs behind `heads` (claimed under `owner`), at most `budget` events, by key.
-async fn claim_runs<C: ConnectionTrait>(
+async fn claim_runs<C: OutboxConnection>(
     db: &C,
     owner: &str,
     policy: OrderedPolicy,
     heads: &[Model],
     budget: u64,
 ) -> Result<HashMap<String, Vec<Model>>, DbErr> {
-    let driver = Driver::of_db(db)?;
+    let driver = db.driver()?;
     let head_of: HashMap<&str, &Model> = heads.iter().map(|h| (h.biz_no.as_str(), h)).collect();
     let keys: Vec<String> = heads.iter().map(|h| h.biz_no.clone()).collect();
     let after = heads.iter().map(|h| h.id).min().unwrap_or(i64::MAX);
-    let rows = run_candidates_query(&keys, after, budget + keys.len() as u64)
-        .all(db)
-        .await?;
+    let limit = budget + keys.len() as u64;
+    let rows = query_events(db, &run_candidates_query(driver, &keys, after, limit)).await?;
     let mut stopped: HashSet<&str> = HashSet::new();
     let mut runs: Vec<Model> = Vec::new();
     for row in rows {

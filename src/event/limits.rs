@@ -6,12 +6,12 @@ const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
 
 /// Limits checked before an event is written.
 ///
-/// The default is broker-neutral: payloads up to [`EventLimits::DEFAULT_MAX_PAYLOAD_BYTES`],
-/// headers up to [`EventLimits::DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names
-/// beyond the outbox's own properties (`eventId`, `eventType`, `bizNo`). A publisher crate supplies the limits of its broker (its message
-/// size, the property names the broker keeps for itself); pass them to
-/// [`crate::OutboxExt::with_event_limited`] or [`crate::transactional_publish_limited`] so that
-/// an event the broker can never take is refused at write time.
+/// The default is broker-neutral: payloads up to [`EventLimits::DEFAULT_MAX_PAYLOAD_BYTES`], headers up to
+/// [`EventLimits::DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names beyond
+/// the outbox's own properties (`eventId`, `eventType`, `bizNo`). A publisher crate supplies the limits of its broker (its message
+/// size, the property names the broker keeps for itself); give them to the [`crate::Outbox`]
+/// that writes the events ([`crate::Outbox::limits`]) so that an event the broker can never
+/// take is refused at write time.
 ///
 /// ```
 /// use sea_orm_outbox::{EventLimits, NewEvent};

@@ -5,8 +5,9 @@ use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
 use sea_orm_outbox_entity::event_record::Model;
 
 use crate::driver::is_transient;
-use crate::driver::{admin, exec_by_ids, Driver, RECLAIM_BATCH};
+use crate::driver::{admin, exec_by_ids, query_events, query_ids, RECLAIM_BATCH};
 use crate::error::OutboxError;
+use crate::outbox::Outbox;
 
 /// The dead letters (`FAIL` rows), oldest id first, at most `limit`.
 ///
@@ -18,6 +19,7 @@ use crate::error::OutboxError;
 /// [`OutboxError::InvalidArgument`] when `limit` is over `i64::MAX` (no database takes it);
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn dead_letters<C: ConnectionTrait>(
+    outbox: &Outbox,
     db: &C,
     limit: u64,
 ) -> Result<Vec<Model>, OutboxError> {
@@ -27,7 +29,8 @@ pub async fn dead_letters<C: ConnectionTrait>(
             i64::MAX
         )));
     }
-    Ok(admin::dead_letters_query(limit).all(db).await?)
+    let query = admin::dead_letters_query(outbox.driver(db)?, limit);
+    Ok(query_events(db, &query).await?)
 }
 
 /// Outcome of an operation on one dead letter ([`retry_dead`], [`discard_dead`]).
@@ -50,10 +53,11 @@ pub enum DeadLetterOutcome {
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn retry_dead<C: ConnectionTrait>(
+    outbox: &Outbox,
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let update = admin::retry_dead_statement(Driver::of_db(db)?, &[id]);
+    let update = admin::retry_dead_statement(outbox.driver(db)?, &[id]);
     Ok(outcome(exec_by_ids(db, &update).await?))
 }
 
@@ -67,18 +71,18 @@ pub async fn retry_dead<C: ConnectionTrait>(
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
-pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxError> {
-    let driver = Driver::of_db(db)?;
+pub async fn retry_all_dead<C: ConnectionTrait>(
+    outbox: &Outbox,
+    db: &C,
+) -> Result<u64, OutboxError> {
+    let driver = outbox.driver(db)?;
     let batch = RECLAIM_BATCH;
     let mut total = 0;
     // Paged by id: a retried event that fails again while this runs is not retried twice, and
     // the loop ends even while relays keep dead-lettering.
     let mut after = i64::MIN;
     loop {
-        let ids: Vec<i64> = admin::dead_letter_ids_query(after, batch)
-            .into_tuple()
-            .all(db)
-            .await?;
+        let ids = query_ids(db, &admin::dead_letter_ids_query(driver, after, batch)).await?;
         let Some(&last) = ids.last() else { break };
         after = last;
         let n = ids.len() as u64;
@@ -99,10 +103,11 @@ pub async fn retry_all_dead<C: ConnectionTrait>(db: &C) -> Result<u64, OutboxErr
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn discard_dead<C: ConnectionTrait>(
+    outbox: &Outbox,
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let delete = admin::discard_dead_statement(Driver::of_db(db)?, id);
+    let delete = admin::discard_dead_statement(outbox.driver(db)?, id);
     Ok(outcome(exec_by_ids(db, &delete).await?))
 }
 
@@ -112,18 +117,20 @@ const PURGE_BATCH_ATTEMPTS: u32 = 4;
 
 /// One purge batch in its own transaction: how many ids were selected, how many rows deleted.
 /// A failed batch rolls back (the transaction is dropped) and may simply run again.
-async fn purge_batch<C>(db: &C, older_than: Duration, batch: u64) -> Result<(u64, u64), DbErr>
+async fn purge_batch<C>(
+    outbox: &Outbox,
+    db: &C,
+    older_than: Duration,
+    batch: u64,
+) -> Result<(u64, u64), DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let driver = Driver::of_db(db)?;
+    let driver = outbox.driver(db)?;
     // Reads, then deletes: `BEGIN IMMEDIATE` on SQLite, or the delete fails at once with
     // `database is locked` whenever a relay or writer committed since the read.
     let txn = crate::ext::begin_write(db).await?;
-    let ids: Vec<i64> = admin::purge_ids_query(driver, older_than, batch)
-        .into_tuple()
-        .all(&txn)
-        .await?;
+    let ids = query_ids(&txn, &admin::purge_ids_query(driver, older_than, batch)).await?;
     let selected = ids.len() as u64;
     let deleted = if ids.is_empty() {
         0
@@ -163,6 +170,7 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// meeting a transient conflict (deadlock, SQLite busy) runs again up to 4 times first.
 /// Batches committed before an error stay deleted.
 pub async fn purge_delivered<C>(
+    outbox: &Outbox,
     db: &C,
     older_than: Duration,
     batch: u64,
@@ -180,7 +188,7 @@ where
     loop {
         let mut attempt = 1;
         let (selected, deleted) = loop {
-            match purge_batch(db, older_than, batch).await {
+            match purge_batch(outbox, db, older_than, batch).await {
                 Err(e) if attempt < PURGE_BATCH_ATTEMPTS && is_transient(&e) => {
                     tracing::debug!(error = %e, attempt, "transient conflict; purging the batch again");
                     tokio::time::sleep(Duration::from_millis(10 << attempt)).await;

@@ -1,5 +1,8 @@
 //! Operating the outbox: backlog statistics, dead-letter handling and retention.
 //!
+//! Each function works on the table of the [`Outbox`] it is given first
+//! (`ops::stats(&Outbox::default(), &db, lease)` for `t_event_record`).
+//!
 //! The library side of the `outbox` command-line tool; services can call the same functions
 //! (from an admin endpoint, a scheduled job). Every time compared is the database's clock
 //! (the driver's `now`), like the relay's. Every function returns
@@ -12,13 +15,14 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, PaginatorTrait};
+use sea_orm::ConnectionTrait;
 use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 use serde::Serialize;
 
-use crate::driver::{admin, Driver};
+use crate::driver::admin;
 use crate::error::OutboxError;
+use crate::outbox::Outbox;
 
 mod dead;
 
@@ -79,9 +83,12 @@ pub struct BlockedKeys {
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
-pub async fn blocked_keys<C: ConnectionTrait>(db: &C) -> Result<BlockedKeys, OutboxError> {
+pub async fn blocked_keys<C: ConnectionTrait>(
+    outbox: &Outbox,
+    db: &C,
+) -> Result<BlockedKeys, OutboxError> {
     let row = db
-        .query_one(&admin::blocked_keys_query(Driver::of_db(db)?))
+        .query_one(&admin::blocked_keys_query(outbox.driver(db)?))
         .await?;
     let Some(row) = row else {
         return Ok(BlockedKeys::default());
@@ -113,18 +120,17 @@ fn seconds_between(then: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn stats<C: ConnectionTrait>(
+    outbox: &Outbox,
     db: &C,
     lease: Duration,
 ) -> Result<OutboxStats, OutboxError> {
-    let driver = Driver::of_db(db)?;
-    let counts = count_by_status(db, None).await?;
+    let driver = outbox.driver(db)?;
+    let counts = StatusCounts(admin::count_by_status(db, driver, None).await?);
     let count = |status: EventStatus| counts.get(status);
-    let oldest_wait_age_seconds = oldest_wait_age(db, Column::CreateTime).await?;
-    let sending_over_lease = admin::sending_over_lease_query(driver, lease)
-        .count(db)
-        .await?;
+    let oldest_wait_age_seconds = oldest_wait_age(db, outbox, Column::CreateTime).await?;
+    let sending_over_lease = admin::count_sending_over_lease(db, driver, lease).await?;
     let fail = count(EventStatus::Fail);
-    let blocked = blocked_keys(db).await?;
+    let blocked = blocked_keys(outbox, db).await?;
     Ok(OutboxStats {
         wait: count(EventStatus::Wait),
         sending: count(EventStatus::Sending),
@@ -162,12 +168,12 @@ pub struct Backlog {
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
-pub async fn backlog<C: ConnectionTrait>(db: &C) -> Result<Backlog, OutboxError> {
+pub async fn backlog<C: ConnectionTrait>(outbox: &Outbox, db: &C) -> Result<Backlog, OutboxError> {
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
-    let counts = count_by_status(db, Some(&open)).await?;
+    let counts = StatusCounts(admin::count_by_status(db, outbox.driver(db)?, Some(&open)).await?);
     let count = |status: EventStatus| counts.get(status);
     // MIN over the index (status, next_retry_time): one index probe, however long the backlog.
-    let oldest_wait_age_seconds = oldest_wait_age(db, Column::NextRetryTime)
+    let oldest_wait_age_seconds = oldest_wait_age(db, outbox, Column::NextRetryTime)
         .await?
         .unwrap_or(0.0);
     Ok(Backlog {
@@ -191,38 +197,22 @@ impl StatusCounts {
     }
 }
 
-/// `SELECT status, COUNT(id) FROM t_event_record [WHERE status IN (:only)] GROUP BY status`.
-async fn count_by_status<C: ConnectionTrait>(
-    db: &C,
-    only: Option<&[EventStatus]>,
-) -> Result<StatusCounts, OutboxError> {
-    Ok(StatusCounts(
-        admin::count_by_status_query(only)
-            .into_tuple()
-            .all(db)
-            .await?,
-    ))
-}
-
 /// Seconds between the database's now and the smallest `column` of the `WAIT` rows
 /// (`SELECT MIN(column), now FROM t_event_record WHERE status = 'WAIT'`); `None` when nothing
 /// waits.
 async fn oldest_wait_age<C: ConnectionTrait>(
     db: &C,
+    outbox: &Outbox,
     column: Column,
 ) -> Result<Option<f64>, OutboxError> {
-    let oldest: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> =
-        admin::oldest_wait_query(Driver::of_db(db)?, column)
-            .into_tuple()
-            .one(db)
-            .await?;
+    let oldest = admin::oldest_wait(db, outbox.driver(db)?, column).await?;
     Ok(match oldest {
         Some((Some(oldest), now)) => Some(seconds_between(oldest, now)),
         _ => None,
     })
 }
 
-/// Fails with [`OutboxError::TableMissing`] unless `t_event_record` exists (reads at most one
+/// Fails with [`OutboxError::TableMissing`] unless `outbox`'s table exists (reads at most one
 /// id: `SELECT id FROM t_event_record LIMIT 1`). For tools that should refuse to start, like
 /// the relay, whose loop would otherwise log the error every round. On Postgres it is sent as
 /// one simple-protocol query (its value inlined), so that it also passes a transaction-mode
@@ -230,6 +220,6 @@ async fn oldest_wait_age<C: ConnectionTrait>(
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
-pub async fn check_table<C: ConnectionTrait>(db: &C) -> Result<(), OutboxError> {
-    Ok(admin::check_table(db).await?)
+pub async fn check_table<C: ConnectionTrait>(outbox: &Outbox, db: &C) -> Result<(), OutboxError> {
+    Ok(admin::check_table(db, outbox.driver(db)?).await?)
 }

@@ -14,6 +14,7 @@ use crate::config::WorkerConfig;
 use crate::driver::{Driver, RelayDb};
 use crate::error::OutboxError;
 use crate::instance::instance_id;
+use crate::outbox::Outbox;
 use crate::publisher::Publisher;
 use crate::wake::Wake;
 use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
@@ -64,6 +65,22 @@ pub struct Worker {
     schema_checked: tokio::sync::OnceCell<()>,
 }
 
+impl Outbox {
+    /// A [`Worker`] relaying the events of this outbox's table: [`Worker::new`] with this
+    /// outbox's table (its reclaims, lease renewals and gauges too).
+    ///
+    /// # Errors
+    /// As [`Worker::new`].
+    pub fn worker(
+        &self,
+        db: DatabaseConnection,
+        publisher: Arc<dyn Publisher>,
+        config: WorkerConfig,
+    ) -> Result<Worker, OutboxError> {
+        Worker::on(self, db, publisher, config)
+    }
+}
+
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
@@ -74,7 +91,8 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A worker over the database of `db`, sending through `publisher`.
+    /// A worker over the database of `db` (its table `t_event_record`: for another,
+    /// [`Outbox::worker`]), sending through `publisher`.
     ///
     /// By default ([`crate::RelayPool::Own`], `config.relay_pool`) the worker opens a pool of
     /// its own with `db`'s connect and pool options (lazily: no connection is opened here), so
@@ -93,13 +111,24 @@ impl Worker {
         publisher: Arc<dyn Publisher>,
         config: WorkerConfig,
     ) -> Result<Self, OutboxError> {
+        Outbox::default().worker(db, publisher, config)
+    }
+
+    /// [`Worker::new`] over `outbox`'s table.
+    fn on(
+        outbox: &Outbox,
+        db: DatabaseConnection,
+        publisher: Arc<dyn Publisher>,
+        config: WorkerConfig,
+    ) -> Result<Self, OutboxError> {
         config.validate()?;
         let driver = Driver::with_feature(db.get_database_backend())?;
         check_shared_pool(driver, &db, &config)?;
         let db = RelayDb::new(
             config.relay_pool.connections(&db)?,
             config.statement_protocol,
-        )?;
+        )?
+        .with_table(outbox.table_ref());
         let owner = config
             .instance_id
             .clone()

@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 
 use sea_orm::sea_query::{
     Condition, Expr, IntoIden, MysqlQueryBuilder, QueryBuilder, QuotedBuilder, SqlWriterValues,
+    TableName, TableRefBuilder,
 };
 use sea_orm::{DbBackend, Statement};
-use sea_orm_outbox_entity::event_record::Entity;
 
 use crate::driver::{ByIds, InsertIfAbsent};
 
@@ -31,11 +31,11 @@ use crate::driver::{ByIds, InsertIfAbsent};
 pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
     let q = MysqlQueryBuilder;
     let mut sql = writer();
-    let table = Entity.into_iden();
+    let table = TableName::from(stmt.table());
     match stmt.assignments() {
         Some(set) => {
             push(&mut sql, "UPDATE ");
-            q.prepare_iden(&table, &mut sql);
+            q.prepare_table_name(&table, &mut sql);
             push(&mut sql, " FORCE INDEX (PRIMARY) SET ");
             for (i, (column, value)) in set.iter().enumerate() {
                 if i > 0 {
@@ -48,9 +48,9 @@ pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
         }
         None => {
             push(&mut sql, "DELETE ");
-            q.prepare_iden(&table, &mut sql);
+            q.prepare_table_name(&table, &mut sql);
             push(&mut sql, " FROM ");
-            q.prepare_iden(&table, &mut sql);
+            q.prepare_table_name(&table, &mut sql);
             push(&mut sql, " FORCE INDEX (PRIMARY)");
         }
     }

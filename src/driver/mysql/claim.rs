@@ -1,11 +1,11 @@
 //! The MySQL/MariaDB batch claim: no `UPDATE ... RETURNING` and no `LIMIT` in an `IN`
 //! subquery, so one short `READ COMMITTED` transaction: a locking read, then the update by ids.
-use sea_orm::sea_query::{Expr, LockBehavior, LockType};
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, SelectStatement};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DbBackend, DbErr, FromQueryResult, IsolationLevel, QuerySelect,
-    QueryTrait, Select, Statement, TransactionSession, TransactionTrait,
+    ConnectionTrait, DbErr, FromQueryResult, IsolationLevel, Statement, TransactionSession,
+    TransactionTrait,
 };
-use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use crate::config::OrderedPolicy;
@@ -15,12 +15,17 @@ use crate::driver::{
 
 /// The batch claim: one short `READ COMMITTED` transaction (MariaDB has no `UPDATE ...
 /// RETURNING` and no `LIMIT` in an `IN` subquery), see [`claim_locked`].
-pub(crate) async fn claim_batch<C>(db: &C, owner: &str, n: u64) -> Result<Vec<Model>, DbErr>
+pub(crate) async fn claim_batch<C>(
+    db: &C,
+    driver: Driver,
+    owner: &str,
+    n: u64,
+) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let locking = locking_candidates_query(Driver::MySql, n).build(DbBackend::MySql);
-    retry_transient(|| claim_locked(db, owner, locking.clone())).await
+    let locking = driver.build(&locking_candidates_query(driver, n));
+    retry_transient(|| claim_locked(db, driver, owner, locking.clone())).await
 }
 
 /// The ordered claim's heads: [`claim_locked`] over [`ordered_heads_query`]
@@ -34,6 +39,7 @@ where
 /// of being skipped as a locked row (see `driver/ordered.rs` for the whole argument).
 pub(crate) async fn claim_ordered_heads<C>(
     db: &C,
+    driver: Driver,
     owner: &str,
     policy: OrderedPolicy,
     n: u64,
@@ -42,18 +48,18 @@ pub(crate) async fn claim_ordered_heads<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let locking =
-        DbBackend::MySql.build(&ordered_heads_query(Driver::MySql, policy, n, true, scan));
-    retry_transient(|| claim_locked(db, owner, locking.clone())).await
+    let locking = driver.build(&ordered_heads_query(driver, policy, n, true, scan));
+    retry_transient(|| claim_locked(db, driver, owner, locking.clone())).await
 }
 
 /// `SELECT *, <now> AS claim_now FROM t_event_record WHERE status = 'WAIT' AND next_retry_time
 /// <= now ORDER BY next_retry_time LIMIT :n FOR UPDATE SKIP LOCKED`: the first statement of the
 /// MySQL/MariaDB batch claim.
-pub fn locking_candidates_query(driver: Driver, n: u64) -> Select<Entity> {
+pub fn locking_candidates_query(driver: Driver, n: u64) -> SelectStatement {
     candidates_query(driver, n)
         .expr_as(driver.now(), "claim_now")
         .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+        .to_owned()
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = :now,
@@ -67,12 +73,12 @@ pub fn claim_locked_statement(
     owner: &str,
     now: sea_orm::prelude::DateTimeUtc,
 ) -> ByIds {
-    ByIds::update()
+    ByIds::update(driver.table())
         .set(Column::Status, Expr::val(EventStatus::Sending.as_str()))
         .set(Column::ClaimOwner, Expr::val(owner))
         .set(Column::ClaimedAt, Expr::val(now))
         .set(Column::UpdateTime, Expr::val(now))
-        .filter(Column::Id.is_in(ids.iter().copied()))
+        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
         .filter(driver.status_guard(Expr::val(EventStatus::Wait.as_str())))
 }
 
@@ -104,7 +110,12 @@ impl FromQueryResult for LockedRow {
 ///
 /// `locking` is the first statement: [`locking_candidates_query`] for the batch claim,
 /// [`ordered_heads_query`] for the ordered claim's heads.
-async fn claim_locked<C>(db: &C, owner: &str, locking: Statement) -> Result<Vec<Model>, DbErr>
+async fn claim_locked<C>(
+    db: &C,
+    driver: Driver,
+    owner: &str,
+    locking: Statement,
+) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
 {
@@ -123,7 +134,7 @@ where
     // Through PRIMARY, like every statement that names its rows by id (see `by_ids.rs`); not
     // retried here, a failure ends the whole transaction.
     let updated = txn
-        .execute_raw(claim_locked_statement(Driver::MySql, &ids, owner, now).build(Driver::MySql))
+        .execute_raw(claim_locked_statement(driver, &ids, owner, now).build(driver))
         .await?
         .rows_affected();
     if updated != ids.len() as u64 {

@@ -5,9 +5,10 @@
 use sea_orm::sea_query::{
     Alias, Expr, ExprTrait, JoinType, LockBehavior, LockType, SelectStatement,
 };
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::event_record::Column;
 
 use crate::driver::ordered::{HeadsFrom, CANDIDATE, WINDOW};
+use crate::driver::Driver;
 
 /// The window's columns after `id`: `next_retry_time`, which orders the heads.
 pub(crate) fn window_columns(c: &mut SelectStatement) {
@@ -18,6 +19,7 @@ pub(crate) fn window_columns(c: &mut SelectStatement) {
 /// w.next_retry_time` for a window (the derived table is sorted first and joined in that
 /// order), `INNER JOIN` and `ORDER BY e.next_retry_time` for the deep candidates.
 pub(crate) fn from_candidates(
+    driver: Driver,
     q: &mut SelectStatement,
     c: SelectStatement,
     window: bool,
@@ -30,7 +32,7 @@ pub(crate) fn from_candidates(
     };
     q.from_subquery(c, w.clone()).join_as(
         join,
-        Entity,
+        driver.table(),
         e.clone(),
         Expr::col((e, Column::Id)).equals((w, Column::Id)),
     );

@@ -14,16 +14,8 @@ static UNCHECKABLE: AtomicBool = AtomicBool::new(false);
 pub(crate) fn pool(db: &DatabaseConnection, max: u32) -> DatabaseConnection {
     let app = db.get_mysql_connection_pool();
     let connect = (*app.connect_options()).clone();
-    let options: MySqlPoolOptions = crate::driver::pool::relay_options(app.options(), max)
-        .after_release(|conn, _| Box::pin(crate::driver::pool::bounded(check(conn))))
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for < crate::driver::IDLE_RECHECK {
-                    return Ok(true);
-                }
-                crate::driver::pool::bounded(check(conn)).await
-            })
-        });
+    let options: MySqlPoolOptions =
+        crate::driver::pool::guarded_options(app.options(), max, |conn| Box::pin(check(conn)));
     SqlxMySqlConnector::from_sqlx_mysql_pool(options.connect_lazy_with(connect))
 }
 

@@ -44,15 +44,16 @@ use crate::driver::{ordered_heads_statement, retry_transient, Driver, HeadScan};
 /// one statement per bucket: eight up to 128, fifteen up to
 /// [`crate::config::MAX_BATCH_SIZE`]. The ordered claim
 /// ([`ordered_heads_statement`]) binds its values and is planned each time.
-pub(crate) fn claim_batch_statement(owner: &str, n: u64) -> UpdateStatement {
+pub(crate) fn claim_batch_statement(driver: Driver, owner: &str, n: u64) -> UpdateStatement {
     let due_sql = format!(
-        r#"SELECT "id" FROM (SELECT "id" FROM "t_event_record" WHERE "status" = '{wait}' AND "next_retry_time" <= {now} ORDER BY "next_retry_time" ASC LIMIT {bucket} FOR UPDATE SKIP LOCKED) AS "due""#,
+        r#"SELECT "id" FROM (SELECT "id" FROM {table} WHERE "status" = '{wait}' AND "next_retry_time" <= {now} ORDER BY "next_retry_time" ASC LIMIT {bucket} FOR UPDATE SKIP LOCKED) AS "due""#,
+        table = driver.table().quoted('"'),
         wait = EventStatus::Wait.as_str(),
         now = now_sql(None),
         bucket = claim_limit_bucket(n),
     );
     let mut update = claim_update(
-        Driver::Postgres,
+        driver,
         owner,
         wait_guard(),
         Expr::cust_with_values(
@@ -74,7 +75,7 @@ fn wait_guard() -> Expr {
 
 /// The claim over the ids `due` selects (with its own lock clause), `("status" = 'WAIT') IS
 /// TRUE AND id = ANY(ARRAY(<due>))`: the ordered claim's heads.
-pub(crate) fn claim_of(owner: &str, due: SelectStatement) -> UpdateStatement {
+pub(crate) fn claim_of(driver: Driver, owner: &str, due: SelectStatement) -> UpdateStatement {
     // `id = ANY(ARRAY(subquery))` runs the subquery once (an InitPlan). With `id IN
     // (subquery)` Postgres may run the locking subquery more than once and claim more than
     // `n` rows.
@@ -82,7 +83,7 @@ pub(crate) fn claim_of(owner: &str, due: SelectStatement) -> UpdateStatement {
         r#""id" = ANY(ARRAY($1))"#,
         Expr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(due))),
     );
-    claim_update(Driver::Postgres, owner, wait_guard(), ids)
+    claim_update(driver, owner, wait_guard(), ids)
 }
 
 /// The columns the Postgres batch claim returns (the locking form of [`claim_batch_statement`], and the
@@ -95,8 +96,7 @@ pub(crate) fn claim_of(owner: &str, due: SelectStatement) -> UpdateStatement {
 /// `t_event_record` rewrites `status`, `claim_owner` or `update_time` (a trigger that did would
 /// break the state machine's guards anyway).
 ///
-/// Not `RETURNING *`: ten columns decoded by position cost the relay less CPU per event than
-/// thirteen by name.
+/// Not `RETURNING *`: the relay decodes these ten columns by position.
 pub(crate) const CLAIM_RETURNING: [Column; 10] = [
     Column::Id,
     Column::BizNo,
@@ -173,10 +173,11 @@ pub(crate) fn claim_limit_bucket(n: u64) -> u64 {
 /// [`claim_batch_statement`], one round trip.
 pub(crate) async fn claim_batch<C: ConnectionTrait>(
     db: &C,
+    driver: Driver,
     owner: &str,
     n: u64,
 ) -> Result<Vec<Model>, DbErr> {
-    let stmt = claim_batch_statement(owner, n);
+    let stmt = claim_batch_statement(driver, owner, n);
     let rows = retry_transient(|| db.query_all(&stmt)).await?;
     claimed_models(&rows, 0, owner)
 }
@@ -187,12 +188,13 @@ pub(crate) async fn claim_batch<C: ConnectionTrait>(
 /// there, so its successor is not a head (see `driver/ordered.rs`).
 pub(crate) async fn claim_ordered_heads<C: ConnectionTrait>(
     db: &C,
+    driver: Driver,
     owner: &str,
     policy: OrderedPolicy,
     n: u64,
     scan: HeadScan,
 ) -> Result<Vec<Model>, DbErr> {
-    let stmt = ordered_heads_statement(Driver::Postgres, owner, policy, n, scan);
+    let stmt = ordered_heads_statement(driver, owner, policy, n, scan);
     claim_returning(db, &stmt).await
 }
 
@@ -231,18 +233,20 @@ fn bigint_array(ids: &[i64]) -> String {
 /// every row) is the mark's `rows_affected`. The mark's status guard is a boolean test so that
 /// the primary key alone serves it ([`primary_key_only`]).
 pub(crate) fn mark_success_and_claim_statement(
+    driver: Driver,
     done_ids: &[i64],
     done_owner: &str,
     owner: &str,
     n: u64,
 ) -> Statement {
-    let claim = DbBackend::Postgres.build(&claim_batch_statement(owner, n));
+    let claim = DbBackend::Postgres.build(&claim_batch_statement(driver, owner, n));
     let mut values = claim.values.map(|v| v.0).unwrap_or_default();
     let (ids_at, owner_at) = (values.len() + 1, values.len() + 2);
     values.push(Value::from(bigint_array(done_ids)));
     values.push(Value::from(done_owner));
     let sql = format!(
-        r#"WITH "outbox_done" AS (UPDATE "t_event_record" SET "status" = '{success}', "update_time" = {now} WHERE "id" = ANY(CAST(${ids_at} AS bigint[])) AND ("status" = '{sending}') IS TRUE AND "claim_owner" = ${owner_at} RETURNING "id"), "outbox_claimed" AS ({claim}) SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".* FROM (SELECT 1) AS "outbox_one" LEFT JOIN "outbox_claimed" ON TRUE"#,
+        r#"WITH "outbox_done" AS (UPDATE {table} SET "status" = '{success}', "update_time" = {now} WHERE "id" = ANY(CAST(${ids_at} AS bigint[])) AND ("status" = '{sending}') IS TRUE AND "claim_owner" = ${owner_at} RETURNING "id"), "outbox_claimed" AS ({claim}) SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".* FROM (SELECT 1) AS "outbox_one" LEFT JOIN "outbox_claimed" ON TRUE"#,
+        table = driver.table().quoted('"'),
         success = EventStatus::Success.as_str(),
         sending = EventStatus::Sending.as_str(),
         now = now_sql(None),
@@ -255,12 +259,13 @@ pub(crate) fn mark_success_and_claim_statement(
 /// statement is atomic, a failed run changed nothing); the rows marked and the events claimed.
 pub(crate) async fn mark_success_and_claim<C: ConnectionTrait>(
     db: &C,
+    driver: Driver,
     done_ids: &[i64],
     done_owner: &str,
     owner: &str,
     n: u64,
 ) -> Result<(u64, Vec<Model>), DbErr> {
-    let stmt = mark_success_and_claim_statement(done_ids, done_owner, owner, n);
+    let stmt = mark_success_and_claim_statement(driver, done_ids, done_owner, owner, n);
     let rows = retry_transient(|| db.query_all_raw(stmt.clone())).await?;
     // Every row carries the same count (the `LEFT JOIN` gives one row when nothing is claimed).
     let marked = match rows.first() {
@@ -277,8 +282,8 @@ mod tests {
 
     #[test]
     fn batch_claim_sql() {
-        let sql =
-            claim_batch_statement("me", 20).to_string(sea_orm::sea_query::PostgresQueryBuilder);
+        let sql = claim_batch_statement(Driver::Postgres, "me", 20)
+            .to_string(sea_orm::sea_query::PostgresQueryBuilder);
         assert!(
             sql.contains(r#""id" = ANY(ARRAY(SELECT "id" FROM (SELECT"#),
             "{sql}"

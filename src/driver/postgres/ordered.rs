@@ -5,11 +5,12 @@ use sea_orm::sea_query::{
     Alias, Expr, ExprTrait, LockBehavior, LockType, Order, Query, SelectStatement,
     SubQueryStatement,
 };
-use sea_orm_outbox_entity::event_record::{Column, Entity};
+use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
 use crate::config::OrderedPolicy;
 use crate::driver::ordered::{no_blocking_predecessor, HeadsFrom, CANDIDATE, OUT};
+use crate::driver::Driver;
 
 /// [`HeadScan::Window`](crate::driver::HeadScan::Window): the fewest extra candidate heads the
 /// window's check hands to the locking query for heads that other relays have locked (skipped
@@ -39,6 +40,7 @@ pub(crate) fn window_columns(c: &mut SelectStatement) {
 /// never flattened, so its filter runs row by row over the window's ordered index scan and
 /// stops at its `LIMIT`).
 pub(crate) fn from_candidates(
+    driver: Driver,
     q: &mut SelectStatement,
     c: SelectStatement,
     window: bool,
@@ -51,21 +53,22 @@ pub(crate) fn from_candidates(
         heads
             .column((e.clone(), Column::Id))
             .from_subquery(c, e.clone())
-            .and_where(no_blocking_predecessor(policy))
-            .and_where(no_event_of_the_key_out())
+            .and_where(no_blocking_predecessor(driver, policy))
+            .and_where(no_event_of_the_key_out(driver))
             .order_by((e.clone(), Column::NextRetryTime), Order::Asc)
             .limit(n.saturating_add(head_lock_slack(n)));
         heads
     } else {
         c
     };
-    q.from_as(Entity, e.clone()).and_where(Expr::cust_with_expr(
-        r#""e"."id" = ANY(ARRAY($1))"#,
-        Expr::SubQuery(
-            None,
-            Box::new(SubQueryStatement::SelectStatement(candidates)),
-        ),
-    ));
+    q.from_as(driver.table(), e.clone())
+        .and_where(Expr::cust_with_expr(
+            r#""e"."id" = ANY(ARRAY($1))"#,
+            Expr::SubQuery(
+                None,
+                Box::new(SubQueryStatement::SelectStatement(candidates)),
+            ),
+        ));
     HeadsFrom {
         checks_here: !window,
         ordered_by: e,
@@ -78,12 +81,12 @@ pub(crate) fn from_candidates(
 /// correlated probe per candidate lets the planner, when its statistics saw no `SENDING` rows,
 /// rescan every `SENDING` row for every candidate. The cost grows with the events out (relays
 /// × slots × run length), not with the table. `biz_no` is `NOT NULL`, so `NOT IN` has no null
-/// case. Postgres hashes the list only while its estimated size fits `hash_mem` (some 90,000
-/// keys out with the defaults); above that it compares each candidate with the whole list.
-pub(crate) fn no_event_of_the_key_out() -> Expr {
+/// case. Postgres hashes the list only while its estimated size fits `hash_mem`; above that it
+/// compares each candidate with the whole list.
+pub(crate) fn no_event_of_the_key_out(driver: Driver) -> Expr {
     let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
     let mut q = Query::select();
-    q.from_as(Entity, out.clone())
+    q.from_as(driver.table(), out.clone())
         .and_where(Expr::col((out.clone(), Column::Status)).eq(EventStatus::Sending.as_str()))
         .column((out, Column::BizNo));
     Expr::col((e, Column::BizNo)).not_in_subquery(q)

@@ -13,16 +13,8 @@ pub(crate) fn pool(db: &DatabaseConnection, max: u32, name: Option<&str>) -> Dat
     if let Some(name) = name {
         connect = connect.application_name(name);
     }
-    let options: PgPoolOptions = crate::driver::pool::relay_options(app.options(), max)
-        .after_release(|conn, _| Box::pin(crate::driver::pool::bounded(check(conn))))
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for < crate::driver::IDLE_RECHECK {
-                    return Ok(true);
-                }
-                crate::driver::pool::bounded(check(conn)).await
-            })
-        });
+    let options: PgPoolOptions =
+        crate::driver::pool::guarded_options(app.options(), max, |conn| Box::pin(check(conn)));
     SqlxPostgresConnector::from_sqlx_postgres_pool(options.connect_lazy_with(connect))
 }
 

@@ -1,7 +1,8 @@
 //! The SQLite batch claim: a lock-free read of whether anything is due, then one `UPDATE ...
 //! RETURNING` without a lock clause (one writer at a time).
-use sea_orm::{ConnectionTrait, DbErr, QuerySelect, Select};
-use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
+use sea_orm::sea_query::SelectStatement;
+use sea_orm::{ConnectionTrait, DbErr};
+use sea_orm_outbox_entity::event_record::{Column, Model};
 
 use crate::config::OrderedPolicy;
 use crate::driver::claim::claim_returning;
@@ -12,10 +13,16 @@ use crate::driver::{
 /// `SELECT id FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
 /// next_retry_time LIMIT 1`: whether anything is due, read without a lock (WAL mode) through
 /// `idx_t_event_record_status_next_retry`.
-fn due_probe_query() -> Select<Entity> {
-    candidates_query(Driver::Sqlite, 1)
-        .select_only()
+fn due_probe_query(driver: Driver) -> SelectStatement {
+    candidates_query(driver, 1)
+        .clear_selects()
         .column(Column::Id)
+        .to_owned()
+}
+
+/// Whether [`due_probe_query`] finds anything due.
+async fn anything_due<C: ConnectionTrait>(db: &C, driver: Driver) -> Result<bool, DbErr> {
+    Ok(db.query_one(&due_probe_query(driver)).await?.is_some())
 }
 
 /// [`due_probe_query`], then, when something is due, [`claim_batch_statement`] (two round
@@ -27,14 +34,14 @@ fn due_probe_query() -> Select<Entity> {
 /// when committed just after the claim.
 pub(crate) async fn claim_batch<C: ConnectionTrait>(
     db: &C,
+    driver: Driver,
     owner: &str,
     n: u64,
 ) -> Result<Vec<Model>, DbErr> {
-    let due: Option<i64> = due_probe_query().into_tuple().one(db).await?;
-    if due.is_none() {
+    if !anything_due(db, driver).await? {
         return Ok(Vec::new());
     }
-    claim_returning(db, &claim_batch_statement(Driver::Sqlite, owner, n)).await
+    claim_returning(db, &claim_batch_statement(driver, owner, n)).await
 }
 
 /// The ordered claim's heads: [`due_probe_query`], then (when something is due)
@@ -42,15 +49,15 @@ pub(crate) async fn claim_batch<C: ConnectionTrait>(
 /// the predecessor check and the update see the same committed rows.
 pub(crate) async fn claim_ordered_heads<C: ConnectionTrait>(
     db: &C,
+    driver: Driver,
     owner: &str,
     policy: OrderedPolicy,
     n: u64,
     scan: HeadScan,
 ) -> Result<Vec<Model>, DbErr> {
-    let due: Option<i64> = due_probe_query().into_tuple().one(db).await?;
-    if due.is_none() {
+    if !anything_due(db, driver).await? {
         return Ok(Vec::new());
     }
-    let stmt = ordered_heads_statement(Driver::Sqlite, owner, policy, n, scan);
+    let stmt = ordered_heads_statement(driver, owner, policy, n, scan);
     claim_returning(db, &stmt).await
 }

@@ -6,6 +6,7 @@ use tokio_util::sync::CancellationToken;
 use crate::driver::RelayDb;
 use crate::error::OutboxError;
 use crate::ops::Backlog;
+use crate::outbox::Outbox;
 use crate::relay::{Observer, Op, WorkerSummary};
 
 /// Refreshes `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` from
@@ -49,13 +50,13 @@ impl GaugeRefresher {
     /// A database error (the gauges keep their last values).
     pub(crate) async fn run_once(&self) -> Result<Backlog, OutboxError> {
         use crate::metrics::{BACKLOG, BLOCKED_KEYS, OLDEST_BLOCKED_AGE, OLDEST_WAIT_AGE};
-        let b = crate::ops::backlog(&self.db).await?;
+        let b = crate::ops::backlog(&Outbox::of_table(self.db.table()), &self.db).await?;
         metrics::gauge!(BACKLOG, "status" => "WAIT").set(b.wait as f64);
         metrics::gauge!(BACKLOG, "status" => "SENDING").set(b.sending as f64);
         metrics::gauge!(BACKLOG, "status" => "FAIL").set(b.fail as f64);
         metrics::gauge!(OLDEST_WAIT_AGE).set(b.oldest_wait_age_seconds);
         if self.blocked {
-            let k = crate::ops::blocked_keys(&self.db).await?;
+            let k = crate::ops::blocked_keys(&Outbox::of_table(self.db.table()), &self.db).await?;
             metrics::gauge!(BLOCKED_KEYS).set(k.keys as f64);
             metrics::gauge!(OLDEST_BLOCKED_AGE).set(k.oldest_age_seconds.unwrap_or(0.0));
         }

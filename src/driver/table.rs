@@ -1,0 +1,137 @@
+//! The outbox table every statement names: `t_event_record` unless the application names
+//! another (and, on Postgres, a schema; on MySQL/MariaDB the schema is the database).
+use std::sync::Mutex;
+
+use sea_orm::sea_query::TableName;
+use sea_orm::DbErr;
+use sea_orm_outbox_migration::check_table_name;
+
+/// An outbox table: its name and, optionally, its schema. `Copy`, so that the [`super::Driver`]
+/// carrying it stays `Copy`: each distinct name is interned (leaked once, kept in a process-wide
+/// list), which suits the one or two names an application uses.
+///
+/// Not a sea-query `Iden`: that would let it stand for a bare table name and drop its schema;
+/// it converts into a `TableName` (and so into a `TableRef`): `"schema"."name"` when a schema
+/// is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Table {
+    schema: Option<&'static str>,
+    name: &'static str,
+}
+
+/// The names interned by [`Table::new`].
+static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// `name`, interned: the same `&'static str` for the same text, leaked once.
+fn intern(name: &str) -> &'static str {
+    if name == Table::DEFAULT.name {
+        return Table::DEFAULT.name;
+    }
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(known) = names.iter().find(|n| **n == name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(leaked);
+    leaked
+}
+
+/// Every outbox table name this process has named: `t_event_record` and each one given to
+/// [`Table::new`].
+pub(crate) fn known_names() -> Vec<&'static str> {
+    let names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    std::iter::once(Table::DEFAULT.name)
+        .chain(names.iter().copied())
+        .collect()
+}
+
+impl Table {
+    /// `t_event_record`, no schema: the table of this crate's migrations.
+    pub const DEFAULT: Table = Table {
+        schema: None,
+        name: sea_orm_outbox_migration::TABLE,
+    };
+
+    /// The table `name` in `schema` (`None`: the connection's default).
+    ///
+    /// # Errors
+    /// [`DbErr::Custom`] naming the rule when `name` or `schema` is not 1 to 40 ASCII letters,
+    /// digits and underscores, not starting with a digit
+    /// ([`sea_orm_outbox_migration::check_table_name`]).
+    pub fn new(schema: Option<&str>, name: &str) -> Result<Table, DbErr> {
+        check_table_name(name)?;
+        let schema = match schema {
+            Some(schema) => {
+                check_table_name(schema)
+                    .map_err(|_| DbErr::Custom(format!("outbox schema name {schema:?}: use 1 to 40 ASCII letters, digits and underscores, not starting with a digit")))?;
+                Some(intern(schema))
+            }
+            None => None,
+        };
+        Ok(Table {
+            schema,
+            name: intern(name),
+        })
+    }
+
+    /// The table's name, without its schema.
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// The table's schema, if one is set.
+    pub fn schema(self) -> Option<&'static str> {
+        self.schema
+    }
+
+    /// The table as SQL text quoted with `quote` (`"` or `` ` ``): `"schema"."name"` or
+    /// `"name"`. The names are checked, so they hold no quote.
+    pub fn quoted(self, quote: char) -> String {
+        match self.schema {
+            Some(schema) => format!("{quote}{schema}{quote}.{quote}{}{quote}", self.name),
+            None => format!("{quote}{}{quote}", self.name),
+        }
+    }
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table::DEFAULT
+    }
+}
+
+impl From<Table> for TableName {
+    fn from(table: Table) -> Self {
+        match table.schema {
+            Some(schema) => (schema, table.name).into(),
+            None => table.name.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sea_orm::sea_query::{PostgresQueryBuilder, Query};
+
+    #[test]
+    fn names_are_checked_and_interned() {
+        assert!(Table::new(None, "1abc").is_err());
+        assert!(Table::new(None, "a-b").is_err());
+        assert!(Table::new(Some("x y"), "ok").is_err());
+        let a = Table::new(Some("app"), "outbox_events").expect("valid");
+        let b = Table::new(Some("app"), "outbox_events").expect("valid");
+        assert_eq!(a, b);
+        assert!(std::ptr::eq(a.name(), b.name()));
+        assert_eq!(
+            Table::new(None, "t_event_record").expect("valid"),
+            Table::DEFAULT
+        );
+        let sql = Query::select()
+            .expr(sea_orm::sea_query::Expr::val(1))
+            .from(a)
+            .to_string(PostgresQueryBuilder);
+        assert_eq!(sql, r#"SELECT 1 FROM "app"."outbox_events""#);
+        assert_eq!(a.quoted('`'), "`app`.`outbox_events`");
+    }
+}
