@@ -2,8 +2,8 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use common::wait_until;
 use common::{age, event, new_event};
-use sea_orm_outbox::test_support::wait_until;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

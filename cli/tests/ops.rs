@@ -5,7 +5,7 @@ mod common;
 
 use sea_orm_outbox::instance::instance_of;
 
-use sea_orm_outbox::test_support::wait_until;
+use common::wait_until;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

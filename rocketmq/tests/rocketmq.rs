@@ -8,7 +8,7 @@
 mod common;
 mod rmq_support;
 
-use sea_orm_outbox::test_support::wait_until;
+use common::wait_until;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;

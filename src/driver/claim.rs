@@ -3,7 +3,7 @@
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement, UpdateStatement};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
-    QuerySelect, Select, Statement, TransactionTrait,
+    QuerySelect, Select, TransactionTrait,
 };
 use sea_orm_outbox_entity::event_record::{Column, Entity, Model};
 use sea_orm_outbox_entity::EventStatus;
@@ -11,9 +11,8 @@ use sea_orm_outbox_entity::EventStatus;
 use super::{exec_by_ids, mysql, postgres, retry_transient, sqlite, status_literal};
 use super::{ByIds, Claim, Driver};
 
-// Reached by the statement snapshots (feature `test-support`) only: the MySQL claim runs them
-// from its backend file.
-#[allow(unused_imports)]
+// Reached by the statement snapshots only: the MySQL claim runs them from its backend file.
+#[cfg(test)]
 pub use super::mysql::claim::{claim_locked_statement, locking_candidates_query};
 
 /// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
@@ -197,13 +196,14 @@ pub struct MarkedAndClaimed {
 
 /// The statement of [`mark_success_and_claim_batch`] on `driver`; `None` where no single
 /// statement can do both ([`Driver::mark_and_claim_in_one`]: Postgres only).
+#[cfg(test)]
 pub fn mark_success_and_claim_statement(
     driver: Driver,
     done_ids: &[i64],
     done_owner: &str,
     owner: &str,
     n: u64,
-) -> Option<Statement> {
+) -> Option<sea_orm::Statement> {
     match driver {
         Driver::Postgres => Some(postgres::claim::mark_success_and_claim_statement(
             done_ids, done_owner, owner, n,

@@ -3,7 +3,7 @@
 //! the table's columns.
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DbErr, EntityTrait};
+use sea_orm::{ConnectionTrait, DbErr};
 use sea_orm_outbox_entity::event_record::{self, Entity};
 
 use super::is_transient;
@@ -94,17 +94,6 @@ impl Transition {
             Transition::LeaseLost
         }
     }
-}
-
-/// Reads one event by id.
-///
-/// # Errors
-/// Any database error.
-pub async fn find_event<C: ConnectionTrait>(
-    db: &C,
-    id: i64,
-) -> Result<Option<event_record::Model>, DbErr> {
-    Entity::find_by_id(id).one(db).await
 }
 
 /// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails when the table

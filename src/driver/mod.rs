@@ -41,7 +41,8 @@
 //! writes its own way). Each statement is built by one function and executed by another, so
 //! its SQL is rendered per backend without a database (`tests/statements.rs`). The rest is
 //! shared machinery: `exec` (transient retries, the outcomes, the schema check), `relay_db`
-//! (the relay's connection), and the backend-neutral halves of `error`, `pool` and `listen`.
+//! (the relay's connection), and the backend-neutral halves of `error`, `pool` and `listen`;
+//! `tests/` holds the driver's own suites.
 pub mod admin;
 mod by_ids;
 mod claim;
@@ -59,11 +60,13 @@ mod reclaim;
 mod relay_db;
 mod runs;
 mod sqlite;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait, InsertStatement};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, StatementBuilder};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement};
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
 
@@ -76,9 +79,6 @@ pub use insert::*;
 pub(crate) use listen::{Heard, ListenFailure, Listener};
 pub use marks::*;
 pub use ordered::*;
-// Reached by the crate's tests (feature `test-support`) only: the channel they listen on.
-#[allow(unused_imports)]
-pub use postgres::WAKE_CHANNEL;
 pub use reclaim::*;
 pub use relay_db::RelayDb;
 
@@ -168,7 +168,8 @@ impl Driver {
     }
 
     /// `stmt` rendered for this backend, values bound.
-    pub fn build<S: StatementBuilder>(self, stmt: &S) -> Statement {
+    #[cfg(test)]
+    pub fn build<S: sea_orm::StatementBuilder>(self, stmt: &S) -> Statement {
         self.backend().build(stmt)
     }
 

@@ -16,8 +16,7 @@ use crate::error::OutboxError;
 
 /// A connection of the relay: `db`, with its statements sent as simple-protocol queries with
 /// inlined values when `simple` (Postgres only). The worker and its maintenance services run
-/// every statement through it; reached from outside only by the crate's tests (feature
-/// `test-support`).
+/// every statement through it.
 #[derive(Debug, Clone)]
 pub struct RelayDb {
     db: DatabaseConnection,

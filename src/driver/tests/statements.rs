@@ -1,0 +1,383 @@
+//! Every statement of the outbox's driver, rendered for Postgres, MySQL and SQLite side by side
+//! as it is sent (statements that name rows by id as `Driver::by_ids` writes them), kept as
+//! insta snapshots in `snapshots/`: a change to the SQL of any backend shows in review.
+//! Under CI=true a snapshot that differs fails the test; `cargo insta review` (or
+//! `INSTA_UPDATE=always cargo test --lib driver::tests::statements`) accepts a deliberate
+//! change.
+use std::time::Duration;
+
+use sea_orm::{DbBackend, QueryTrait, Statement};
+
+use crate::driver::{self, consumed, Driver};
+use crate::{EventStatus, NewEvent};
+
+/// The drivers of the three backends.
+fn drivers() -> [Driver; 3] {
+    [DbBackend::Postgres, DbBackend::MySql, DbBackend::Sqlite]
+        .map(|b| Driver::of(b).expect("a known backend"))
+}
+
+/// The Postgres driver.
+fn postgres() -> Driver {
+    drivers()[0]
+}
+
+/// `stmt` for each backend: its SQL, then its values.
+fn render(stmt: impl Fn(Driver) -> Statement) -> String {
+    let mut out = String::new();
+    for driver in drivers() {
+        let backend = driver.backend();
+        let s = stmt(driver);
+        let values = s
+            .values
+            .as_ref()
+            .map(|v| {
+                v.0.iter()
+                    .map(|v| format!("{v:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "-- {backend:?}\n{}\n-- values: [{values}]\n\n",
+            s.sql
+        ));
+    }
+    out
+}
+
+/// What the insert of `event` is told about the wake-up (as `driver::insert_event` tells it).
+fn wakeup(event: &NewEvent) -> Option<Duration> {
+    event
+        .notifies_relays()
+        .then(|| event.notification_interval())
+}
+
+#[test]
+fn insert_event() {
+    // The default: the notification shared by the slot's advisory lock. The slot's key (the
+    // last value) comes from the clock; the longest interval makes it 0 whenever the test
+    // runs, and the default's statement is the same text with another key.
+    let event =
+        NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_interval(Duration::MAX);
+    insta::assert_snapshot!(render(
+        |b| b.build(&b.with_wakeup(driver::insert_statement(b, &event), wakeup(&event)))
+    ));
+    let default = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#);
+    for b in drivers() {
+        let of = |e: &NewEvent| b.build(&b.with_wakeup(driver::insert_statement(b, e), wakeup(e)));
+        let (a, d) = (of(&event), of(&default));
+        assert_eq!(a.sql, d.sql, "{b:?}");
+        let (a, d) = (a.values.expect("values").0, d.values.expect("values").0);
+        if b.backend() == DbBackend::Postgres {
+            // The insert's six values, then the slot's key.
+            assert_eq!((a.len(), d.len()), (7, 7));
+            assert_eq!(a[..6], d[..6]);
+            assert_eq!(a[6], sea_orm::Value::Int(Some(0)));
+            assert!(matches!(d[6], sea_orm::Value::Int(Some(k)) if k >= 0));
+        } else {
+            // MySQL and SQLite poll: the insert is left as it is.
+            assert_eq!(a, d, "{b:?}");
+        }
+    }
+    let quiet = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_relays(false);
+    insta::assert_snapshot!(
+        "insert_event_without_notify",
+        render(|b| b.build(&b.with_wakeup(driver::insert_statement(b, &quiet), wakeup(&quiet))))
+    );
+    let every =
+        NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_interval(Duration::ZERO);
+    insta::assert_snapshot!(
+        "insert_event_notify_every_event",
+        render(|b| b.build(&b.with_wakeup(driver::insert_statement(b, &every), wakeup(&every))))
+    );
+}
+
+#[test]
+fn candidates() {
+    insta::assert_snapshot!(render(
+        |b| driver::candidates_query(b, 20).build(b.backend())
+    ));
+}
+
+#[test]
+fn claim_per_row() {
+    insta::assert_snapshot!(render(|b| driver::claim_statement(b, 7, 0, "me").build(b)));
+}
+
+#[test]
+fn claim_batch() {
+    // Postgres and SQLite: one `UPDATE ... RETURNING`; MySQL/MariaDB: the locking select, then
+    // the update of the locked ids in the same READ COMMITTED transaction.
+    insta::assert_snapshot!(render(
+        |b| b.build(&driver::claim_batch_statement(b, "me", 20))
+    ));
+    let now = chrono::DateTime::from_timestamp(1_764_547_200, 0).expect("time");
+    insta::assert_snapshot!(
+        "claim_batch_mysql",
+        format!(
+            "{}\n{}",
+            render(|b| driver::locking_candidates_query(b, 20).build(b.backend())),
+            render(|b| driver::claim_locked_statement(b, &[7, 8], "me", now).build(b))
+        )
+    );
+}
+
+/// Ordered mode (`WorkerConfig::ordered`): the heads of their keys (Postgres and SQLite: one
+/// `UPDATE ... RETURNING`, Postgres with `FOR UPDATE SKIP LOCKED`; MySQL/MariaDB: the locking
+/// select, then `claim_locked_statement` as in the batch claim), per policy; then the runs
+/// behind the heads (a read and the guarded update by ids).
+#[test]
+fn claim_ordered() {
+    use crate::OrderedPolicy;
+    use driver::HeadScan;
+    for (name, policy, scan) in [
+        (
+            "claim_ordered_heads_block",
+            OrderedPolicy::Block,
+            HeadScan::Deep,
+        ),
+        (
+            "claim_ordered_heads_skip",
+            OrderedPolicy::Skip,
+            HeadScan::Deep,
+        ),
+        (
+            "claim_ordered_heads_window_block",
+            OrderedPolicy::Block,
+            HeadScan::for_heads(20),
+        ),
+    ] {
+        insta::assert_snapshot!(
+            name,
+            render(|b| match b.backend() {
+                DbBackend::MySql =>
+                    b.build(&driver::ordered_heads_query(b, policy, 20, true, scan)),
+                _ => b.build(&driver::ordered_heads_statement(b, "me", policy, 20, scan)),
+            })
+        );
+    }
+    let keys = ["K1".to_owned(), "K2".to_owned()];
+    insta::assert_snapshot!(
+        "claim_ordered_runs",
+        format!(
+            "{}\n{}",
+            render(|b| driver::run_candidates_query(&keys, 7, 20).build(b.backend())),
+            render(|b| driver::claim_run_statement(b, &[8, 9], "me").build(b))
+        )
+    );
+}
+
+/// Postgres: the `SUCCESS` mark of one claim's deliveries and the next batch claim in one
+/// statement (data-modifying `WITH`; the claim part is `claim_batch`'s statement unchanged).
+/// The other backends have no such statement: they mark, then claim.
+#[test]
+fn mark_success_and_claim_batch() {
+    for b in drivers().into_iter().skip(1) {
+        assert!(driver::mark_success_and_claim_statement(b, &[7, 8], "me#1", "me#2", 20).is_none());
+    }
+    let pg = postgres();
+    let stmt = driver::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
+        .expect("Postgres has the statement");
+    let values = stmt
+        .values
+        .as_ref()
+        .map(|v| {
+            v.0.iter()
+                .map(|v| format!("{v:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    insta::assert_snapshot!(format!(
+        "-- Postgres\n{}\n-- values: [{values}]\n",
+        stmt.sql
+    ));
+}
+
+#[test]
+fn outcomes() {
+    insta::assert_snapshot!(
+        "mark_success",
+        render(|b| driver::mark_success_statement(b, 7, "me").build(b))
+    );
+    insta::assert_snapshot!(
+        "release_for_retry",
+        render(|b| driver::release_for_retry_statement(
+            b,
+            7,
+            "me",
+            Duration::from_secs(20),
+            "boom"
+        )
+        .build(b))
+    );
+    insta::assert_snapshot!(
+        "release_uncounted",
+        render(|b| driver::release_uncounted_statement(
+            b,
+            7,
+            "me",
+            Duration::from_secs(60),
+            "denied"
+        )
+        .build(b))
+    );
+    insta::assert_snapshot!(
+        "mark_fail",
+        render(|b| driver::mark_fail_statement(b, 7, "me", "boom").build(b))
+    );
+    insta::assert_snapshot!(
+        "mark_success_many",
+        render(|b| driver::mark_success_many_statement(b, &[7, 8], "me").build(b))
+    );
+    insta::assert_snapshot!(
+        "release_unsent",
+        render(|b| driver::release_unsent_statement(b, &[7, 8], "me").build(b))
+    );
+    insta::assert_snapshot!(
+        "renew_leases",
+        render(|b| driver::renew_leases_statement(b, &[7, 8], "me").build(b))
+    );
+}
+
+/// `StatementProtocol::Simple` (Postgres behind a transaction-mode pooler): the statements as
+/// sent in one simple-protocol query, values inlined by sea-query's escaping. A `'` and a `\`
+/// in `last_error` come out as an `E'...'` literal; owners, ids and limits as literals.
+#[test]
+fn simple_protocol_inlined() {
+    let pg = postgres();
+    let owner = "relay-1#00ff";
+    let reason = r"broker said: it's \ down";
+    let statements = [
+        (
+            "claim_batch",
+            pg.build(&driver::claim_batch_statement(pg, owner, 20)),
+        ),
+        (
+            "mark_success_and_claim_batch",
+            driver::mark_success_and_claim_statement(pg, &[7, 8], "relay-1#00fe", owner, 20)
+                .expect("Postgres has the statement"),
+        ),
+        (
+            "claim_per_row",
+            driver::claim_statement(pg, 7, 2, owner).build(pg),
+        ),
+        (
+            "mark_success",
+            driver::mark_success_statement(pg, 7, owner).build(pg),
+        ),
+        (
+            "mark_success_many",
+            driver::mark_success_many_statement(pg, &[7, 8], owner).build(pg),
+        ),
+        (
+            "release_for_retry",
+            driver::release_for_retry_statement(pg, 7, owner, Duration::from_secs(20), reason)
+                .build(pg),
+        ),
+        (
+            "mark_fail",
+            driver::mark_fail_statement(pg, 7, owner, reason).build(pg),
+        ),
+        (
+            "renew_leases",
+            driver::renew_leases_statement(pg, &[7, 8], owner).build(pg),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, stmt) in &statements {
+        let sql = pg.inline(stmt).expect("Postgres inlines");
+        assert!(!sql.contains("$1"), "{name}: every value inlined: {sql}");
+        out.push_str(&format!("-- {name}\n{sql}\n\n"));
+    }
+    assert!(out.contains(r"E'broker said: it\'s \\ down'"), "{out}");
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn reclaim() {
+    let lease = Duration::from_secs(600);
+    insta::assert_snapshot!(
+        "expired_leases",
+        render(
+            |b| driver::expired_leases_query(b, lease, driver::RECLAIM_BATCH).build(b.backend())
+        )
+    );
+    for (name, to) in [
+        ("reclaim_to_wait", EventStatus::Wait),
+        ("reclaim_to_fail", EventStatus::Fail),
+    ] {
+        insta::assert_snapshot!(
+            name,
+            render(|b| driver::reclaim_statement(b, &[7, 8], lease, 3, to).build(b))
+        );
+    }
+}
+
+#[test]
+fn consumed_record() {
+    insta::assert_snapshot!(render(|b| consumed::record_statement(b, "points", "42")));
+}
+
+/// The statements of `ops` (the `outbox` tool): stats, dead letters, retention.
+#[test]
+fn admin() {
+    use crate::event_record::Column;
+    use driver::admin;
+    use sea_orm::EntityTrait;
+    let lease = Duration::from_secs(600);
+    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+    insta::assert_snapshot!(
+        "admin_count_by_status",
+        render(|b| admin::count_by_status_query(Some(&open)).build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "admin_oldest_wait",
+        render(|b| admin::oldest_wait_query(b, Column::NextRetryTime).build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "admin_sending_over_lease",
+        render(|b| admin::sending_over_lease_query(b, lease).build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "admin_check_table",
+        render(|b| admin::check_table_query().build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "admin_dead_letters",
+        render(|b| admin::dead_letters_query(50).build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "admin_dead_letter_ids",
+        render(|b| admin::dead_letter_ids_query(7, driver::RECLAIM_BATCH).build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "admin_retry_dead",
+        render(|b| admin::retry_dead_statement(b, &[7, 8]).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_discard_dead",
+        render(|b| admin::discard_dead_statement(b, 7).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_purge_ids",
+        render(|b| admin::purge_ids_query(b, Duration::from_secs(86_400), 1000).build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "admin_purge",
+        render(|b| admin::purge_statement(b, &[7, 8]).build(b))
+    );
+    insta::assert_snapshot!(
+        "admin_blocked_keys",
+        render(|b| b.build(&admin::blocked_keys_query(b)))
+    );
+    insta::assert_snapshot!(
+        "owned_ids",
+        render(|b| driver::owned_ids_query(b, &[7, 8], "me").build(b.backend()))
+    );
+    insta::assert_snapshot!(
+        "find_event",
+        render(|b| crate::event_record::Entity::find_by_id(7).build(b.backend()))
+    );
+}
