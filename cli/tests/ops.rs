@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::{age, new_event, Backend, TestContext};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
-use sea_orm_outbox::driver;
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
 use sea_orm_outbox::{
     consume_once, ops, CancellationToken, EventStatus, InMemoryPublisher, Migrator, MigratorTrait,
@@ -112,10 +111,7 @@ async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
     update = match status {
         EventStatus::Sending => update
             .col_expr(Column::ClaimOwner, "gone-owner".into())
-            .col_expr(
-                Column::ClaimedAt,
-                driver::Driver::of(backend).expect("a known backend").now(),
-            ),
+            .col_expr(Column::ClaimedAt, common::db_now(backend, None)),
         EventStatus::Fail => update
             .col_expr(Column::RetryCount, 4.into())
             .col_expr(Column::LastError, "scripted broker outage".into()),
@@ -126,7 +122,7 @@ async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
 
 /// The event `id`, if it is there.
 async fn event(db: &impl ConnectionTrait, id: i64) -> Option<event_record::Model> {
-    driver::find_event(db, id).await.expect("read")
+    Events::find_by_id(id).one(db).await.expect("read")
 }
 
 fn fast_config(owner: &str) -> WorkerConfig {

@@ -123,7 +123,12 @@ pub async fn insert_keys(
 /// The database clock's now, or now ± `d` for `Some((sign, d))`, in the form the outbox writes
 /// it on `backend` (SQLite: fixed-width RFC 3339 text).
 pub fn db_now(backend: DbBackend, offset: Option<(char, Duration)>) -> Expr {
-    Expr::cust(match (backend, offset) {
+    Expr::cust(db_now_sql(backend, offset))
+}
+
+/// The SQL text of [`db_now`].
+pub fn db_now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
+    match (backend, offset) {
         (DbBackend::Postgres, None) => "CURRENT_TIMESTAMP".to_owned(),
         (DbBackend::Postgres, Some((sign, d))) => format!(
             "(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')",
@@ -140,7 +145,7 @@ pub fn db_now(backend: DbBackend, offset: Option<(char, Duration)>) -> Expr {
             d.as_secs(),
             d.subsec_micros()
         ),
-    })
+    }
 }
 
 /// Leases the `WAIT` events `ids` to `owner` now (database clock), as a relay's claim leaves
