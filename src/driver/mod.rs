@@ -39,8 +39,8 @@
 //! `admin` (the statements of [`crate::ops`]), `consumed` (the idempotent consumer's record),
 //! and `by_ids` (the form of every statement that names its rows by id, which each backend
 //! writes its own way). Each statement is built by one function and executed by another, so
-//! its SQL is rendered per backend without a database (`tests/statements.rs`). The rest is
-//! shared machinery: `exec` (transient retries, the outcomes, the schema check), `relay_db`
+//! its SQL is rendered per backend without a database (`tests/statements.rs` here). The rest
+//! is shared machinery: `exec` (transient retries, the outcomes, the schema check), `relay_db`
 //! (the relay's connection), and the backend-neutral halves of `error`, `pool` and `listen`;
 //! `tests/` holds the driver's own suites.
 pub mod admin;

@@ -1,4 +1,6 @@
 //! Test context: one fresh database per test on Postgres, MariaDB/MySQL and SQLite, migrated.
+//! Shared by the suites of `tests/`, `cli/tests/` and `rocketmq/tests/`, and by the crate's
+//! unit tests (`src/driver/tests/`, through `src/lib.rs`); it uses the crate's public items only.
 //!
 //! URLs of the admin connections come from `OUTBOX_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and `OUTBOX_TEST_MYSQL_URL` (default
