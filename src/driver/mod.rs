@@ -50,6 +50,8 @@ pub mod consumed;
 mod error;
 mod exec;
 mod insert;
+// Without the `postgres` feature nothing listens, and the listener's parts go unused.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod listen;
 mod marks;
 mod mysql;
@@ -79,6 +81,9 @@ pub use insert::*;
 pub(crate) use listen::{Heard, ListenFailure, Listener};
 pub use marks::*;
 pub use ordered::*;
+// The channel the docs of the write path and the wake-up name.
+#[allow(unused_imports)]
+pub use postgres::WAKE_CHANNEL;
 pub use reclaim::*;
 pub use relay_db::RelayDb;
 
