@@ -35,19 +35,19 @@ mod pool;
 mod publisher;
 mod relay;
 mod retry;
-// The driver (every statement, every backend's SQL and behaviour) is the crate's insides:
-// crate-private, reachable by the crate's own tests and examples through the `test-support`
-// feature (not an API).
-#[cfg(not(feature = "test-support"))]
-#[allow(dead_code, unreachable_pub)]
+// The driver (every statement, every backend's SQL and behaviour) is the crate's insides;
+// its own tests (`driver/tests/`) reach it from inside the crate.
 mod driver;
-#[cfg(feature = "test-support")]
-#[doc(hidden)]
-pub mod driver;
-#[cfg(feature = "test-support")]
-#[doc(hidden)]
-pub mod test_support;
 mod wake;
+
+// The unit tests share the integration suites' helpers (`tests/common`), which name this
+// crate `sea_orm_outbox` as the suites do.
+#[cfg(test)]
+extern crate self as sea_orm_outbox;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::wait_until;
 use common::{count, event, TestContext};
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{EventStatus, InMemoryPublisher, OutboxMessage, PublishError, Publisher};
 
 backend_tests!(

@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use common::wait_until;
 use common::{count, new_event, TestContext};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, EntityTrait, PaginatorTrait};
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
     transactional_publish, CancellationToken, EventStatus, InMemoryPublisher, NewEvent,
     OutboxError, OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,

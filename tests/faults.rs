@@ -3,14 +3,13 @@
 //! minutes ahead is the cli crate's `tests/faults.rs`).
 mod common;
 
+use common::wait_until;
 use common::{age, event, new_event, Fleet};
-use sea_orm_outbox::test_support::wait_until;
 
 use std::time::Duration;
 
 use common::TestContext;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, TransactionTrait};
-use sea_orm_outbox::driver::{self, Claim};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{
     CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt, RetryPolicy,
@@ -170,9 +169,7 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
             Events::update_many()
                 .col_expr(
                     Column::NextRetryTime,
-                    driver::Driver::of(backend)
-                        .expect("a known backend")
-                        .now_plus(Duration::from_secs(86_400)),
+                    common::db_now(backend, Some(('+', Duration::from_secs(86_400)))),
                 )
                 .filter(Column::Id.eq(not_due))
                 .exec(db)
@@ -213,10 +210,7 @@ async fn open_transaction_blocks_no_relay_statement(ctx: &TestContext, with_rows
     // Leases of an instance that died mid-send, 11 minutes old: the reclaim requeues them.
     for i in 0..3 {
         let id = new_event(db, &format!("ORPHAN-{i}")).await;
-        assert_eq!(
-            driver::claim(db, id, 0, "died").await.expect("claim"),
-            Claim::Won
-        );
+        common::claim_by_hand(db, &[id], "died").await;
         age(db, id, Column::ClaimedAt, Duration::from_secs(11 * 60)).await;
         expected.push(id);
     }

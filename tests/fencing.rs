@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::wait_until;
 use common::{age, count, event, insert_many, Fleet, TestContext};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use sea_orm_outbox::event_record::Column;
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
     ClaimStrategy, EventStatus, InMemoryPublisher, OutboxMessage, PublishError, Publisher,
     RetryPolicy,

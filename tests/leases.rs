@@ -2,8 +2,8 @@
 //! Postgres, MariaDB and SQLite (see `tests/common`).
 mod common;
 
-use common::{age, age_many, count, event, insert_many, new_event, wait_for_success, Fleet};
-use sea_orm_outbox::test_support::wait_until;
+use common::wait_until;
+use common::{age, claim_by_hand, count, event, insert_many, new_event, wait_for_success, Fleet};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{ScriptedPublisher, TestContext};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, TransactionTrait};
-use sea_orm_outbox::driver::{self, Transition};
-use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm::TransactionTrait;
+use sea_orm_outbox::event_record::Column;
 use sea_orm_outbox::{
     CancellationToken, ClaimStrategy, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
     OutboxMessage, PublishError, Publisher, RetryPolicy, Worker, WorkerConfig,
@@ -21,13 +20,11 @@ use sea_orm_outbox::{
 
 backend_tests!(
     batch_race_publishes_each_event_once,
-    batch_claims_are_disjoint_and_guarded,
     message_that_kills_its_sender_ends_fail,
     renewal_keeps_a_long_send,
     a_send_that_stalls_its_worker_is_reclaimed_and_its_ack_is_late,
     metrics_count_every_outcome,
     a_panicking_publisher_fails_one_send_not_the_worker,
-    reclaim_works_in_bounded_batches,
 );
 
 backend_test!(
@@ -63,75 +60,6 @@ async fn batch_race_publishes_each_event_once(ctx: &TestContext) {
     assert_eq!(count(&ctx.db, EventStatus::Fail).await, 0);
 }
 
-async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
-    let db = &ctx.db;
-    let ids = insert_many(&ctx.db, "ORD", 30).await;
-    let a = driver::claim_batch(db, "a", 20).await.expect("claim a");
-    let b = driver::claim_batch(db, "b", 20).await.expect("claim b");
-    assert_eq!((a.len(), b.len()), (20, 10));
-    // Oldest due first, disjoint, each row SENDING under its owner.
-    assert_eq!(
-        a.iter().map(|e| e.id).collect::<Vec<_>>(),
-        ids[..20].to_vec()
-    );
-    for (owner, claimed) in [("a", &a), ("b", &b)] {
-        for e in claimed.iter() {
-            assert_eq!(
-                (e.status, e.claim_owner.as_deref()),
-                (EventStatus::Sending, Some(owner))
-            );
-            assert!(e.claimed_at.is_some());
-            // What the claim returns is what the database holds (MariaDB builds it in memory).
-            assert_eq!(e, &event(db, e.id).await);
-        }
-    }
-    assert!(driver::claim_batch(db, "c", 20)
-        .await
-        .expect("claim c")
-        .is_empty());
-    // Owner guards hold for batch-claimed rows.
-    let first = a[0].id;
-    assert_eq!(
-        driver::mark_success(db, first, "b").await.expect("ack"),
-        Transition::LeaseLost
-    );
-    assert_eq!(
-        driver::mark_success_many(db, &[first, b[0].id], "a")
-            .await
-            .expect("ack"),
-        1
-    );
-    assert_eq!(event(db, first).await.status, EventStatus::Success);
-    assert_eq!(event(db, b[0].id).await.status, EventStatus::Sending);
-    // Expired batch leases are reclaimed like per-row ones.
-    let a_ids: Vec<i64> = a[1..].iter().map(|e| e.id).collect();
-    age_many(db, &a_ids, Column::ClaimedAt, Duration::from_secs(60)).await;
-    let r = driver::reclaim_stuck(db, Duration::from_secs(30), 3, driver::RECLAIM_BATCH)
-        .await
-        .expect("reclaim");
-    assert_eq!((r.requeued, r.dead_lettered), (19, 0));
-    // A reclaimed row is claimable again, and A's late ack changes nothing.
-    let again = driver::claim_batch(db, "c", 50).await.expect("claim c");
-    assert_eq!(again.len(), 19);
-    assert_eq!(
-        driver::mark_success_many(db, &a_ids, "a")
-            .await
-            .expect("late"),
-        0
-    );
-    assert_eq!(
-        driver::release_unsent(db, &a_ids, "a").await.expect("late"),
-        0
-    );
-    assert_eq!(
-        driver::release_unsent(db, &a_ids, "c")
-            .await
-            .expect("hand back"),
-        19
-    );
-    assert_eq!(count(db, EventStatus::Wait).await, 19);
-}
-
 /// Hangs forever on events whose biz_no is `poison`; publishes the rest.
 struct HangsOn {
     poison: &'static str,
@@ -162,6 +90,12 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
         hung: AtomicUsize::new(0),
     });
     let lease = Duration::from_secs(1);
+    let reclaimer = Worker::new(
+        ctx.pool(1).await,
+        publisher.clone(),
+        config("reclaimer").lease(lease),
+    )
+    .expect("reclaimer");
     for attempt in 1..=4 {
         let owner = format!("doomed-{attempt}");
         let cfg = config(&owner)
@@ -198,9 +132,7 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             Duration::from_secs(20),
             Duration::from_millis(50),
             || async {
-                let _ = driver::reclaim_stuck(db, lease, 3, driver::RECLAIM_BATCH)
-                    .await
-                    .expect("reclaim");
+                reclaimer.reclaim_once().await.expect("reclaim");
                 event(db, poison).await.status != EventStatus::Sending
             },
         )
@@ -214,7 +146,10 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
             EventStatus::Fail
         };
         assert_eq!(e.status, expected, "attempt {attempt}");
-        assert_eq!(e.last_error.as_deref(), Some(driver::LEASE_EXPIRED));
+        assert_eq!(
+            e.last_error.as_deref(),
+            Some("lease expired: the sender died or hung mid-send")
+        );
     }
     // The other 20 are delivered: by the instances before they died, and by a next instance
     // that the dead letter no longer stops.
@@ -431,10 +366,7 @@ async fn metrics_count_every_outcome(ctx: &TestContext) {
 
     // A reclaim: an instance died holding a lease.
     let dead = new_event(db, "DEAD").await;
-    assert_eq!(
-        driver::claim(db, dead, 0, "dead").await.expect("claim"),
-        driver::Claim::Won
-    );
+    claim_by_hand(db, &[dead], "dead").await;
     age(db, dead, Column::ClaimedAt, Duration::from_secs(60)).await;
     // A success, a retry ("RETRY" fails retryably) and a dead letter ("PERM" fails for good).
     struct Mixed(InMemoryPublisher);
@@ -536,31 +468,4 @@ async fn a_panicking_publisher_fails_one_send_not_the_worker(ctx: &TestContext) 
         .as_deref()
         .is_some_and(|r| r.contains("publisher panicked: publisher bug")));
     assert_eq!(event(db, ok).await.status, EventStatus::Success);
-}
-
-/// More expired leases than one reclaim batch: all are reclaimed, in several statements, and
-/// those whose retries are used up become dead letters. A fresh lease is left alone.
-async fn reclaim_works_in_bounded_batches(ctx: &TestContext) {
-    let db = &ctx.db;
-    let ids = insert_many(&ctx.db, "EXPIRED", 7).await;
-    let claimed = driver::claim_batch(db, "died", 8).await.expect("claim");
-    assert_eq!(claimed.len(), 7);
-    // Six leases expired, two of them with their retries used up; the seventh is fresh.
-    age_many(db, &ids[..6], Column::ClaimedAt, Duration::from_secs(60)).await;
-    Events::update_many()
-        .col_expr(Column::RetryCount, sea_orm::sea_query::Expr::val(3))
-        .filter(Column::Id.is_in(ids[..2].to_vec()))
-        .exec(db)
-        .await
-        .expect("used up");
-    let r = driver::reclaim_stuck(db, Duration::from_secs(30), 3, 4)
-        .await
-        .expect("reclaim");
-    assert_eq!((r.requeued, r.dead_lettered), (4, 2));
-    assert_eq!(count(db, EventStatus::Wait).await, 4);
-    assert_eq!(count(db, EventStatus::Fail).await, 2);
-    assert_eq!(event(db, ids[6]).await.status, EventStatus::Sending);
-    assert!(driver::reclaim_stuck(db, Duration::from_secs(30), 3, 0)
-        .await
-        .is_err());
 }

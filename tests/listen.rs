@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use common::wait_until;
 use common::{count, Backend, TestContext};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sea_orm::sqlx::postgres::PgConnectOptions;
@@ -36,7 +37,6 @@ use sea_orm::{
     ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend,
     EntityTrait, QueryFilter, Statement, TransactionTrait,
 };
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
     CancellationToken, EventStatus, NewEvent, OutboxExt, OutboxMessage, PublishError, Publisher,
     StatementProtocol, Worker, WorkerConfig, WorkerSummary,
@@ -96,17 +96,6 @@ async fn postgres_through_pgbouncer_transaction_mode_simple_protocol_delivers_ev
         Backend::Postgres,
         "listen_pgbouncer_simple",
         simple_protocol_through_pgbouncer_transaction_mode,
-    )
-    .await
-}
-
-#[tokio::test]
-async fn postgres_simple_protocol_rows_decode_into_models() {
-    logs();
-    common::run_on(
-        Backend::Postgres,
-        "listen_simple_decode",
-        simple_protocol_rows_decode,
     )
     .await
 }
@@ -808,76 +797,6 @@ async fn simple_protocol_through_pgbouncer_transaction_mode(ctx: &TestContext) {
     drop(bouncer);
 }
 
-/// Rows read with the simple protocol come back in the text format; they decode into the same
-/// models as the binary rows of prepared statements: `timestamptz` (microseconds), `i32`/`i64`,
-/// text, and `NULL` and non-`NULL` nullable columns, a `'` and `\` in `last_error` included.
-async fn simple_protocol_rows_decode(ctx: &TestContext) {
-    use sea_orm_outbox::driver::{self, RelayDb};
-    for i in 0..3 {
-        commit_one(&ctx.db, &format!("DECODE-{i}")).await;
-    }
-    let simple = RelayDb::new(ctx.pool(2).await, StatementProtocol::Simple).expect("postgres");
-    // Claimed through the simple protocol: the rows of the claim's `UPDATE ... RETURNING`, text
-    // format.
-    let claimed = driver::claim_batch(&simple, "decode#01", 3)
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 3);
-    let fresh = |id| async move {
-        driver::find_event(&ctx.db, id)
-            .await
-            .expect("read")
-            .expect("row")
-    };
-    for m in &claimed {
-        assert_eq!(
-            m,
-            &fresh(m.id).await,
-            "the claimed row as a prepared read sees it"
-        );
-    }
-    let (a, b, c) = (&claimed[0], &claimed[1], &claimed[2]);
-    let reason = "it's \\ 'quoted'\n\ttabbed, ünïcode";
-    let t = driver::release_for_retry(&simple, a.id, "decode#01", Duration::from_millis(1), reason)
-        .await
-        .expect("release");
-    assert_eq!(t, driver::Transition::Applied);
-    let t = driver::mark_success(&simple, b.id, "decode#01")
-        .await
-        .expect("success");
-    assert_eq!(t, driver::Transition::Applied);
-    let t = driver::mark_success(&simple, c.id, "someone-else#02")
-        .await
-        .expect("guarded");
-    assert_eq!(
-        t,
-        driver::Transition::LeaseLost,
-        "the owner guard holds inlined"
-    );
-    for m in &claimed {
-        let via_simple = driver::find_event(&simple, m.id)
-            .await
-            .expect("simple read")
-            .expect("row");
-        let via_prepared = fresh(m.id).await;
-        assert_eq!(via_simple, via_prepared, "text and binary rows agree");
-    }
-    let released = fresh(a.id).await;
-    assert_eq!(released.last_error.as_deref(), Some(reason));
-    assert_eq!((released.claim_owner, released.claimed_at), (None, None));
-    assert_eq!(released.retry_count, 1);
-    assert!(fresh(c.id).await.claimed_at.is_some());
-    // Microseconds survive the text format.
-    let sub_second = claimed
-        .iter()
-        .any(|m| m.create_time.timestamp_subsec_micros() != 0);
-    assert!(sub_second, "timestamps keep their microseconds");
-    assert!(
-        RelayDb::new(ctx.pool(2).await, StatementProtocol::Extended).is_ok(),
-        "the default protocol needs no check"
-    );
-}
-
 /// Session mode (the setup README recommends for the relay behind PgBouncer 1.18): each client
 /// connection keeps its server connection, so `LISTEN` works and the self-check passes (the
 /// gauge says 1); every event is delivered once, without errors. The commit→publish latencies
@@ -998,14 +917,15 @@ async fn commit_notifications_until(
     }
 }
 
+/// The channel relays listen on for wake-ups (`pg_notify('sea_orm_outbox', ...)`).
+const WAKE_CHANNEL: &str = "sea_orm_outbox";
+
 /// A raw listener of the test (its own connection) on the wake channel.
 async fn test_listener(ctx: &TestContext) -> sea_orm::sqlx::postgres::PgListener {
     let mut l = sea_orm::sqlx::postgres::PgListener::connect(&ctx.url)
         .await
         .expect("listener");
-    l.listen(sea_orm_outbox::driver::WAKE_CHANNEL)
-        .await
-        .expect("LISTEN");
+    l.listen(WAKE_CHANNEL).await.expect("LISTEN");
     l
 }
 

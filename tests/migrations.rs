@@ -672,7 +672,6 @@ fn migration_names_are_stable() {
 async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
     use sea_orm::sea_query::{Expr, Query};
     use sea_orm::EntityTrait;
-    use sea_orm_outbox::driver;
     use sea_orm_outbox::{
         event_record, CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxError,
         OutboxExt, Worker, WorkerConfig,
@@ -681,9 +680,7 @@ async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
     let db = &ctx.db;
     BeforeHeadersMigrator::up(db, None).await.expect("old up");
     // A row as the release before headers wrote it.
-    let now = driver::Driver::of(ctx.db_backend())
-        .expect("a known backend")
-        .now();
+    let now = common::db_now(ctx.db_backend(), None);
     let mut insert = Query::insert();
     insert
         .into_table(event_record::Entity)

@@ -16,12 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::wait_until;
 use common::{count, new_event, TestContext};
 use sea_orm::sqlx::{self, Row};
 use sea_orm::{
     ActiveModelTrait, ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait,
 };
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
     guarded_pool, CancellationToken, EventStatus, InMemoryPublisher, NewEvent, OutboxExt,
     OutboxMessage, PublishError, Publisher, Worker,

@@ -2,14 +2,13 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use common::wait_until;
 use common::{age, event, new_event};
-use sea_orm_outbox::test_support::wait_until;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::TestContext;
-use sea_orm_outbox::driver::{self, Claim};
 use sea_orm_outbox::event_record::Column;
 use sea_orm_outbox::EventStatus;
 
@@ -30,14 +29,7 @@ async fn relay_with_clock_ahead_reclaims_nothing_early(ctx: &TestContext) {
     let db = &ctx.db;
     let fresh = new_event(db, "FRESH").await;
     let stale = new_event(db, "STALE").await;
-    for id in [fresh, stale] {
-        assert_eq!(
-            driver::claim(db, id, 0, "alive-elsewhere")
-                .await
-                .expect("claim"),
-            Claim::Won
-        );
-    }
+    common::claim_by_hand(db, &[fresh, stale], "alive-elsewhere").await;
     age(db, stale, Column::ClaimedAt, Duration::from_secs(11 * 60)).await;
 
     // The relay publishes to the broker (`outbox relay` sends nothing without one): CI sets

@@ -3,7 +3,7 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use sea_orm_outbox::test_support::wait_until;
+use common::wait_until;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +12,6 @@ use common::{age, instance_of, new_event, Backend, TestContext};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox::consumer::consume_once;
-use sea_orm_outbox::driver;
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
 use sea_orm_outbox::{
     ops, CancellationToken, EventStatus, InMemoryPublisher, Migrator, NewEvent, OutboxError,
@@ -113,10 +112,7 @@ async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
     update = match status {
         EventStatus::Sending => update
             .col_expr(Column::ClaimOwner, "gone-owner".into())
-            .col_expr(
-                Column::ClaimedAt,
-                driver::Driver::of(backend).expect("a known backend").now(),
-            ),
+            .col_expr(Column::ClaimedAt, common::db_now(backend, None)),
         EventStatus::Fail => update
             .col_expr(Column::RetryCount, 4.into())
             .col_expr(Column::LastError, "scripted broker outage".into()),
@@ -127,7 +123,7 @@ async fn set_status(db: &impl ConnectionTrait, id: i64, status: EventStatus) {
 
 /// The event `id`, if it is there.
 async fn event(db: &impl ConnectionTrait, id: i64) -> Option<event_record::Model> {
-    driver::find_event(db, id).await.expect("read")
+    Events::find_by_id(id).one(db).await.expect("read")
 }
 
 fn fast_config(owner: &str) -> WorkerConfig {

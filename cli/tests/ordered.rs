@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::ordered::{ordered_config, OrderCheck};
+use common::wait_until;
 use common::{count, event, insert_keys, new_event, Fleet, TestContext};
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{ops, EventStatus, OrderedPolicy};
 backend_tests!(block_holds_a_key_behind_its_dead_letter_until_retried);
 

@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::{new_event, TestContext};
-use sea_orm_outbox::driver;
 use sea_orm_outbox::EventStatus;
 
 backend_test!(
@@ -57,10 +56,7 @@ async fn relay_refuses_a_name_server_it_cannot_use_on(ctx: &TestContext) {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{namesrv}: {err}");
         assert!(err.contains(expected), "{namesrv}: {err}");
-        let e = driver::find_event(&ctx.db, id)
-            .await
-            .expect("read")
-            .expect("row");
+        let e = common::event(&ctx.db, id).await;
         assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 0), "{e:?}");
     }
 }

@@ -30,11 +30,11 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::wait_until;
 use common::{insert_many, Backend, Fleet, TestContext};
 use rmq_support::{count, in_ci, receive_all, script, unique, worker_config};
 use sea_orm::EntityTrait;
 use sea_orm_outbox::event_record::Entity as Events;
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{EventStatus, OutboxError, RetryPolicy, WorkerSummary};
 use sea_orm_outbox_rocketmq::RocketMqConsumer;
 use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};

@@ -2,12 +2,11 @@
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait, Value};
-use sea_orm_outbox::driver;
 
 use crate::cpu::{CpuMark, CpuUse};
 use crate::figures::{f1, Figures};
 use crate::scratch::{BoxError, ScratchDb};
-use crate::setup::{fill, reset};
+use crate::setup::{fill, now_sql, reset};
 use crate::Args;
 
 /// `n` placeholders of `backend`, numbered from `first` where the backend numbers them.
@@ -56,9 +55,7 @@ async fn bare_claim(
     batch: u64,
 ) -> Result<Vec<Row>, BoxError> {
     let backend = db.get_database_backend();
-    let now = driver::Driver::of(backend)
-        .expect("a known backend")
-        .now_sql(None);
+    let now = now_sql(backend, None);
     let sql = match backend {
         DbBackend::Postgres => format!(
             "UPDATE t_event_record SET status = 'SENDING', claim_owner = $1, claimed_at = {now}, \
@@ -115,9 +112,7 @@ async fn bare_claim(
 /// Marks `ids` SUCCESS in one owner-guarded UPDATE.
 async fn bare_mark(db: &DatabaseConnection, owner: &str, ids: &[i64]) -> Result<u64, BoxError> {
     let backend = db.get_database_backend();
-    let now = driver::Driver::of(backend)
-        .expect("a known backend")
-        .now_sql(None);
+    let now = now_sql(backend, None);
     let sql = format!(
         "UPDATE t_event_record SET status = 'SUCCESS', update_time = {now} WHERE status = 'SENDING' \
          AND claim_owner = {} AND id IN ({})",

@@ -7,22 +7,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sea_orm::sea_query::PostgresQueryBuilder;
 use sea_orm::{DatabaseConnection, DbBackend};
 use sea_orm_outbox::RelayPool;
 
 /// The fewest connections a relay pool may have (`RelayPool::Own`).
 const MIN_RELAY_POOL_CONNECTIONS: u32 = 3;
 use sea_orm_outbox::{
-    driver, CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, Worker,
-    WorkerConfig, WorkerSummary,
+    CancellationToken, ClaimStrategy, OutboxMessage, PublishError, Publisher, Worker, WorkerConfig,
+    WorkerSummary,
 };
 
 use crate::cpu::{CpuMark, CpuUse};
 use crate::figures::{f1, f3, Figures};
 use crate::scan::{pg_explain, ScanResult};
 use crate::scratch::{BoxError, ScratchDb};
-use crate::setup::{fill_keyed, reset, status_counts};
+use crate::setup::{fill_keyed, pg_batch_claim_sql, reset, status_counts};
 use crate::Args;
 
 /// The no-op publisher: counts, remembers the first publish instant of every id. With
@@ -279,12 +278,8 @@ pub async fn relay(
     fill_keyed(setup, events, "WAIT", keys).await?;
     let claim_plan =
         if bench.backend == DbBackend::Postgres && config.claim_strategy == ClaimStrategy::Batch {
-            let claim = driver::claim_batch_statement(
-                driver::Driver::of(bench.backend).expect("a known backend"),
-                "bench-probe",
-                config.batch_size,
-            );
-            Some(pg_explain(setup, &claim.to_string(PostgresQueryBuilder)).await?)
+            let claim = pg_batch_claim_sql("bench-probe", config.batch_size);
+            Some(pg_explain(setup, &claim).await?)
         } else {
             None
         };

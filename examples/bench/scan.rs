@@ -4,13 +4,11 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use sea_orm::sea_query::{MysqlQueryBuilder, PostgresQueryBuilder};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
-use sea_orm_outbox::driver;
 
 use crate::figures::{percentile, Figures};
 use crate::scratch::BoxError;
-use crate::setup::{fill, reset};
+use crate::setup::{candidates_sql, fill, pg_batch_claim_sql, reset};
 use crate::Args;
 
 /// What one statement's scan cost.
@@ -167,36 +165,17 @@ pub async fn figures(
     let t = Instant::now();
     fill(setup, args.poll_rows, "SUCCESS").await?;
     let fill_s = t.elapsed().as_secs_f64();
-    let candidates = driver::candidates_query(
-        driver::Driver::of(backend).expect("a known backend"),
-        args.per_row_batch,
-    )
-    .to_owned();
+    let candidates = candidates_sql(backend, args.per_row_batch, false);
     let scans = match backend {
-        DbBackend::Postgres => {
-            let claim = driver::claim_batch_statement(
-                driver::Driver::of(backend).expect("a known backend"),
-                "bench-idle",
-                args.batch,
-            );
-            Some((
-                pg_explain(setup, &candidates.to_string(PostgresQueryBuilder)).await?,
-                Some(pg_explain(setup, &claim.to_string(PostgresQueryBuilder)).await?),
-            ))
-        }
+        DbBackend::Postgres => Some((
+            pg_explain(setup, &candidates).await?,
+            Some(pg_explain(setup, &pg_batch_claim_sql("bench-idle", args.batch)).await?),
+        )),
         DbBackend::MySql => {
-            let mut locking = driver::candidates_query(
-                driver::Driver::of(backend).expect("a known backend"),
-                args.batch,
-            )
-            .to_owned();
-            locking.lock_with_behavior(
-                sea_orm::sea_query::LockType::Update,
-                sea_orm::sea_query::LockBehavior::SkipLocked,
-            );
+            let locking = candidates_sql(backend, args.batch, true);
             Some((
-                mysql_scan(setup, &candidates.to_string(MysqlQueryBuilder)).await?,
-                Some(mysql_scan(setup, &locking.to_string(MysqlQueryBuilder)).await?),
+                mysql_scan(setup, &candidates).await?,
+                Some(mysql_scan(setup, &locking).await?),
             ))
         }
         _ => None,

@@ -4,7 +4,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
-use sea_orm_outbox::driver;
 
 use crate::scratch::BoxError;
 
@@ -89,12 +88,8 @@ pub async fn fill_keyed(
         }
         _ => {}
     }
-    let due = driver::Driver::of(backend)
-        .expect("a known backend")
-        .now_sql(Some(('-', Duration::from_secs(3600))));
-    let now = driver::Driver::of(backend)
-        .expect("a known backend")
-        .now_sql(None);
+    let due = now_sql(backend, Some(('-', Duration::from_secs(3600))));
+    let now = now_sql(backend, None);
     let mut i = 1;
     while i <= n {
         let end = (i + 999).min(n);
@@ -138,4 +133,59 @@ pub async fn status_counts(db: &DatabaseConnection) -> Result<HashMap<String, i6
         );
     }
     Ok(out)
+}
+
+/// The SQL text of the database clock's now, or now ± `d` for `Some((sign, d))`, in the form
+/// the outbox writes it on `backend` (SQLite: fixed-width RFC 3339 text, which sorts as time).
+pub fn now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
+    match (backend, offset) {
+        (DbBackend::Postgres, None) => "CURRENT_TIMESTAMP".to_owned(),
+        (DbBackend::Postgres, Some((sign, d))) => format!(
+            "(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')",
+            d.as_micros()
+        ),
+        (DbBackend::MySql, None) => "UTC_TIMESTAMP(6)".to_owned(),
+        (DbBackend::MySql, Some((sign, d))) => format!(
+            "(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)",
+            d.as_micros()
+        ),
+        (_, None) => "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')".to_owned(),
+        (_, Some((sign, d))) => format!(
+            "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now', '{sign}{}.{:06} seconds')",
+            d.as_secs(),
+            d.subsec_micros()
+        ),
+    }
+}
+
+/// The relay's scan for due events as SQL text: the `WAIT` events due now, oldest due first,
+/// at most `n`; with `locking` (Postgres, MySQL/MariaDB) it skips and locks rows as a batch
+/// claim's scan does. The same shape as the statements the outbox sends, which are its own.
+pub fn candidates_sql(backend: DbBackend, n: u64, locking: bool) -> String {
+    let now = now_sql(backend, None);
+    let lock = if locking {
+        " FOR UPDATE SKIP LOCKED"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= {now} \
+         ORDER BY next_retry_time ASC LIMIT {n}{lock}"
+    )
+}
+
+/// The Postgres batch claim of up to `n` due events for `owner` as SQL text, in the form the
+/// outbox sends it: one `UPDATE ... RETURNING` of the ids its locking scan (`LIMIT` the next
+/// power of two) picks, guarded by `(status = 'WAIT') IS TRUE`.
+pub fn pg_batch_claim_sql(owner: &str, n: u64) -> String {
+    let bucket = n.next_power_of_two();
+    format!(
+        "UPDATE t_event_record SET status = 'SENDING', claim_owner = '{owner}', \
+         claimed_at = CURRENT_TIMESTAMP, update_time = CURRENT_TIMESTAMP \
+         WHERE (status = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT id FROM (SELECT id FROM \
+         t_event_record WHERE status = 'WAIT' AND next_retry_time <= CURRENT_TIMESTAMP \
+         ORDER BY next_retry_time ASC LIMIT {bucket} FOR UPDATE SKIP LOCKED) AS due LIMIT {n})) \
+         RETURNING id, biz_no, event_type, payload, retry_count, next_retry_time, claimed_at, \
+         last_error, create_time, headers"
+    )
 }

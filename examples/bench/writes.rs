@@ -8,23 +8,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sea_orm::sea_query::{Expr, InsertStatement, Query};
 use sea_orm::{
     ActiveValue::Set, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, NotSet, Schema,
     TransactionTrait,
 };
-use sea_orm_outbox::{driver, NewEvent, OutboxExt};
+use sea_orm_outbox::event_record::{Column, Entity};
+use sea_orm_outbox::{EventStatus, NewEvent, OutboxExt};
 
 use crate::cpu::CpuMark;
 use crate::figures::{f1, f3, percentile, Figures};
 use crate::order;
 use crate::scratch::{BoxError, ScratchDb};
-use crate::setup::reset;
+use crate::setup::{now_sql, reset};
 use crate::Args;
 
 /// How the writers of one `write_eps` run insert their events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Insert {
-    /// The library's plain insert statement: no `pg_notify` (`write_eps_no_notify`).
+    /// The outbox's insert as the bench writes it ([`plain_insert`]): no `pg_notify`
+    /// (`write_eps_no_notify`).
     Plain = 0,
     /// `with_event` with the default settings (on Postgres the notify shared by the slot,
     /// `NewEvent::notify_interval` 10 ms): `write_eps`.
@@ -117,11 +120,7 @@ async fn write_block(
                     }
                     Insert::Plain => {
                         let backend = txn.get_database_backend();
-                        txn.execute(&driver::insert_statement(
-                            driver::Driver::of(backend).expect("a known backend"),
-                            &event,
-                        ))
-                        .await?;
+                        txn.execute(&plain_insert(backend, &event)).await?;
                     }
                 }
                 txn.commit().await?;
@@ -515,4 +514,38 @@ pub async fn overhead_figures(
         "with_event_overhead_ms - with_event_overhead_ms_before_index",
     );
     Ok(())
+}
+
+/// `event` (without headers) inserted as the outbox's insert writes it, without its wake-up:
+/// the row as `with_event` leaves it, `WAIT` and due now by the database clock, its id
+/// returned where the backend has `RETURNING`.
+fn plain_insert(backend: DbBackend, event: &NewEvent) -> InsertStatement {
+    let now = Expr::cust(now_sql(backend, None));
+    let mut insert = Query::insert();
+    insert
+        .into_table(Entity)
+        .columns([
+            Column::BizNo,
+            Column::EventType,
+            Column::Payload,
+            Column::Status,
+            Column::RetryCount,
+            Column::NextRetryTime,
+            Column::CreateTime,
+            Column::UpdateTime,
+        ])
+        .values_panic([
+            Expr::val(event.biz_no()),
+            Expr::val(event.event_type()),
+            Expr::val(event.payload()),
+            Expr::val(EventStatus::Wait.as_str()),
+            Expr::val(0),
+            now.clone(),
+            now.clone(),
+            now,
+        ]);
+    if backend != DbBackend::MySql {
+        insert.returning_col(Column::Id);
+    }
+    insert
 }

@@ -8,7 +8,7 @@
 mod common;
 mod rmq_support;
 
-use sea_orm_outbox::test_support::wait_until;
+use common::wait_until;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,6 @@ use common::{
 };
 use rmq_support::{count, receive_all, unique, worker_config, Clients};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
-use sea_orm_outbox::driver;
 use sea_orm_outbox::{
     transactional_publish, EventStatus, NewEvent, OutboxError, OutboxExt, Publisher, RetryPolicy,
 };
@@ -77,10 +76,7 @@ async fn order_reaches_a_real_consumer_exactly_once(ctx: &TestContext, addr: &st
     }
 
     assert!(delivered, "row not SUCCESS");
-    let row = driver::find_event(&ctx.db, event_id)
-        .await
-        .expect("read")
-        .expect("row");
+    let row = common::event(&ctx.db, event_id).await;
     assert_eq!(
         (row.status, row.retry_count, row.last_error),
         (EventStatus::Success, 0, None)
@@ -294,9 +290,7 @@ async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, a
         "write-time validation refuses it"
     );
     let backend = ctx.db_backend();
-    let now = driver::Driver::of(backend)
-        .expect("a known backend")
-        .now_sql(None);
+    let now = common::db_now_sql(backend, None);
     let placeholder = if backend == DbBackend::Postgres {
         "$1"
     } else {
@@ -337,10 +331,7 @@ async fn oversized_message_fails_at_once_and_blocks_nothing(ctx: &TestContext, a
     }
 
     assert!(settled, "expected 5 SUCCESS and 1 FAIL");
-    let row = driver::find_event(db, big_id)
-        .await
-        .expect("read")
-        .expect("row");
+    let row = common::event(db, big_id).await;
     assert_eq!(
         (row.status, row.retry_count),
         (EventStatus::Fail, 1),
@@ -478,10 +469,7 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
         Duration::from_secs(30),
         Duration::from_millis(50),
         || async {
-            let e = driver::find_event(&ctx.db, id)
-                .await
-                .expect("read")
-                .expect("row");
+            let e = common::event(&ctx.db, id).await;
             e.status == EventStatus::Wait && e.retry_count == 1
         },
     )
@@ -499,10 +487,7 @@ async fn unresolvable_name_server_send(ctx: &TestContext) {
         (0, 1, 0),
         "{summary:?}"
     );
-    let e = driver::find_event(&ctx.db, id)
-        .await
-        .expect("read")
-        .expect("row");
+    let e = common::event(&ctx.db, id).await;
     assert_eq!((e.status, e.retry_count), (EventStatus::Wait, 1), "{e:?}");
     assert_eq!((e.claim_owner, e.claimed_at), (None, None));
     let reason = e.last_error.unwrap_or_default();
@@ -565,10 +550,7 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .with_event(NewEvent::raw("ORD-P-1", "ORDER_CREATED", r#"{"userId":7}"#))
         .await
         .expect("event");
-    let row = driver::find_event(db, id)
-        .await
-        .expect("read")
-        .expect("row");
+    let row = common::event(db, id).await;
     let message = OutboxMessage::try_from(&row).expect("message");
     for _ in 0..3 {
         clients.publisher.publish(&message).await.expect("send");
@@ -600,10 +582,7 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
         .with_event(NewEvent::raw("ORD-P-2", "ORDER_CREATED", r#"{"userId":7}"#))
         .await
         .expect("event");
-    let row2 = driver::find_event(db, id2)
-        .await
-        .expect("read")
-        .expect("row");
+    let row2 = common::event(db, id2).await;
     clients
         .publisher
         .publish(&OutboxMessage::try_from(&row2).expect("message"))

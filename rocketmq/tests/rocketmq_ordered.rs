@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::wait_until;
 use common::{Backend, Fleet, TestContext};
 use rmq_support::{count, shutdown_publisher, unique};
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{
     EventStatus, OrderedPolicy, OutboxMessage, PublishError, Publisher, RetryPolicy, WorkerConfig,
 };

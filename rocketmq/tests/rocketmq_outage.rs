@@ -13,7 +13,7 @@
 mod common;
 mod rmq_support;
 
-use sea_orm_outbox::test_support::wait_until;
+use common::wait_until;
 use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};

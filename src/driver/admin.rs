@@ -1,6 +1,6 @@
 //! The statements of [`crate::ops`] (the `outbox` tool's library side): backlog counts, dead
 //! letters, retention. Built here, next to the relay's, so that every statement of the crate is
-//! rendered per backend by the snapshot test (`tests/statements.rs`).
+//! rendered per backend by the snapshot test (`src/driver/tests/statements.rs`).
 use std::time::Duration;
 
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Order, Query, SelectStatement};

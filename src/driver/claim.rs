@@ -1,7 +1,7 @@
 //! Claiming: the candidate read and per-row claim of the seed, and the batch claim (each
 //! backend's in its `claim.rs`).
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement, UpdateStatement};
-use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult, TransactionTrait};
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
@@ -9,9 +9,8 @@ use super::{event_columns, exec_by_ids, mysql, postgres, query_events, retry_tra
 use super::{sqlite, status_literal};
 use super::{Backend, ByIds, Claim, Driver, OutboxConnection};
 
-// Reached by the statement snapshots (feature `test-support`) only: the MySQL claim runs them
-// from its backend file.
-#[allow(unused_imports)]
+// Reached by the statement snapshots only: the MySQL claim runs them from its backend file.
+#[cfg(test)]
 pub use super::mysql::claim::{claim_locked_statement, locking_candidates_query};
 
 /// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
@@ -199,13 +198,14 @@ pub struct MarkedAndClaimed {
 
 /// The statement of [`mark_success_and_claim_batch`] on `driver`; `None` where no single
 /// statement can do both ([`Driver::mark_and_claim_in_one`]: Postgres only).
+#[cfg(test)]
 pub fn mark_success_and_claim_statement(
     driver: Driver,
     done_ids: &[i64],
     done_owner: &str,
     owner: &str,
     n: u64,
-) -> Option<Statement> {
+) -> Option<sea_orm::Statement> {
     match driver.backend {
         Backend::Postgres => Some(postgres::claim::mark_success_and_claim_statement(
             driver, done_ids, done_owner, owner, n,

@@ -166,31 +166,6 @@ pub(crate) async fn query_ids<C: ConnectionTrait>(
         .collect()
 }
 
-/// `SELECT * FROM t_event_record WHERE id = :id`.
-pub fn find_event_query(driver: Driver, id: i64) -> sea_orm::sea_query::SelectStatement {
-    use sea_orm::sea_query::{Expr, ExprTrait, Query};
-    Query::select()
-        .columns(event_columns(driver))
-        .from(driver.table())
-        .and_where(Expr::col(event_record::Column::Id).eq(id))
-        .to_owned()
-}
-
-/// Reads one event of `t_event_record` by id.
-///
-/// # Errors
-/// Any database error.
-pub async fn find_event<C: ConnectionTrait>(
-    db: &C,
-    id: i64,
-) -> Result<Option<event_record::Model>, DbErr> {
-    let driver = Driver::of_db(db)?;
-    Ok(query_events(db, &find_event_query(driver, id))
-        .await?
-        .into_iter()
-        .next())
-}
-
 /// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails
 /// when the table lacks a column of a later migration (`headers`,
 /// `m20261201_000003_add_event_headers`).

@@ -41,9 +41,10 @@
 //! `admin` (the statements of [`crate::ops`]), `consumed` (the idempotent consumer's record),
 //! and `by_ids` (the form of every statement that names its rows by id, which each backend
 //! writes its own way). Each statement is built by one function and executed by another, so
-//! its SQL is rendered per backend without a database (`tests/statements.rs`). The rest is
-//! shared machinery: `exec` (transient retries, the outcomes, the schema check), `relay_db`
-//! (the relay's connection), and the backend-neutral halves of `error`, `pool` and `listen`.
+//! its SQL is rendered per backend without a database (`tests/statements.rs` here). The rest
+//! is shared machinery: `exec` (transient retries, the outcomes, the schema check), `relay_db`
+//! (the relay's connection), and the backend-neutral halves of `error`, `pool` and `listen`;
+//! `tests/` holds the driver's own suites.
 pub mod admin;
 mod by_ids;
 mod claim;
@@ -51,6 +52,8 @@ pub mod consumed;
 mod error;
 mod exec;
 mod insert;
+// Without the `postgres` feature nothing listens, and the listener's parts go unused.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 mod listen;
 mod marks;
 mod mysql;
@@ -62,6 +65,8 @@ mod relay_db;
 mod runs;
 mod sqlite;
 mod table;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 
@@ -79,7 +84,7 @@ pub use insert::*;
 pub(crate) use listen::{Heard, ListenFailure, Listener};
 pub use marks::*;
 pub use ordered::*;
-// Reached by the crate's tests (feature `test-support`) only: the channel they listen on.
+// The channel the docs of the write path and the wake-up name.
 #[allow(unused_imports)]
 pub use postgres::WAKE_CHANNEL;
 pub use reclaim::*;
@@ -113,13 +118,12 @@ pub struct Driver {
     table: Table,
 }
 
+/// The drivers of the default table, for the unit tests.
+#[cfg(test)]
 #[allow(non_upper_case_globals)]
 impl Driver {
-    /// PostgreSQL, the default table.
     pub const Postgres: Driver = Driver::on(Backend::Postgres);
-    /// MySQL and MariaDB, the default table.
     pub const MySql: Driver = Driver::on(Backend::MySql);
-    /// SQLite, the default table.
     pub const Sqlite: Driver = Driver::on(Backend::Sqlite);
 }
 
@@ -151,11 +155,6 @@ impl Driver {
     /// The outbox table the statements name.
     pub fn table(self) -> Table {
         self.table
-    }
-
-    /// The backend kind.
-    pub fn kind(self) -> Backend {
-        self.backend
     }
 
     /// The driver of `db`'s backend on the default table.

@@ -15,9 +15,8 @@ use crate::config::StatementProtocol;
 use crate::error::OutboxError;
 
 /// A connection of the relay: `db`, with its statements sent as simple-protocol queries with
-/// inlined values when `simple` (Postgres only), and the outbox table they name. The worker and its maintenance services run
-/// every statement through it; reached from outside only by the crate's tests (feature
-/// `test-support`).
+/// inlined values when `simple` (Postgres only), and the outbox table they name. The worker and
+/// its maintenance services run every statement through it.
 #[derive(Debug, Clone)]
 pub struct RelayDb {
     db: DatabaseConnection,
@@ -46,6 +45,7 @@ impl RelayDb {
         })
     }
 
+    #[cfg(test)]
     /// `db` unchanged (prepared statements).
     pub fn extended(db: DatabaseConnection) -> Self {
         RelayDb {

@@ -2,11 +2,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
-    TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbBackend, EntityTrait, PaginatorTrait,
+    QueryFilter, TransactionTrait,
 };
-use sea_orm_outbox::driver;
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
 use sea_orm_outbox::{EventStatus, NewEvent, OutboxExt};
 
@@ -49,7 +49,7 @@ pub async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {
 
 /// Whether `n` events are `SUCCESS` within `deadline` (checked every 50 ms).
 pub async fn wait_for_success(db: &impl ConnectionTrait, n: u64, deadline: Duration) -> bool {
-    sea_orm_outbox::test_support::wait_until(deadline, Duration::from_millis(50), || async {
+    super::wait_until(deadline, Duration::from_millis(50), || async {
         count(db, EventStatus::Success).await == n
     })
     .await
@@ -57,7 +57,8 @@ pub async fn wait_for_success(db: &impl ConnectionTrait, n: u64, deadline: Durat
 
 /// The event `id`, which must exist.
 pub async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
-    sea_orm_outbox::driver::find_event(db, id)
+    Events::find_by_id(id)
+        .one(db)
         .await
         .expect("read")
         .expect("event exists")
@@ -82,12 +83,7 @@ pub async fn age(db: &impl ConnectionTrait, id: i64, col: Column, ago: Duration)
 pub async fn age_many(db: &impl ConnectionTrait, ids: &[i64], col: Column, ago: Duration) {
     let backend = db.get_database_backend();
     Events::update_many()
-        .col_expr(
-            col,
-            driver::Driver::of(backend)
-                .expect("a known backend")
-                .now_minus(ago),
-        )
+        .col_expr(col, db_now(backend, Some(('-', ago))))
         .filter(Column::Id.is_in(ids.to_vec()))
         .exec(db)
         .await
@@ -122,4 +118,50 @@ pub async fn insert_keys(
         txn.commit().await.expect("commit");
     }
     ids
+}
+
+/// The database clock's now, or now ± `d` for `Some((sign, d))`, in the form the outbox writes
+/// it on `backend` (SQLite: fixed-width RFC 3339 text).
+pub fn db_now(backend: DbBackend, offset: Option<(char, Duration)>) -> Expr {
+    Expr::cust(db_now_sql(backend, offset))
+}
+
+/// The SQL text of [`db_now`].
+pub fn db_now_sql(backend: DbBackend, offset: Option<(char, Duration)>) -> String {
+    match (backend, offset) {
+        (DbBackend::Postgres, None) => "CURRENT_TIMESTAMP".to_owned(),
+        (DbBackend::Postgres, Some((sign, d))) => format!(
+            "(CURRENT_TIMESTAMP {sign} INTERVAL '{} microseconds')",
+            d.as_micros()
+        ),
+        (DbBackend::MySql, None) => "UTC_TIMESTAMP(6)".to_owned(),
+        (DbBackend::MySql, Some((sign, d))) => format!(
+            "(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)",
+            d.as_micros()
+        ),
+        (_, None) => "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')".to_owned(),
+        (_, Some((sign, d))) => format!(
+            "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now', '{sign}{}.{:06} seconds')",
+            d.as_secs(),
+            d.subsec_micros()
+        ),
+    }
+}
+
+/// Leases the `WAIT` events `ids` to `owner` now (database clock), as a relay's claim leaves
+/// them: the suites' stand-in for an instance that claimed them and died. Panics unless every
+/// one was waiting.
+pub async fn claim_by_hand(db: &impl ConnectionTrait, ids: &[i64], owner: &str) {
+    let now = db_now(db.get_database_backend(), None);
+    let r = Events::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Sending.as_str()))
+        .col_expr(Column::ClaimOwner, Expr::val(owner))
+        .col_expr(Column::ClaimedAt, now.clone())
+        .col_expr(Column::UpdateTime, now)
+        .filter(Column::Id.is_in(ids.to_vec()))
+        .filter(Column::Status.eq(EventStatus::Wait.as_str()))
+        .exec(db)
+        .await
+        .expect("claim by hand");
+    assert_eq!(r.rows_affected, ids.len() as u64, "claim of {ids:?}");
 }

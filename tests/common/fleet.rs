@@ -2,11 +2,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sea_orm_outbox::test_support::wait_until;
 use sea_orm_outbox::{CancellationToken, Publisher, Worker, WorkerConfig, WorkerSummary};
 use tokio::task::JoinHandle;
 
-use super::TestContext;
+use super::{wait_until, TestContext};
 
 /// Workers running [`Worker::run`] until [`Fleet::stop`].
 pub struct Fleet {

@@ -1,4 +1,6 @@
 //! Test context: one fresh database per test on Postgres, MariaDB/MySQL and SQLite, migrated.
+//! Shared by the suites of `tests/`, `cli/tests/` and `rocketmq/tests/`, and by the crate's
+//! unit tests (`src/driver/tests/`, through `src/lib.rs`); it uses the crate's public items only.
 //!
 //! URLs of the admin connections come from `OUTBOX_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and `OUTBOX_TEST_MYSQL_URL` (default
@@ -16,8 +18,8 @@ pub mod ordered;
 // Each suite uses a part of these (and of the rest of this module, see `allow(dead_code)`).
 #[allow(unused_imports)]
 pub use events::{
-    age, age_many, count, event, event_by_biz_no, insert_keys, insert_many, new_event,
-    wait_for_success,
+    age, age_many, claim_by_hand, count, db_now, db_now_sql, event, event_by_biz_no, insert_keys,
+    insert_many, new_event, wait_for_success,
 };
 #[allow(unused_imports)]
 pub use fleet::Fleet;
@@ -426,4 +428,23 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
+}
+
+/// Polls `check` every `every` until it returns true or `deadline` passes; returns whether it
+/// did.
+pub async fn wait_until<F, Fut>(deadline: Duration, every: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = tokio::time::Instant::now() + deadline;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= end {
+            return false;
+        }
+        tokio::time::sleep(every).await;
+    }
 }

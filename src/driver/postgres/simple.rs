@@ -4,7 +4,7 @@
 //! [`sea_orm::ConnectionTrait::execute_unprepared`] (sqlx's simple query; its
 //! `rows_affected` decides the guarded transitions as with prepared statements), reads through
 //! `sqlx::raw_sql(..).fetch_all(pool)` ([`fetch`]), whose rows come back in the text format
-//! and decode into the models as the binary ones do (tested in `tests/statements.rs`).
+//! and decode into the models as the binary ones do (tested in `src/driver/tests/statements.rs`).
 use sea_orm::sea_query::{inject_parameters, PostgresQueryBuilder};
 use sea_orm::{DatabaseConnection, DbErr, QueryResult, Statement};
 

@@ -2,13 +2,12 @@
 //! reuse one generic plan per connection, the marks and the claims' updates read through the
 //! primary key whatever the statistics say about the statuses, and a claim of `n` never takes
 //! more than `n`.
-mod common;
-use common::{run_on, Backend, TestContext};
+use crate::common::{self, run_on, Backend, TestContext};
+use crate::driver;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, Statement,
 };
-use sea_orm_outbox::driver;
 use sea_orm_outbox_entity::event_record::{Column, Entity};
 use sea_orm_outbox_entity::EventStatus;
 
@@ -115,7 +114,7 @@ async fn marks_read_through_the_primary_key(ctx: &TestContext) {
     .await
     .expect("in flight");
     let ids: Vec<i64> = (1..=20).collect();
-    let pg = driver::Driver::Postgres;
+    let pg = driver::Driver::of(DbBackend::Postgres).expect("a known backend");
     for stmt in [
         driver::mark_success_many_statement(pg, &ids, "o").build(pg),
         driver::renew_leases_statement(pg, &ids, "o").build(pg),
@@ -159,13 +158,13 @@ async fn claims_update_through_the_primary_key(ctx: &TestContext) {
     db.execute_unprepared("UPDATE t_event_record SET status = 'WAIT'")
         .await
         .expect("due again");
-    let pg = driver::Driver::Postgres;
+    let pg = driver::Driver::of(DbBackend::Postgres).expect("a known backend");
     for stmt in [
         pg.build(&driver::claim_batch_statement(pg, "o", 100)),
         pg.build(&driver::ordered_heads_statement(
             pg,
             "o",
-            sea_orm_outbox::OrderedPolicy::Block,
+            crate::OrderedPolicy::Block,
             100,
             driver::HeadScan::for_heads(100),
         )),
@@ -271,4 +270,4 @@ mod postgres_only {
     }
 }
 
-backend_tests!(a_claim_of_n_takes_n);
+crate::backend_tests!(a_claim_of_n_takes_n);

@@ -1,20 +1,31 @@
 //! Every statement of the outbox's driver, rendered for Postgres, MySQL and SQLite side by side
 //! as it is sent (statements that name rows by id as `Driver::by_ids` writes them), kept as
-//! insta snapshots in `tests/snapshots/`: a change to the SQL of any backend shows in review.
+//! insta snapshots in `snapshots/`: a change to the SQL of any backend shows in review.
 //! Under CI=true a snapshot that differs fails the test; `cargo insta review` (or
-//! `INSTA_UPDATE=always cargo test --test statements`) accepts a deliberate change.
+//! `INSTA_UPDATE=always cargo test --lib driver::tests::statements`) accepts a deliberate
+//! change.
 use std::time::Duration;
 
-use sea_orm::Statement;
-use sea_orm_outbox::driver::{self, consumed, Driver};
-use sea_orm_outbox::{EventStatus, NewEvent};
+use sea_orm::{DbBackend, Statement};
 
-const DRIVERS: [Driver; 3] = [Driver::Postgres, Driver::MySql, Driver::Sqlite];
+use crate::driver::{self, consumed, Driver};
+use crate::{EventStatus, NewEvent};
+
+/// The drivers of the three backends.
+fn drivers() -> [Driver; 3] {
+    [DbBackend::Postgres, DbBackend::MySql, DbBackend::Sqlite]
+        .map(|b| Driver::of(b).expect("a known backend"))
+}
+
+/// The Postgres driver.
+fn postgres() -> Driver {
+    drivers()[0]
+}
 
 /// `stmt` for each backend: its SQL, then its values.
 fn render(stmt: impl Fn(Driver) -> Statement) -> String {
     let mut out = String::new();
-    for driver in DRIVERS {
+    for driver in drivers() {
         let backend = driver.backend();
         let s = stmt(driver);
         let values = s
@@ -53,12 +64,12 @@ fn insert_event() {
         |b| b.build(&b.with_wakeup(driver::insert_statement(b, &event), wakeup(&event)))
     ));
     let default = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#);
-    for b in DRIVERS {
+    for b in drivers() {
         let of = |e: &NewEvent| b.build(&b.with_wakeup(driver::insert_statement(b, e), wakeup(e)));
         let (a, d) = (of(&event), of(&default));
         assert_eq!(a.sql, d.sql, "{b:?}");
         let (a, d) = (a.values.expect("values").0, d.values.expect("values").0);
-        if b == Driver::Postgres {
+        if b.backend() == DbBackend::Postgres {
             // The insert's six values, then the slot's key.
             assert_eq!((a.len(), d.len()), (7, 7));
             assert_eq!(a[..6], d[..6]);
@@ -118,8 +129,8 @@ fn claim_batch() {
 /// behind the heads (a read and the guarded update by ids).
 #[test]
 fn claim_ordered() {
+    use crate::OrderedPolicy;
     use driver::HeadScan;
-    use sea_orm_outbox::OrderedPolicy;
     for (name, policy, scan) in [
         (
             "claim_ordered_heads_block",
@@ -139,8 +150,9 @@ fn claim_ordered() {
     ] {
         insta::assert_snapshot!(
             name,
-            render(|b| match b {
-                Driver::MySql => b.build(&driver::ordered_heads_query(b, policy, 20, true, scan)),
+            render(|b| match b.backend() {
+                DbBackend::MySql =>
+                    b.build(&driver::ordered_heads_query(b, policy, 20, true, scan)),
                 _ => b.build(&driver::ordered_heads_statement(b, "me", policy, 20, scan)),
             })
         );
@@ -163,10 +175,10 @@ fn claim_ordered() {
 /// The other backends have no such statement: they mark, then claim.
 #[test]
 fn mark_success_and_claim_batch() {
-    for b in [Driver::MySql, Driver::Sqlite] {
+    for b in drivers().into_iter().skip(1) {
         assert!(driver::mark_success_and_claim_statement(b, &[7, 8], "me#1", "me#2", 20).is_none());
     }
-    let pg = Driver::Postgres;
+    let pg = postgres();
     let stmt = driver::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
         .expect("Postgres has the statement");
     let values = stmt
@@ -236,7 +248,7 @@ fn outcomes() {
 /// in `last_error` come out as an `E'...'` literal; owners, ids and limits as literals.
 #[test]
 fn simple_protocol_inlined() {
-    let pg = Driver::Postgres;
+    let pg = postgres();
     let owner = "relay-1#00ff";
     let reason = r"broker said: it's \ down";
     let statements = [
@@ -315,8 +327,8 @@ fn consumed_record() {
 /// The statements of `ops` (the `outbox` tool): stats, dead letters, retention.
 #[test]
 fn admin() {
+    use crate::event_record::Column;
     use driver::admin;
-    use sea_orm_outbox::event_record::Column;
     let lease = Duration::from_secs(600);
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
     insta::assert_snapshot!(
@@ -380,10 +392,6 @@ fn admin() {
         render(|b| b
             .backend()
             .build(&driver::owned_ids_query(b, &[7, 8], "me")))
-    );
-    insta::assert_snapshot!(
-        "find_event",
-        render(|b| b.backend().build(&driver::find_event_query(b, 7)))
     );
 }
 

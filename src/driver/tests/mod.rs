@@ -1,0 +1,10 @@
+//! The driver's own suites: its statements rendered per backend (`statements`), and the
+//! transitions, claims and plans of those statements run against Postgres, MariaDB and SQLite
+//! (the integration suites' `tests/common` picks and prepares the databases).
+mod leases;
+mod listen;
+mod ordered;
+mod ordered_plans;
+mod outbox;
+mod plans;
+mod statements;
