@@ -26,9 +26,6 @@ pub fn count_by_status_query(driver: Driver, only: Option<&[EventStatus]>) -> Se
 }
 
 /// The rows of [`count_by_status_query`]: `(status, count)`.
-///
-/// # Errors
-/// Any database error.
 pub async fn count_by_status<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -54,9 +51,6 @@ pub fn oldest_wait_query(driver: Driver, column: Column) -> SelectStatement {
 
 /// The row of [`oldest_wait_query`]: the oldest `column` (`None` when nothing waits) and the
 /// database's now.
-///
-/// # Errors
-/// Any database error.
 pub async fn oldest_wait<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -118,9 +112,6 @@ pub fn sending_over_lease_query(driver: Driver, lease: Duration) -> SelectStatem
 
 /// `SELECT COUNT(*) FROM (<sending_over_lease_query>) AS sub_query`: the leases older than
 /// `lease`.
-///
-/// # Errors
-/// Any database error.
 pub async fn count_sending_over_lease<C: ConnectionTrait>(
     db: &C,
     driver: Driver,

@@ -9,9 +9,8 @@ use sea_orm_outbox_entity::event_record;
 use super::is_transient;
 use super::{ByIds, Driver, RelayDb};
 
-/// A connection the driver runs statements on, and the driver they are built for: its
-/// backend's, on the default table, except for a [`RelayDb`], which carries the relay's
-/// table.
+/// A connection the driver runs statements on, and the driver they are built for (the default
+/// table, except for a [`RelayDb`], which carries the relay's).
 pub trait OutboxConnection: ConnectionTrait {
     /// The driver of this connection's statements.
     ///
@@ -78,13 +77,8 @@ pub(crate) fn truncate_reason(reason: &str) -> &str {
     &reason[..end]
 }
 
-/// Runs `stmt` ([`ByIds`]: an `UPDATE` or `DELETE` whose `WHERE` names its rows by id, and its
-/// table) as the driver of `db`'s backend sends it, through the primary key alone ([`Driver::by_ids`]: on MySQL and MariaDB it
-/// would otherwise wait on rows of open transactions that it does not change), and returns
-/// `rows_affected`. Transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
-///
-/// # Errors
-/// Any database error.
+/// Runs `stmt` through the primary key alone ([`Driver::by_ids`]) and returns
+/// `rows_affected`; transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
 pub async fn exec_by_ids<C: ConnectionTrait>(db: &C, stmt: &ByIds) -> Result<u64, DbErr> {
     let stmt = stmt.build(Driver::of_db(db)?.with_table(stmt.table()));
     Ok(retry_transient(|| db.execute_raw(stmt.clone()))
@@ -137,9 +131,6 @@ pub(crate) fn event_columns(driver: Driver) -> Vec<(&'static str, event_record::
 }
 
 /// The events `stmt` reads (every column of the table, by name).
-///
-/// # Errors
-/// Any database error.
 pub(crate) async fn query_events<C: ConnectionTrait>(
     db: &C,
     stmt: &sea_orm::sea_query::SelectStatement,
@@ -152,9 +143,6 @@ pub(crate) async fn query_events<C: ConnectionTrait>(
 }
 
 /// The ids `stmt` reads (its first column).
-///
-/// # Errors
-/// Any database error.
 pub(crate) async fn query_ids<C: ConnectionTrait>(
     db: &C,
     stmt: &sea_orm::sea_query::SelectStatement,
@@ -177,9 +165,6 @@ pub fn find_event_query(driver: Driver, id: i64) -> sea_orm::sea_query::SelectSt
 }
 
 /// Reads one event of `t_event_record` by id.
-///
-/// # Errors
-/// Any database error.
 pub async fn find_event<C: ConnectionTrait>(
     db: &C,
     id: i64,
@@ -193,13 +178,11 @@ pub async fn find_event<C: ConnectionTrait>(
 
 /// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails
 /// when the table lacks a column of a later migration (`headers`,
-/// `m20261201_000003_add_event_headers`).
+/// `m20261201_000003_add_event_headers`); qualified as in [`event_columns`].
 pub fn schema_probe_statement(driver: Driver) -> sea_orm::sea_query::SelectStatement {
     use sea_orm::sea_query::{Expr, ExprTrait, Query};
     let table = driver.table();
     Query::select()
-        // Qualified by the table's name: SQLite reads an unknown double-quoted name that is
-        // not qualified as a string literal (its "DQS" compatibility rule) instead of failing.
         .column((table.name(), event_record::Column::Headers))
         .from(table)
         .and_where(Expr::val(1).eq(0))

@@ -106,13 +106,9 @@ impl Listener {
 
 /// Whether the pool's connections share server sessions (a pooler in transaction or
 /// statement mode), found before any `LISTEN` is sent: `mine` asks for its backend's pid,
-/// `other` opens a transaction and asks for its own, then `mine` asks again. On their own
-/// sessions (Postgres itself, a session-mode pooler) two connections never report the same pid
-/// and one connection never changes its pid. Behind a transaction pooler the transaction of
-/// `other` usually gets the server connection that `mine` just released (PgBouncer reuses the
-/// most recent one), and `mine` then gets another: either pid betrays the sharing. When neither
-/// does (the pooler handed out other server connections), the `NOTIFY` of the self-check
-/// still finds it out.
+/// `other` asks for its own inside a transaction, then `mine` asks again. Own sessions never
+/// show one pid twice nor a pid that changes; when the pids miss a pooler, the self-check's
+/// `NOTIFY` still finds it out.
 async fn shares_sessions(
     mine: &mut PgListener,
     other: &mut PgListener,

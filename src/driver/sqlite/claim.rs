@@ -25,13 +25,9 @@ async fn anything_due<C: ConnectionTrait>(db: &C, driver: Driver) -> Result<bool
     Ok(db.query_one(&due_probe_query(driver)).await?.is_some())
 }
 
-/// [`due_probe_query`], then, when something is due, [`claim_batch_statement`] (two round
-/// trips; an idle poll is one read). The probe keeps an idle relay off the write lock: an
-/// `UPDATE` takes it even when it matches no row, and each poll of every relay would otherwise
-/// hold it for a moment in which a business transaction's first write after a read fails at
-/// once (`database is locked`).
-/// An event committed between the probe and the next poll waits one poll delay, as it would
-/// when committed just after the claim.
+/// [`due_probe_query`], then, when something is due, [`claim_batch_statement`]. The probe
+/// keeps an idle relay off the write lock, which an `UPDATE` takes even when it matches no row
+/// (a business transaction's write after a read then fails with `database is locked`).
 pub(crate) async fn claim_batch<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -45,8 +41,7 @@ pub(crate) async fn claim_batch<C: ConnectionTrait>(
 }
 
 /// The ordered claim's heads: [`due_probe_query`], then (when something is due)
-/// [`ordered_heads_statement`] without a lock clause: one writer at a time, so
-/// the predecessor check and the update see the same committed rows.
+/// [`ordered_heads_statement`].
 pub(crate) async fn claim_ordered_heads<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
