@@ -141,8 +141,13 @@ where
     let driver = db.driver()?;
     let mut claimed = match driver.backend {
         Backend::Postgres => postgres::claim::claim_batch(db, driver, owner, n).await?,
-        Backend::MySql => mysql::claim::claim_batch(db, driver, owner, n).await?,
-        Backend::Sqlite => sqlite::claim::claim_batch(db, driver, owner, n).await?,
+        Backend::MySql => {
+            mysql::claim::claim(db, driver, owner, &locking_candidates_query(driver, n)).await?
+        }
+        Backend::Sqlite => {
+            let claim = claim_batch_statement(driver, owner, n);
+            sqlite::claim::claim_if_due(db, driver, &claim).await?
+        }
     };
     sort_by_due(&mut claimed);
     Ok(claimed)

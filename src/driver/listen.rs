@@ -4,9 +4,6 @@
 //! cannot exist and opening one fails, so the worker polls.
 use std::time::Duration;
 
-/// Whether this build can listen (the `postgres` feature).
-pub(super) const BUILT: bool = cfg!(feature = "postgres");
-
 /// Longest the set-up of a `LISTEN` connection may take (taking a connection from the pool and
 /// running `LISTEN`; also sending the self-check's `NOTIFY`): 2 seconds. A database that is
 /// down must not hold up the rounds or a shutdown for longer.

@@ -115,11 +115,6 @@ impl Driver {
         self.table
     }
 
-    /// The backend kind.
-    pub fn kind(self) -> Backend {
-        self.backend
-    }
-
     /// The driver of `db`'s backend on the default table.
     ///
     /// # Errors
@@ -190,7 +185,7 @@ impl Driver {
     /// Whether relays can be woken by `LISTEN`/`NOTIFY` on commit in this build (Postgres with
     /// the `postgres` feature).
     pub fn listens(self) -> bool {
-        self.backend == Backend::Postgres && listen::BUILT
+        self.backend == Backend::Postgres && cfg!(feature = "postgres")
     }
 
     /// Whether one statement can mark a claim's deliveries `SUCCESS` and claim the next batch

@@ -8,40 +8,22 @@ use sea_orm::{
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
-use crate::config::OrderedPolicy;
-use crate::driver::{
-    candidates_query, ordered_heads_query, retry_transient, ByIds, Driver, HeadScan,
-};
+use crate::driver::{candidates_query, retry_transient, ByIds, Driver};
 
-/// The batch claim: [`claim_locked`] over [`locking_candidates_query`].
-pub(crate) async fn claim_batch<C>(
+/// The MySQL/MariaDB claim over the locking read `locking` ([`locking_candidates_query`] or
+/// the ordered claim's heads, [`crate::driver::ordered_heads_query`]): [`claim_locked`], run
+/// again on a transient conflict. InnoDB locks the outer rows only: the predecessor subqueries
+/// read committed rows, so a predecessor being claimed right now still reads as `WAIT`.
+pub(crate) async fn claim<C>(
     db: &C,
     driver: Driver,
     owner: &str,
-    n: u64,
+    locking: &SelectStatement,
 ) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let locking = driver.build(&locking_candidates_query(driver, n));
-    retry_transient(|| claim_locked(db, driver, owner, locking.clone())).await
-}
-
-/// The ordered claim's heads: [`claim_locked`] over [`ordered_heads_query`]. InnoDB locks the
-/// outer rows only: the predecessor subqueries read committed rows, so a predecessor being
-/// claimed right now still reads as `WAIT`, blocking, instead of being skipped as locked.
-pub(crate) async fn claim_ordered_heads<C>(
-    db: &C,
-    driver: Driver,
-    owner: &str,
-    policy: OrderedPolicy,
-    n: u64,
-    scan: HeadScan,
-) -> Result<Vec<Model>, DbErr>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
-    let locking = driver.build(&ordered_heads_query(driver, policy, n, true, scan));
+    let locking = driver.build(locking);
     retry_transient(|| claim_locked(db, driver, owner, locking.clone())).await
 }
 

@@ -9,9 +9,8 @@ use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use super::{now_sql, primary_key_only};
-use crate::config::OrderedPolicy;
-use crate::driver::claim::{claim_returning, claim_update};
-use crate::driver::{ordered_heads_statement, retry_transient, Driver, HeadScan};
+use crate::driver::claim::claim_update;
+use crate::driver::{retry_transient, Driver};
 
 /// `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND "id" = ANY(ARRAY(SELECT "id" FROM
 /// (SELECT "id" ... ORDER BY "next_retry_time" ASC LIMIT <bucket> FOR UPDATE SKIP LOCKED) AS
@@ -138,19 +137,6 @@ pub(crate) async fn claim_batch<C: ConnectionTrait>(
     let stmt = claim_batch_statement(driver, owner, n);
     let rows = retry_transient(|| db.query_all(&stmt)).await?;
     claimed_models(&rows, 0, owner)
-}
-
-/// The ordered claim's heads: [`ordered_heads_statement`], one round trip.
-pub(crate) async fn claim_ordered_heads<C: ConnectionTrait>(
-    db: &C,
-    driver: Driver,
-    owner: &str,
-    policy: OrderedPolicy,
-    n: u64,
-    scan: HeadScan,
-) -> Result<Vec<Model>, DbErr> {
-    let stmt = ordered_heads_statement(driver, owner, policy, n, scan);
-    claim_returning(db, &stmt).await
 }
 
 /// `ids` as a Postgres array literal, `{1,2,3}`, cast to `bigint[]` in the statement, so the
