@@ -116,8 +116,8 @@ pub(super) fn claim_update(driver: Driver, owner: &str, wait: Expr, ids: Expr) -
     update
 }
 
-/// Runs an `UPDATE ... RETURNING *` claim (SQLite's batch claim, the ordered claim's heads on
-/// Postgres and SQLite) and reads the claimed rows; transient conflicts are retried.
+/// Runs an `UPDATE ... RETURNING *` claim and reads the claimed rows; transient conflicts are
+/// retried.
 pub(super) async fn claim_returning<C: ConnectionTrait>(
     db: &C,
     stmt: &UpdateStatement,

@@ -42,8 +42,7 @@ impl OutboxConnection for RelayDb {
 pub const TRANSIENT_ATTEMPTS: u32 = 4;
 
 /// Runs `op` again (after 10, 20, 40 ms) while it fails with a transient conflict. Only for
-/// statements whose failed run changed nothing and that are safe to repeat: every guarded
-/// `UPDATE` here is (MariaDB, for one, may pick a reclaim and a claim as deadlock victims).
+/// statements whose failed run changed nothing and that are safe to repeat.
 pub(crate) async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T, DbErr>
 where
     F: FnMut() -> Fut,
@@ -119,11 +118,9 @@ impl Transition {
     }
 }
 
-/// Every column of an event, qualified by the table's name (`"t_event_record"."id", ...`): the
-/// column list of each statement that reads whole events ([`query_events`]). Qualified because
-/// SQLite reads a double-quoted name that names no column, unqualified, as a string literal
-/// (its "DQS" compatibility rule): a table that lacks a later migration's column must fail the
-/// read, not return the column's name as its value.
+/// Every column of an event, qualified by the table's name (`"t_event_record"."id", ...`):
+/// SQLite reads an unqualified double-quoted name that names no column as a string literal, so
+/// a table that lacks a later migration's column must fail the read, not return the name.
 pub(crate) fn event_columns(driver: Driver) -> Vec<(&'static str, event_record::Column)> {
     use sea_orm::Iterable;
     let table = driver.table().name();
