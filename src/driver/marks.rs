@@ -140,7 +140,8 @@ pub fn mark_fail_statement(driver: Driver, id: i64, owner: &str, reason: &str) -
 
 /// [`owned`] for `id IN (:ids)`.
 fn owned_many(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
-    owned(driver, Expr::col(Column::Id).is_in(ids.iter().copied()), owner)
+    let ids = Expr::col(Column::Id).is_in(ids.iter().copied());
+    owned(driver, ids, owner)
 }
 
 /// Runs an [`owned_many`] statement through the primary key ([`exec_by_ids`]) and returns how

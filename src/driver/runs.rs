@@ -71,7 +71,8 @@ where
     let driver = db.driver()?;
     let mut claimed = match driver.backend {
         Backend::Postgres => {
-            claim_returning(db, &ordered_heads_statement(driver, owner, policy, heads, scan)).await?
+            let claim = ordered_heads_statement(driver, owner, policy, heads, scan);
+            claim_returning(db, &claim).await?
         }
         Backend::MySql => {
             let locking = ordered_heads_query(driver, policy, heads, true, scan);
