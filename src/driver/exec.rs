@@ -175,7 +175,7 @@ pub async fn find_event<C: ConnectionTrait>(
 
 /// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails
 /// when the table lacks a column of a later migration (`headers`,
-/// `m20261201_000003_add_event_headers`); qualified as in [`event_columns`].
+/// `m20261201_000003_add_event_headers`); qualified as in `event_columns`.
 pub fn schema_probe_statement(driver: Driver) -> sea_orm::sea_query::SelectStatement {
     use sea_orm::sea_query::{Expr, ExprTrait, Query};
     let table = driver.table();
