@@ -1,6 +1,4 @@
-//! The statements of [`crate::ops`] (the `outbox` tool's library side): backlog counts, dead
-//! letters, retention. Built here, next to the relay's, so that every statement of the crate is
-//! rendered per backend by the snapshot test (`src/driver/tests/statements.rs`).
+//! The statements of [`crate::ops`]: backlog counts, dead letters, retention.
 use std::time::Duration;
 
 use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, Order, Query, SelectStatement};
@@ -26,9 +24,6 @@ pub fn count_by_status_query(driver: Driver, only: Option<&[EventStatus]>) -> Se
 }
 
 /// The rows of [`count_by_status_query`]: `(status, count)`.
-///
-/// # Errors
-/// Any database error.
 pub async fn count_by_status<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -54,9 +49,6 @@ pub fn oldest_wait_query(driver: Driver, column: Column) -> SelectStatement {
 
 /// The row of [`oldest_wait_query`]: the oldest `column` (`None` when nothing waits) and the
 /// database's now.
-///
-/// # Errors
-/// Any database error.
 pub async fn oldest_wait<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -71,11 +63,8 @@ pub async fn oldest_wait<C: ConnectionTrait>(
 /// `SELECT COUNT(DISTINCT w.biz_no) AS blocked_keys, MIN(w.create_time) AS oldest, now AS now
 /// FROM (SELECT biz_no, MIN(id) AS first_fail FROM t_event_record WHERE status = 'FAIL' GROUP
 /// BY biz_no) AS f JOIN t_event_record AS w ON w.biz_no = f.biz_no AND w.status = 'WAIT' AND
-/// w.id > f.first_fail`: the keys whose waiting events sit behind a dead letter of their key
-/// (the keys an ordered relay with the `Block` policy holds back), the oldest such event's
-/// `create_time`, and the database clock. Starts from the dead letters (normally few: the
-/// status index) and reads one range of `idx_t_event_record_biz_no_status_id` per key that has
-/// one, so it costs next to nothing where nothing is dead, whatever the `WAIT` backlog.
+/// w.id > f.first_fail`: the keys whose waiting events sit behind a dead letter (held back by
+/// `Block`), the oldest such event, and the database clock. Starts from the few dead letters.
 pub fn blocked_keys_query(driver: Driver) -> SelectStatement {
     let (w, f, first) = (Alias::new("w"), Alias::new("f"), Alias::new("first_fail"));
     let dead = Query::select()
@@ -118,9 +107,6 @@ pub fn sending_over_lease_query(driver: Driver, lease: Duration) -> SelectStatem
 
 /// `SELECT COUNT(*) FROM (<sending_over_lease_query>) AS sub_query`: the leases older than
 /// `lease`.
-///
-/// # Errors
-/// Any database error.
 pub async fn count_sending_over_lease<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -146,9 +132,8 @@ pub fn check_table_query(driver: Driver) -> SelectStatement {
         .to_owned()
 }
 
-/// Runs [`check_table_query`]; where the driver has a simple protocol ([`Driver::inline`]:
-/// Postgres) as one simple-protocol query, its value inlined, so that it also passes a
-/// transaction-mode pooler (PgBouncer < 1.21; see [`crate::StatementProtocol::Simple`]).
+/// Runs [`check_table_query`], on Postgres as one simple-protocol query ([`Driver::inline`]) so
+/// that it also passes a transaction-mode pooler.
 ///
 /// # Errors
 /// Any database error (a missing table among them).

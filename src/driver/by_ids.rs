@@ -1,7 +1,5 @@
-//! Statements whose form the driver chooses per backend before rendering: [`ByIds`], an
-//! `UPDATE` or `DELETE` of `t_event_record` that names its rows by id, and [`InsertIfAbsent`], an
-//! insert that skips a row whose unique key is taken. Each keeps its parts (table, columns,
-//! values, conditions) as sea-query expressions until [`Driver::by_ids`] or
+//! Statements whose form the driver chooses per backend: [`ByIds`] and [`InsertIfAbsent`] keep
+//! their parts as sea-query expressions until [`Driver::by_ids`] or
 //! [`Driver::insert_if_absent`] writes the statement of one backend.
 use sea_orm::sea_query::{DynIden, Expr, IntoIden, OnConflict, Query};
 use sea_orm::{DbBackend, Statement};
@@ -9,19 +7,18 @@ use sea_orm_outbox_entity::event_record::Column;
 
 use super::{Driver, Table};
 
-/// An `UPDATE` (or `DELETE`) of the outbox table whose `WHERE` names its rows by id (`id =
-/// :id` or `id IN (:ids)`): every guarded transition, the reclaim, the dead-letter and purge
-/// statements. Sent through the primary key alone ([`Driver::by_ids`]), so that it never reads
-/// (nor, on MySQL/MariaDB, locks or waits on) rows it does not name. Its status guard is built
-/// by [`Driver::status_guard`].
+/// An `UPDATE` (or `DELETE`) of the outbox table whose `WHERE` names its rows by id: every
+/// guarded transition, the reclaim, the dead-letter and purge statements. Sent through the
+/// primary key alone ([`Driver::by_ids`]), so that it never reads, locks or waits on rows it
+/// does not name; its status guard is built by [`Driver::status_guard`].
 #[derive(Debug, Clone)]
 pub struct ByIds {
     /// The outbox table.
     table: Table,
     /// `Some(assignments)` for an `UPDATE`, in order; `None` for a `DELETE`.
-    set: Option<Vec<(Column, Expr)>>,
+    pub(super) set: Option<Vec<(Column, Expr)>>,
     /// The conditions joined by `AND`, in order.
-    filter: Vec<Expr>,
+    pub(super) filter: Vec<Expr>,
 }
 
 impl ByIds {
@@ -67,16 +64,6 @@ impl ByIds {
         driver.by_ids(self)
     }
 
-    /// The assignments (`None` for a `DELETE`).
-    pub(super) fn assignments(&self) -> Option<&[(Column, Expr)]> {
-        self.set.as_deref()
-    }
-
-    /// The conditions, to be joined by `AND`.
-    pub(super) fn conditions(&self) -> &[Expr] {
-        &self.filter
-    }
-
     /// The statement as sea-query writes it for `backend`.
     pub(super) fn plain(&self, backend: DbBackend) -> Statement {
         match &self.set {
@@ -107,9 +94,10 @@ impl ByIds {
 /// writes so that a row whose key is taken is skipped.
 #[derive(Debug, Clone)]
 pub struct InsertIfAbsent {
-    table: DynIden,
-    columns: Vec<DynIden>,
-    values: Vec<Expr>,
+    pub(super) table: DynIden,
+    pub(super) columns: Vec<DynIden>,
+    /// In the columns' order.
+    pub(super) values: Vec<Expr>,
     key: Vec<DynIden>,
 }
 
@@ -129,21 +117,6 @@ impl InsertIfAbsent {
             values,
             key: key.into_iter().map(IntoIden::into_iden).collect(),
         }
-    }
-
-    /// The table.
-    pub(super) fn table(&self) -> &DynIden {
-        &self.table
-    }
-
-    /// The columns, in order.
-    pub(super) fn columns(&self) -> &[DynIden] {
-        &self.columns
-    }
-
-    /// The values, in the columns' order.
-    pub(super) fn values(&self) -> &[Expr] {
-        &self.values
     }
 
     /// `INSERT ... ON CONFLICT (key) DO NOTHING` (Postgres, SQLite 3.24+).

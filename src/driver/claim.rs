@@ -9,9 +9,10 @@ use super::{event_columns, exec_by_ids, mysql, postgres, query_events, retry_tra
 use super::{sqlite, status_literal};
 use super::{Backend, ByIds, Claim, Driver, OutboxConnection};
 
-// Reached by the statement snapshots only: the MySQL claim runs them from its backend file.
+pub use super::mysql::claim::locking_candidates_query;
+// Reached by the statement snapshots only: the MySQL claim runs it from its backend file.
 #[cfg(test)]
-pub use super::mysql::claim::{claim_locked_statement, locking_candidates_query};
+pub use super::mysql::claim::claim_locked_statement;
 
 /// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
 /// next_retry_time LIMIT batch`: served by `idx_t_event_record_status_next_retry`. Takes no lock.
@@ -28,9 +29,6 @@ pub fn candidates_query(driver: Driver, batch: u64) -> SelectStatement {
 
 /// The due `WAIT` events, oldest due first, at most `batch`. Several instances seeing the same
 /// rows is normal: [`claim`] decides who sends.
-///
-/// # Errors
-/// Any database error.
 pub async fn select_candidates<C: OutboxConnection>(
     db: &C,
     batch: u64,
@@ -40,11 +38,8 @@ pub async fn select_candidates<C: OutboxConnection>(
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
 /// update_time = now WHERE id = :id AND status = 'WAIT' AND next_retry_time <= now AND
-/// retry_count = :seen_retry_count`.
-///
-/// The last two guards go beyond the seed: a candidate read before another instance released it
-/// with back-off is not claimed early, and the `retry_count` the worker computes from stays the
-/// row's real one.
+/// retry_count = :seen_retry_count`: a candidate released with back-off meanwhile is not
+/// claimed early, and the worker's `retry_count` stays the row's.
 pub fn claim_statement(driver: Driver, id: i64, seen_retry_count: i32, owner: &str) -> ByIds {
     let now = driver.now();
     ByIds::update(driver.table())
@@ -59,9 +54,6 @@ pub fn claim_statement(driver: Driver, id: i64, seen_retry_count: i32, owner: &s
 }
 
 /// Takes the lease on event `id` (seen with `seen_retry_count`) for `owner`.
-///
-/// # Errors
-/// Any database error.
 pub async fn claim<C: OutboxConnection>(
     db: &C,
     id: i64,
@@ -73,14 +65,10 @@ pub async fn claim<C: OutboxConnection>(
     Ok(if rows == 1 { Claim::Won } else { Claim::Lost })
 }
 
-/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
-/// update_time = now WHERE status = 'WAIT' AND id IN (SELECT id FROM t_event_record WHERE
-/// status = 'WAIT' AND next_retry_time <= now ORDER BY next_retry_time LIMIT :n) RETURNING *`:
-/// the batch claim of SQLite (one writer at a time, so no lock clause); Postgres runs its own
-/// form (`postgres/claim.rs`: `FOR UPDATE SKIP LOCKED` inside `id = ANY(ARRAY(..))`,
-/// returning the columns whose values the relay does not know). MySQL/MariaDB run the two
-/// statements of [`locking_candidates_query`] and [`claim_locked_statement`] instead (the
-/// form above, which they reject, is rendered for them only for comparison).
+/// `UPDATE ... WHERE status = 'WAIT' AND id IN (SELECT id ... WHERE status = 'WAIT' AND
+/// next_retry_time <= now ORDER BY next_retry_time LIMIT :n) RETURNING *`: the batch claim of
+/// SQLite; Postgres has its own form (`postgres/claim.rs`), MySQL/MariaDB run
+/// [`locking_candidates_query`] and [`claim_locked_statement`] instead.
 pub fn claim_batch_statement(driver: Driver, owner: &str, n: u64) -> UpdateStatement {
     match driver.backend {
         Backend::Postgres => postgres::claim::claim_batch_statement(driver, owner, n),
@@ -110,12 +98,9 @@ pub(super) fn claim_in(driver: Driver, owner: &str, due: SelectStatement) -> Upd
 }
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
-/// update_time = now WHERE <wait> AND <ids> RETURNING *`: every batch claim's update, its
-/// status guard `wait` and its id condition `ids` as the backend writes them, the statuses as
-/// literals (constants of every claim; see [`status_literal`] for why literals). The Postgres
-/// batch claim replaces `RETURNING *` with the columns whose values it does not know and
-/// relies on `claimed_at` and `update_time` being set from the one `now` below
-/// (`CURRENT_TIMESTAMP` on Postgres: the same value for the whole transaction); keep them so.
+/// update_time = now WHERE <wait> AND <ids> RETURNING *`: every batch claim's update, the
+/// statuses as literals ([`status_literal`]). Postgres' claim reads `update_time` as
+/// `claimed_at`: keep both set from the one `now`.
 pub(super) fn claim_update(driver: Driver, owner: &str, wait: Expr, ids: Expr) -> UpdateStatement {
     let now = driver.now();
     let mut update = Query::update();
@@ -131,8 +116,8 @@ pub(super) fn claim_update(driver: Driver, owner: &str, wait: Expr, ids: Expr) -
     update
 }
 
-/// Runs an `UPDATE ... RETURNING *` claim (SQLite's batch claim, the ordered claim's heads on
-/// Postgres and SQLite) and reads the claimed rows; transient conflicts are retried.
+/// Runs an `UPDATE ... RETURNING *` claim and reads the claimed rows; transient conflicts are
+/// retried.
 pub(super) async fn claim_returning<C: ConnectionTrait>(
     db: &C,
     stmt: &UpdateStatement,
@@ -144,21 +129,8 @@ pub(super) async fn claim_returning<C: ConnectionTrait>(
 }
 
 /// Claims up to `n` due events for `owner` without waiting on rows other instances are
-/// claiming, and returns them (status `SENDING`), oldest due first.
-///
-/// - Postgres: one `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT ...
-///   FOR UPDATE SKIP LOCKED)) RETURNING <the columns whose values it does not know>` (the
-///   array form runs the locking subquery exactly once; the boolean guard keeps the update on
-///   the primary key).
-/// - SQLite: a lock-free read of whether anything is due, then (only when something is) the same
-///   statement without the lock clause (SQLite has one writer at a time; the read keeps idle
-///   relays off the write lock).
-/// - MySQL/MariaDB (no `UPDATE ... RETURNING`, no `LIMIT` in an `IN` subquery): one short
-///   `READ COMMITTED` transaction: `SELECT ... FOR UPDATE SKIP LOCKED` (with the database's
-///   clock), `UPDATE ... WHERE id IN (...)`, commit; the locked rows are returned with the claim
-///   applied.
-///
-/// The owner and status guards are those of [`claim`]; every event claimed is ours alone.
+/// claiming, and returns them (status `SENDING`), oldest due first. Each backend's `claim.rs`
+/// holds its form; the guards are those of [`claim`].
 ///
 /// # Errors
 /// Any database error (transient conflicts are retried first).
@@ -169,8 +141,13 @@ where
     let driver = db.driver()?;
     let mut claimed = match driver.backend {
         Backend::Postgres => postgres::claim::claim_batch(db, driver, owner, n).await?,
-        Backend::MySql => mysql::claim::claim_batch(db, driver, owner, n).await?,
-        Backend::Sqlite => sqlite::claim::claim_batch(db, driver, owner, n).await?,
+        Backend::MySql => {
+            mysql::claim::claim(db, driver, owner, &locking_candidates_query(driver, n)).await?
+        }
+        Backend::Sqlite => {
+            let claim = claim_batch_statement(driver, owner, n);
+            sqlite::claim::claim_if_due(db, driver, &claim).await?
+        }
     };
     sort_by_due(&mut claimed);
     Ok(claimed)
@@ -214,17 +191,14 @@ pub fn mark_success_and_claim_statement(
     }
 }
 
-/// Marks `done_ids` (delivered events of the claim `done_owner`) `SUCCESS` exactly as
-/// [`super::mark_success_many`] does (guarded by `status = 'SENDING' AND claim_owner =
-/// :done_owner`, its `rows_affected` returned) and claims up to `n` due events for `owner`
-/// exactly as [`claim_batch`] does, in ONE statement and round trip (Postgres: a
-/// data-modifying `WITH`, see [`mark_success_and_claim_statement`]): one commit per batch
-/// instead of two. Both happen, or (on an error) neither.
+/// Marks `done_ids` (delivered events of the claim `done_owner`) `SUCCESS` as
+/// [`super::mark_success_many`] does and claims up to `n` due events for `owner` as
+/// [`claim_batch`] does, in one statement ([`mark_success_and_claim_statement`]): both happen,
+/// or (on an error) neither.
 ///
 /// # Errors
 /// Any database error (transient conflicts are retried first); [`DbErr::Custom`] on a backend
-/// without the single statement ([`Driver::mark_and_claim_in_one`]): there, mark and claim
-/// with the two functions.
+/// without the single statement ([`Driver::mark_and_claim_in_one`]).
 pub async fn mark_success_and_claim_batch<C: OutboxConnection>(
     db: &C,
     done_ids: &[i64],

@@ -22,9 +22,8 @@ pub fn record_statement(driver: Driver, consumer_group: &str, msg_id: &str) -> S
 }
 
 /// Records that `consumer_group` processed `msg_id`: `true` when the row was written, `false`
-/// when it was already there (a duplicate). Run it inside the consumer's transaction: while
-/// that transaction is open, a concurrent record of the same id waits for it on the unique key
-/// and then sees the outcome (written if it rolled back, duplicate if it committed).
+/// when it was already there (a duplicate). Run it inside the consumer's transaction: a
+/// concurrent record of the same id waits for it on the unique key.
 ///
 /// # Errors
 /// Any database error (for example a missing table). Does not validate the lengths: callers go

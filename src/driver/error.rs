@@ -6,11 +6,8 @@ use sea_orm::DbErr;
 
 use crate::error::{DbErrorKind, OutboxError};
 
-/// The kind of `err` (see [`DbErrorKind`]'s table).
-///
-/// Without any of the crate's backend features there is no driver error to read: only a pool
-/// timeout is recognised ([`DbErrorKind::ConnectionLost`]); the rest is
-/// [`DbErrorKind::Other`].
+/// The kind of `err` (see [`DbErrorKind`]'s table); without a backend feature only a pool
+/// timeout is recognised ([`DbErrorKind::ConnectionLost`]).
 pub fn db_error_kind(err: &DbErr) -> DbErrorKind {
     #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
     {
@@ -69,9 +66,8 @@ fn database_kind(db_err: &dyn sea_orm::sqlx::error::DatabaseError) -> DbErrorKin
 
 impl OutboxError {
     /// The kind of the database error inside ([`crate::DbErrorKind`], judged by its code):
-    /// `Some` for [`OutboxError::TableMissing`] and [`OutboxError::Db`], `None` for errors that
-    /// are not the database's. The relay and the `outbox` tool decide on it (run again, wait for
-    /// the server, tell a person to migrate).
+    /// `Some` for the variants that hold a [`DbErr`], `None` for errors that are not the
+    /// database's.
     pub fn db_kind(&self) -> Option<DbErrorKind> {
         match self {
             OutboxError::TableMissing(e)
@@ -95,10 +91,8 @@ impl From<DbErr> for OutboxError {
     }
 }
 
-/// Whether `err` says an outbox table is missing: a missing table by the database's code
-/// (Postgres 42P01, MySQL 1146, SQLite "no such table") that names an outbox table (of the
-/// names a [`super::Table`] of this process holds, `t_event_record` among them) or
-/// `t_consumed_message` (a missing table of the application's is a plain database error).
+/// Whether `err` says an outbox table is missing: [`DbErrorKind::MissingTable`] naming a
+/// [`super::Table`] of this process or `t_consumed_message` (not an application's table).
 fn is_missing_table(err: &DbErr) -> bool {
     if db_error_kind(err) != DbErrorKind::MissingTable {
         return false;
@@ -107,8 +101,8 @@ fn is_missing_table(err: &DbErr) -> bool {
     text.contains("t_consumed_message") || known_names().iter().any(|name| text.contains(name))
 }
 
-/// Whether `err` says a column the library added in a later migration is missing (Postgres
-/// 42703, MySQL 1054, SQLite "no such column" / "has no column named") and names it.
+/// Whether `err` is [`DbErrorKind::MissingColumn`] naming a column the library added in a
+/// later migration.
 fn is_missing_outbox_column(err: &DbErr) -> bool {
     if db_error_kind(err) != DbErrorKind::MissingColumn {
         return false;
@@ -130,9 +124,7 @@ fn is_missing_outbox_column(err: &DbErr) -> bool {
 }
 
 /// Whether `err` is a transient conflict that the same statement may simply run again after:
-/// a deadlock, a lock timeout or a serialization failure, judged by the database's code
-/// ([`db_error_kind`]: Postgres `40P01`, `55P03`, `40001`; MySQL 1213, 1205;
-/// SQLite busy/locked, codes 5 and 6 with their extended forms).
+/// a deadlock, a lock timeout or a serialization failure ([`db_error_kind`]).
 pub(crate) fn is_transient(err: &DbErr) -> bool {
     db_error_kind(err).is_transient()
 }
@@ -143,7 +135,8 @@ fn is_connection_error(err: &DbErr) -> bool {
     db_error_kind(err) == DbErrorKind::ConnectionLost
 }
 
-#[cfg(all(test, any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+#[cfg(test)]
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod connection_tests {
     use std::io::{Error as IoError, ErrorKind};
 

@@ -9,9 +9,8 @@ use sea_orm_outbox_entity::event_record;
 use super::is_transient;
 use super::{ByIds, Driver, RelayDb};
 
-/// A connection the driver runs statements on, and the driver they are built for: its
-/// backend's, on the default table, except for a [`RelayDb`], which carries the relay's
-/// table.
+/// A connection the driver runs statements on, and the driver they are built for (the default
+/// table, except for a [`RelayDb`], which carries the relay's).
 pub trait OutboxConnection: ConnectionTrait {
     /// The driver of this connection's statements.
     ///
@@ -43,8 +42,7 @@ impl OutboxConnection for RelayDb {
 pub const TRANSIENT_ATTEMPTS: u32 = 4;
 
 /// Runs `op` again (after 10, 20, 40 ms) while it fails with a transient conflict. Only for
-/// statements whose failed run changed nothing and that are safe to repeat: every guarded
-/// `UPDATE` here is (MariaDB, for one, may pick a reclaim and a claim as deadlock victims).
+/// statements whose failed run changed nothing and that are safe to repeat.
 pub(crate) async fn retry_transient<T, F, Fut>(mut op: F) -> Result<T, DbErr>
 where
     F: FnMut() -> Fut,
@@ -78,13 +76,8 @@ pub(crate) fn truncate_reason(reason: &str) -> &str {
     &reason[..end]
 }
 
-/// Runs `stmt` ([`ByIds`]: an `UPDATE` or `DELETE` whose `WHERE` names its rows by id, and its
-/// table) as the driver of `db`'s backend sends it, through the primary key alone ([`Driver::by_ids`]: on MySQL and MariaDB it
-/// would otherwise wait on rows of open transactions that it does not change), and returns
-/// `rows_affected`. Transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
-///
-/// # Errors
-/// Any database error.
+/// Runs `stmt` through the primary key alone ([`Driver::by_ids`]) and returns
+/// `rows_affected`; transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
 pub async fn exec_by_ids<C: ConnectionTrait>(db: &C, stmt: &ByIds) -> Result<u64, DbErr> {
     let stmt = stmt.build(Driver::of_db(db)?.with_table(stmt.table()));
     Ok(retry_transient(|| db.execute_raw(stmt.clone()))
@@ -125,11 +118,9 @@ impl Transition {
     }
 }
 
-/// Every column of an event, qualified by the table's name (`"t_event_record"."id", ...`): the
-/// column list of each statement that reads whole events ([`query_events`]). Qualified because
-/// SQLite reads a double-quoted name that names no column, unqualified, as a string literal
-/// (its "DQS" compatibility rule): a table that lacks a later migration's column must fail the
-/// read, not return the column's name as its value.
+/// Every column of an event, qualified by the table's name (`"t_event_record"."id", ...`):
+/// SQLite reads an unqualified double-quoted name that names no column as a string literal, so
+/// a table that lacks a later migration's column must fail the read, not return the name.
 pub(crate) fn event_columns(driver: Driver) -> Vec<(&'static str, event_record::Column)> {
     use sea_orm::Iterable;
     let table = driver.table().name();
@@ -137,9 +128,6 @@ pub(crate) fn event_columns(driver: Driver) -> Vec<(&'static str, event_record::
 }
 
 /// The events `stmt` reads (every column of the table, by name).
-///
-/// # Errors
-/// Any database error.
 pub(crate) async fn query_events<C: ConnectionTrait>(
     db: &C,
     stmt: &sea_orm::sea_query::SelectStatement,
@@ -152,9 +140,6 @@ pub(crate) async fn query_events<C: ConnectionTrait>(
 }
 
 /// The ids `stmt` reads (its first column).
-///
-/// # Errors
-/// Any database error.
 pub(crate) async fn query_ids<C: ConnectionTrait>(
     db: &C,
     stmt: &sea_orm::sea_query::SelectStatement,
@@ -168,13 +153,11 @@ pub(crate) async fn query_ids<C: ConnectionTrait>(
 
 /// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails
 /// when the table lacks a column of a later migration (`headers`,
-/// `m20261201_000003_add_event_headers`).
+/// `m20261201_000003_add_event_headers`); qualified as in `event_columns`.
 pub fn schema_probe_statement(driver: Driver) -> sea_orm::sea_query::SelectStatement {
     use sea_orm::sea_query::{Expr, ExprTrait, Query};
     let table = driver.table();
     Query::select()
-        // Qualified by the table's name: SQLite reads an unknown double-quoted name that is
-        // not qualified as a string literal (its "DQS" compatibility rule) instead of failing.
         .column((table.name(), event_record::Column::Headers))
         .from(table)
         .and_where(Expr::val(1).eq(0))

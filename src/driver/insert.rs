@@ -43,13 +43,8 @@ pub fn insert_statement(driver: Driver, event: &NewEvent) -> InsertStatement {
     insert
 }
 
-/// Inserts `event` into `table` as a `WAIT` row due now and returns its id. On Postgres the same statement
-/// may also queue a `NOTIFY` on [`super::WAKE_CHANNEL`], delivered when the transaction
-/// commits (never on rollback), which wakes listening relays at once: unless the event says
-/// [`NewEvent::notify_relays`]`(false)`, and by default only when no other open transaction
-/// holds the current slot of [`NewEvent::notify_interval`] (see there). The slot's key is taken
-/// before the statement runs; when the insert took the interval or longer and did not notify,
-/// a second statement, `SELECT pg_notify('sea_orm_outbox', '')`, notifies on its own. Does not
+/// Inserts `event` into `table` as a `WAIT` row due now and returns its id; on Postgres the
+/// same statement may also queue the wake-up `NOTIFY` ([`Driver::with_wakeup`]). Does not
 /// validate: callers go through [`crate::OutboxExt::with_event`].
 ///
 /// # Errors
@@ -69,12 +64,9 @@ pub async fn insert_event<C: ConnectionTrait>(
             .await?
             .ok_or_else(|| DbErr::Custom("INSERT ... RETURNING id returned no row".into()))?;
         let id = row.try_get_by_index::<i64>(0)?;
-        // Shared notifications (Postgres): the slot's key was taken before the statement ran.
-        // An insert that took a whole interval or longer (waiting for a pooled connection, say)
-        // may have run under a later slot than its key's, and skipped its notification because
-        // a transaction of that earlier slot held the key: it notifies on its own now (inside
-        // the caller's transaction the notification is queued for its commit; autocommitted,
-        // the insert has committed already).
+        // The slot's key was taken before the statement ran: an insert that took a whole
+        // interval or longer and skipped its notification may hold a stale key, so it notifies
+        // on its own.
         if let Some(interval) = wakeup {
             let skipped = !interval.is_zero() && !row.try_get_by_index::<bool>(1).unwrap_or(true);
             if skipped && started.elapsed() >= interval {

@@ -1,23 +1,15 @@
-//! Wake-on-commit, the relays' side, as the driver offers it: a [`Listener`] that is opened on
-//! a pool, checks itself, and waits for the writers' notifications. Postgres listens
-//! (`postgres/listen.rs`, with the `postgres` feature); without that feature a [`Listener`]
-//! cannot exist and opening one fails, so the worker polls.
+//! Wake-on-commit, the relays' side: a [`Listener`] (`postgres/listen.rs`, with the `postgres`
+//! feature; without it none can exist, and the worker polls).
 use std::time::Duration;
 
-/// Whether this build can listen (the `postgres` feature).
-pub(super) const BUILT: bool = cfg!(feature = "postgres");
-
-/// Longest the set-up of a `LISTEN` connection may take (taking a connection from the pool and
-/// running `LISTEN`; also sending the self-check's `NOTIFY`): 2 seconds. A database that is
-/// down must not hold up the rounds or a shutdown for longer.
+/// Longest the set-up of a `LISTEN` connection may take (connecting, `LISTEN`, the
+/// self-check's `NOTIFY`): 2 seconds, so that a database that is down holds nothing up.
 pub(crate) const LISTEN_SETUP_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Longest the self-check's own `NOTIFY` may take to come back to the new `LISTEN` connection
-/// before the check fails: 2 seconds.
+/// Longest the self-check's `NOTIFY` may take to come back: 2 seconds.
 pub(crate) const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The payload prefix of the self-check's `NOTIFY` (followed by a random token). A
-/// notification with it is never a wake reason, whichever worker sent it.
+/// The payload prefix of the self-check's `NOTIFY`: never a wake reason, whoever sent it.
 pub(crate) const SELF_CHECK_PREFIX: &str = "sea_orm_outbox:self-check:";
 
 /// Why an attempt to listen failed.
@@ -43,8 +35,7 @@ pub(crate) enum Heard {
 #[cfg(feature = "postgres")]
 pub(crate) use super::postgres::listen::Listener;
 
-/// Without the `postgres` feature there is nothing to listen with: no value of this type
-/// exists, and the worker polls.
+/// Without the `postgres` feature no listener exists.
 #[cfg(not(feature = "postgres"))]
 pub(crate) enum Listener {}
 

@@ -13,19 +13,16 @@ use sea_orm_outbox_entity::EventStatus;
 use super::{exec_by_ids, query_ids, status_literal, truncate_reason};
 use super::{ByIds, Driver, OutboxConnection, Transition};
 
-/// An update of event `id` guarded by `status = 'SENDING' AND claim_owner = :owner`.
-fn owned(driver: Driver, id: i64, owner: &str) -> ByIds {
+/// An update of the events `ids` picks guarded by `status = 'SENDING' AND claim_owner = :owner`.
+fn owned(driver: Driver, ids: Expr, owner: &str) -> ByIds {
     ByIds::update(driver.table())
-        .filter(Expr::col(Column::Id).eq(id))
+        .filter(ids)
         .filter(driver.status_guard(status_literal(EventStatus::Sending)))
         .filter(Expr::col(Column::ClaimOwner).eq(owner))
 }
 
 /// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id = :id AND status =
 /// 'SENDING' AND claim_owner = :owner`. The lease columns stay as a record of who sent it.
-///
-/// # Errors
-/// Any database error.
 pub async fn mark_success<C: OutboxConnection>(
     db: &C,
     id: i64,
@@ -37,7 +34,7 @@ pub async fn mark_success<C: OutboxConnection>(
 
 /// The statement of [`mark_success`].
 pub fn mark_success_statement(driver: Driver, id: i64, owner: &str) -> ByIds {
-    owned(driver, id, owner)
+    owned(driver, Expr::col(Column::Id).eq(id), owner)
         .set(Column::Status, status_literal(EventStatus::Success))
         .set(Column::UpdateTime, driver.now())
 }
@@ -46,9 +43,6 @@ pub fn mark_success_statement(driver: Driver, id: i64, owner: &str) -> ByIds {
 /// retry_count = retry_count + 1, next_retry_time = now + :backoff, last_error = :reason,
 /// update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`. The count
 /// moves relative to the row, never from a copy read earlier.
-///
-/// # Errors
-/// Any database error.
 pub async fn release_for_retry<C: OutboxConnection>(
     db: &C,
     id: i64,
@@ -72,7 +66,7 @@ pub fn release_for_retry_statement(
 }
 
 /// The release of event `id` back to `WAIT`, due after `delay`, its `retry_count` moved on
-/// when `counted`: [`release_for_retry_statement`] and [`release_uncounted_statement`].
+/// when `counted`.
 fn release_statement(
     driver: Driver,
     id: i64,
@@ -81,12 +75,12 @@ fn release_statement(
     reason: &str,
     counted: bool,
 ) -> ByIds {
-    let stmt = owned(driver, id, owner)
+    let stmt = owned(driver, Expr::col(Column::Id).eq(id), owner)
         .set(Column::Status, status_literal(EventStatus::Wait))
         .set(Column::ClaimOwner, Expr::cust("NULL"))
         .set(Column::ClaimedAt, Expr::cust("NULL"));
     let stmt = if counted {
-        stmt.set(Column::RetryCount, retry_count_plus_one())
+        stmt.set(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
     } else {
         stmt
     };
@@ -100,9 +94,6 @@ fn release_statement(
 /// status = 'SENDING' AND claim_owner = :owner`: puts back an event whose send failed because
 /// of the publisher's own configuration ([`crate::PublishErrorKind::Configuration`]), like
 /// [`release_for_retry`] but with `retry_count` unchanged: the attempt does not count.
-///
-/// # Errors
-/// Any database error.
 pub async fn release_uncounted<C: OutboxConnection>(
     db: &C,
     id: i64,
@@ -125,17 +116,9 @@ pub fn release_uncounted_statement(
     release_statement(driver, id, owner, delay, reason, false)
 }
 
-/// `retry_count + 1`, the row's own count moved on.
-fn retry_count_plus_one() -> Expr {
-    Expr::col(Column::RetryCount).add(1)
-}
-
 /// `UPDATE t_event_record SET status = 'FAIL', retry_count = retry_count + 1, last_error =
 /// :reason, update_time = now WHERE id = :id AND status = 'SENDING' AND claim_owner = :owner`: a
 /// dead letter.
-///
-/// # Errors
-/// Any database error.
 pub async fn mark_fail<C: OutboxConnection>(
     db: &C,
     id: i64,
@@ -148,20 +131,17 @@ pub async fn mark_fail<C: OutboxConnection>(
 
 /// The statement of [`mark_fail`].
 pub fn mark_fail_statement(driver: Driver, id: i64, owner: &str, reason: &str) -> ByIds {
-    owned(driver, id, owner)
+    owned(driver, Expr::col(Column::Id).eq(id), owner)
         .set(Column::Status, status_literal(EventStatus::Fail))
-        .set(Column::RetryCount, retry_count_plus_one())
+        .set(Column::RetryCount, Expr::col(Column::RetryCount).add(1))
         .set(Column::LastError, Expr::val(truncate_reason(reason)))
         .set(Column::UpdateTime, driver.now())
 }
 
-/// `UPDATE ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`, the guard
-/// of the statements below.
+/// [`owned`] for `id IN (:ids)`.
 fn owned_many(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
-    ByIds::update(driver.table())
-        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
-        .filter(driver.status_guard(status_literal(EventStatus::Sending)))
-        .filter(Expr::col(Column::ClaimOwner).eq(owner))
+    let ids = Expr::col(Column::Id).is_in(ids.iter().copied());
+    owned(driver, ids, owner)
 }
 
 /// Runs an [`owned_many`] statement through the primary key ([`exec_by_ids`]) and returns how
@@ -176,9 +156,6 @@ async fn update_owned<C: ConnectionTrait>(db: &C, ids: &[i64], stmt: ByIds) -> R
 /// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND
 /// status = 'SENDING' AND claim_owner = :owner`: one statement for a round's deliveries. Returns
 /// how many rows were still ours (the rest were reclaimed meanwhile: late acks).
-///
-/// # Errors
-/// Any database error.
 pub async fn mark_success_many<C: OutboxConnection>(
     db: &C,
     ids: &[i64],
@@ -199,9 +176,6 @@ pub fn mark_success_many_statement(driver: Driver, ids: &[i64], owner: &str) -> 
 /// update_time = now WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`: hands
 /// claimed but unsent events back at once (graceful shutdown), `retry_count` and
 /// `next_retry_time` unchanged, so another instance can send them without waiting for the lease.
-///
-/// # Errors
-/// Any database error.
 pub async fn release_unsent<C: OutboxConnection>(
     db: &C,
     ids: &[i64],
@@ -223,9 +197,6 @@ pub fn release_unsent_statement(driver: Driver, ids: &[i64], owner: &str) -> ByI
 /// `UPDATE t_event_record SET claimed_at = now WHERE id IN (:ids) AND status = 'SENDING' AND
 /// claim_owner = :owner`: renews the leases of sends still in flight. Returns how many were
 /// still ours; fewer than `ids.len()` means some lease was lost (see [`owned_ids`]).
-///
-/// # Errors
-/// Any database error.
 pub async fn renew_leases<C: OutboxConnection>(
     db: &C,
     ids: &[i64],
@@ -254,9 +225,6 @@ pub fn owned_ids_query(driver: Driver, ids: &[i64], owner: &str) -> SelectStatem
 }
 
 /// The ids among `ids` still `SENDING` under `owner`'s lease ([`owned_ids_query`]).
-///
-/// # Errors
-/// Any database error.
 pub async fn owned_ids<C: OutboxConnection>(
     db: &C,
     ids: &[i64],

@@ -1,50 +1,13 @@
-//! The driver: the only code that knows SQL and backends. The relay, the write path, the
+//! The driver: every statement and every backend difference. The relay, the write path, the
 //! wake-up, the pools and [`crate::ops`] ask it; none of them holds SQL text or branches on the
-//! backend.
+//! backend. [`Driver`] is chosen once from a connection's backend ([`Driver::of`]) and carries
+//! the outbox table every statement names ([`Table`]). Each backend's directory (`postgres/`,
+//! `mysql/`, `sqlite/`) holds files of the same names; ARCHITECTURE.md maps them.
 //!
-//! [`Driver`] is chosen once from a connection's backend ([`Driver::of`]) and carries the
-//! outbox table every statement names ([`Table`]: `t_event_record` unless the application's
-//! [`crate::Outbox`] names another; [`Driver::with_table`]). A backend this crate does not know
-//! has no driver, and is refused there: by [`crate::Worker::new`], by the first write
-//! ([`insert_event`]), by each [`crate::ops`] function. Every difference between the backends
-//! lives in the backend's own directory, whose files carry the same names so that
-//! a reviewer compares them side by side:
-//!
-//! | file | Postgres (`postgres/`) | MySQL / MariaDB (`mysql/`) | SQLite (`sqlite/`) |
-//! | --- | --- | --- | --- |
-//! | `mod.rs`: clock, capabilities, statement forms | `CURRENT_TIMESTAMP`; status guards by id `(...) IS TRUE` | `UTC_TIMESTAMP(6)`; `FORCE INDEX (PRIMARY)`, `INSERT IGNORE` | fixed-width RFC 3339 text |
-//! | `claim.rs`: the batch claim | one `UPDATE ... RETURNING`; mark and claim in one `WITH` | a `READ COMMITTED` transaction | a read, then `UPDATE ... RETURNING` |
-//! | `ordered.rs`: the ordered claim's heads | checks on the window, `FOR UPDATE OF e` | a derived window, `STRAIGHT_JOIN` | `id IN (...)` |
-//! | `error.rs`: error codes | SQLSTATE | error numbers | result codes |
-//! | `pool.rs`: the leaked-transaction check | `transaction_timestamp()` | `@@in_transaction` | – (the pool handed over) |
-//! | `notify.rs`, `listen.rs`: wake-on-commit | `pg_notify`, `LISTEN` | – (polls) | – (polls) |
-//! | `simple.rs`: the simple protocol | values inlined | – | – |
-//!
-//! | capability | Postgres | MySQL / MariaDB | SQLite |
-//! | --- | --- | --- | --- |
-//! | `INSERT`/`UPDATE ... RETURNING` | yes | no (`LAST_INSERT_ID()`; MariaDB has no `UPDATE ... RETURNING`) | yes (3.35+) |
-//! | `FOR UPDATE SKIP LOCKED` | yes | yes (MySQL 8, MariaDB 10.6) | no (one writer at a time) |
-//! | `LISTEN`/`NOTIFY` wake-up | yes | no (polls) | no (polls) |
-//!
-//! Every time the outbox compares comes from the database clock ([`Driver::now`]), never the
-//! application's, so that instances with skewed clocks cannot steal or keep leases wrongly
-//! (the one use of the application's clock, the Postgres notify slot's lock key, is compared
-//! with nothing). Within one statement every backend returns the same "now" for each use, so
-//! `next_retry_time - update_time` is the back-off exactly. Durations are rendered into the
-//! SQL as integer microseconds (Postgres, MySQL) or decimal seconds (SQLite) formatted from a
-//! [`Duration`], so no user text reaches SQL.
-//!
-//! The statements common to every backend are built once with sea-query and rendered per
-//! backend: `insert` (the event insert), `claim` (candidates, per-row and batch claims),
-//! `ordered` (the ordered claim's heads of their keys), `runs` (the runs behind the heads),
-//! `marks` (the owner-guarded transitions and lease renewal), `reclaim` (expired leases),
-//! `admin` (the statements of [`crate::ops`]), `consumed` (the idempotent consumer's record),
-//! and `by_ids` (the form of every statement that names its rows by id, which each backend
-//! writes its own way). Each statement is built by one function and executed by another, so
-//! its SQL is rendered per backend without a database (`tests/statements.rs` here). The rest
-//! is shared machinery: `exec` (transient retries, the outcomes, the schema check), `relay_db`
-//! (the relay's connection), and the backend-neutral halves of `error`, `pool` and `listen`;
-//! `tests/` holds the driver's own suites.
+//! Every time the outbox compares comes from the database clock ([`Driver::now`]), so that
+//! skewed application clocks cannot steal or keep leases. Durations reach the SQL as numbers
+//! formatted from a [`Duration`], never as user text. Each statement is built by one function
+//! and run by another, so `tests/statements.rs` (under this directory) renders it per backend without a database.
 pub mod admin;
 mod by_ids;
 mod claim;
@@ -92,9 +55,7 @@ pub use relay_db::RelayDb;
 pub use table::Table;
 
 /// How long a connection of a guarded pool may have been idle and still be handed out
-/// without a check (1 second): one idle longer is checked again first (it may have died while
-/// idle: a database restart, a pooler or firewall closing idle connections). Every connection
-/// is checked when it is given back anyway.
+/// without a check (1 second); every connection is checked when it is given back anyway.
 pub const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 pub use runs::*;
 
@@ -172,9 +133,7 @@ impl Driver {
     }
 
     /// The driver of `backend` when this build of the crate has its feature (`postgres`,
-    /// `mysql`, `sqlite`). sea-orm's drivers can be turned on by the application alone, but
-    /// then the outbox would lack that backend's wake-up and error classification, so the
-    /// worker refuses.
+    /// `mysql`, `sqlite`): without it the outbox lacks the backend's wake-up and error codes.
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] naming the feature to turn on, or saying that the backend
@@ -216,10 +175,8 @@ impl Driver {
         self.backend().build(stmt)
     }
 
-    /// Whether `INSERT ... RETURNING` and `UPDATE ... RETURNING` exist: Postgres and SQLite
-    /// (3.35+) return a new row's id; MySQL and MariaDB report it as `LAST_INSERT_ID()`
-    /// (sea-orm's `mariadb-use-returning` must stay off: MariaDB has no `UPDATE ...
-    /// RETURNING`).
+    /// Whether `INSERT ... RETURNING` and `UPDATE ... RETURNING` exist (Postgres, SQLite);
+    /// MySQL and MariaDB report a new row's id as `LAST_INSERT_ID()`.
     pub fn returning(self) -> bool {
         match self.backend {
             Backend::Postgres => postgres::RETURNING,
@@ -231,7 +188,7 @@ impl Driver {
     /// Whether relays can be woken by `LISTEN`/`NOTIFY` on commit in this build (Postgres with
     /// the `postgres` feature).
     pub fn listens(self) -> bool {
-        self.backend == Backend::Postgres && listen::BUILT
+        self.backend == Backend::Postgres && cfg!(feature = "postgres")
     }
 
     /// Whether one statement can mark a claim's deliveries `SUCCESS` and claim the next batch
@@ -255,13 +212,8 @@ impl Driver {
         Expr::cust(self.now_sql(Some(('-', d))))
     }
 
-    /// The SQL text of the database clock's `now`, or `now ± d` for `Some((sign, d))`:
-    ///
-    /// | backend | now | now ± d |
-    /// | --- | --- | --- |
-    /// | Postgres | `CURRENT_TIMESTAMP` (`timestamptz`, microseconds) | `CURRENT_TIMESTAMP ± INTERVAL 'n microseconds'` |
-    /// | MySQL / MariaDB | `UTC_TIMESTAMP(6)` (every connection's time zone agrees) | `UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND` |
-    /// | SQLite | `strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')` | the same with a `'±s.ffffff seconds'` modifier |
+    /// The SQL text of the database clock's `now`, or `now ± d` for `Some((sign, d))` (each
+    /// backend's `mod.rs` says its form).
     pub fn now_sql(self, offset: Option<(char, Duration)>) -> String {
         match self.backend {
             Backend::Postgres => postgres::now_sql(offset),
@@ -271,8 +223,7 @@ impl Driver {
     }
 
     /// `"status" = <value>` as a statement that names its rows by id writes it: on Postgres
-    /// `(...) IS TRUE`, so that only the id list can choose the index (see `postgres/mod.rs`);
-    /// plain elsewhere.
+    /// `(...) IS TRUE`, so that only the id list can choose the index; plain elsewhere.
     pub fn status_guard(self, value: Expr) -> Expr {
         let guard = Expr::col(Column::Status).eq(value);
         match self.backend {
@@ -282,8 +233,7 @@ impl Driver {
     }
 
     /// `stmt` as sent: read through the primary key alone (MySQL/MariaDB `FORCE INDEX
-    /// (PRIMARY)`, see `mysql/by_ids.rs`; the other backends as sea-query writes it, their
-    /// status guards already built by [`Driver::status_guard`]).
+    /// (PRIMARY)`; elsewhere [`Driver::status_guard`] did it).
     pub fn by_ids(self, stmt: &ByIds) -> Statement {
         match self.backend {
             Backend::MySql => mysql::by_ids::through_primary_key(stmt),
@@ -291,17 +241,9 @@ impl Driver {
         }
     }
 
-    /// `insert` (into a table with the unique key `key`) as a statement that skips a row whose
-    /// key is already taken instead of failing, and then reports 0 rows affected (1 when the
-    /// row was written):
-    ///
-    /// | backend | SQL |
-    /// | --- | --- |
-    /// | Postgres, SQLite (3.24+) | `INSERT ... ON CONFLICT (key) DO NOTHING` |
-    /// | MySQL / MariaDB | `INSERT IGNORE ...` |
-    ///
-    /// A plain `INSERT` hitting the key would fail, and on Postgres a failed statement aborts
-    /// the whole transaction.
+    /// `insert` as a statement that skips a row whose unique key is already taken instead of
+    /// failing (which on Postgres aborts the transaction), reporting 0 rows affected (1 when
+    /// written): `INSERT ... ON CONFLICT (key) DO NOTHING`, on MySQL/MariaDB `INSERT IGNORE`.
     pub fn insert_if_absent(self, insert: &InsertIfAbsent) -> Statement {
         match self.backend {
             Backend::MySql => mysql::by_ids::insert_ignore(insert),
@@ -309,10 +251,8 @@ impl Driver {
         }
     }
 
-    /// The event insert (`INSERT ... RETURNING "id"` where [`Driver::returning`]), made to also
-    /// wake listening relays at commit when `notify` says so: on Postgres the notification is
-    /// one more expression of the insert's `RETURNING` list (see `postgres/notify.rs`); the
-    /// other backends poll and get `insert` unchanged.
+    /// The event insert made to also wake listening relays at commit when `notify` says so
+    /// (Postgres: `postgres/notify.rs`); the other backends poll and get `insert` unchanged.
     pub fn with_wakeup(self, insert: InsertStatement, notify: Option<Duration>) -> InsertStatement {
         match self.backend {
             Backend::Postgres => postgres::notify::with_wakeup(insert, notify),
@@ -321,9 +261,7 @@ impl Driver {
     }
 
     /// The wake-up notification as a statement of its own (Postgres: `SELECT
-    /// pg_notify('sea_orm_outbox', '')`, queued for the commit inside a transaction, delivered
-    /// at once outside one); `None` on the backends that poll. Sent after an insert whose slot
-    /// key may have gone stale (see [`insert_event`]).
+    /// pg_notify('sea_orm_outbox', '')`); `None` on the backends that poll.
     pub fn wakeup_alone(self) -> Option<Statement> {
         match self.backend {
             Backend::Postgres => Some(postgres::notify::wakeup_alone()),
@@ -372,13 +310,8 @@ impl Driver {
     }
 }
 
-/// `status` as an SQL string literal, `'WAIT'` (the statuses are ASCII words without quotes).
-///
-/// The relay's hot statements (the batch claim, the marks) write their statuses as literals,
-/// not bound values: a prepared statement's generic plan does not know a bound status and
-/// estimates `status = $1` as if every status were equally common, so Postgres would keep
-/// planning those statements anew at every execution; with literals their generic plans are
-/// their custom plans and each connection plans them once (see `postgres/claim.rs`).
+/// `status` as an SQL string literal, `'WAIT'`, for the relay's hot statements: a generic plan
+/// cannot see a bound status, so Postgres would plan `status = $1` anew at every execution.
 pub(crate) fn status_literal(status: EventStatus) -> Expr {
     Expr::cust(format!("'{}'", status.as_str()))
 }

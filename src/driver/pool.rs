@@ -3,17 +3,6 @@
 //! verdict. Each backend's check is its `pool.rs`.
 #![cfg(any(feature = "postgres", feature = "mysql"))]
 
-/// Logs and counts a connection found inside a transaction when it was given back (or before
-/// it was handed out).
-fn leaked() {
-    crate::metrics::leaked_transaction();
-    tracing::warn!(
-        "a pooled connection is inside an open transaction it did not open (a cancelled \
-         begin(), or a transaction left unfinished); closing it, the server rolls the \
-         transaction back"
-    );
-}
-
 /// A backend's check of one connection for a leaked transaction: whether to keep it.
 pub(super) type Check<DB> =
     for<'c> fn(
@@ -45,14 +34,9 @@ pub(super) fn guarded_options<DB: sea_orm::sqlx::Database>(
         })
 }
 
-/// How long a connection of a [`crate::guarded_pool`] may take to answer its check (10 s). A
-/// connection whose command was cancelled halfway through reading its answer (a dropped
-/// `begin()`) can be out of step with the server and never answer; without this bound its
-/// check would hold its place in the pool for ever, and a small pool would run out of
-/// connections. One that does not answer in time is closed without a goodbye and replaced.
-/// Long, because the check first waits for the rest of any abandoned query's answer: a healthy
-/// connection closed early would leave that query running on the server while the pool opens
-/// another.
+/// How long a connection of a [`crate::guarded_pool`] may take to answer its check (10 s): one
+/// cancelled mid-answer can be out of step and never answer, and would hold its place in the
+/// pool for ever. Long, because the check first waits for any abandoned query's answer.
 const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs a connection's `check` within [`CHECK_TIMEOUT`]: `Ok(keep)` with its verdict, or an
@@ -74,7 +58,12 @@ async fn bounded(
 /// one is logged, counted and closed; returns whether to keep it.
 pub(super) fn verdict(open: bool) -> bool {
     if open {
-        leaked();
+        crate::metrics::leaked_transaction();
+        tracing::warn!(
+            "a pooled connection is inside an open transaction it did not open (a cancelled \
+             begin(), or a transaction left unfinished); closing it, the server rolls the \
+             transaction back"
+        );
     }
     !open
 }

@@ -29,8 +29,7 @@ impl Reclaimed {
 pub const LEASE_EXPIRED: &str = "lease expired: the sender died or hung mid-send";
 
 /// Expired leases handled per statement by [`reclaim_stuck`] (and rows per batch of the other
-/// batched maintenance statements): a backlog of a million expired leases after an outage is
-/// many short statements, never one giant one.
+/// batched maintenance statements): a backlog is many short statements, never one giant one.
 pub const RECLAIM_BATCH: u64 = 1000;
 
 /// `SELECT id FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease ORDER
@@ -50,12 +49,9 @@ pub fn expired_leases_query(driver: Driver, lease: Duration, batch: u64) -> Sele
 /// `UPDATE t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at = NULL,
 /// retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now WHERE id
 /// IN (:ids) AND status = 'SENDING' AND claimed_at < now - :lease AND retry_count <
-/// :max_retries` (to `WAIT`) or `>= :max_retries` (to `FAIL`). Judged by `claimed_at` alone,
-/// never by `next_retry_time`; the guards are checked again on each row, so a lease renewed
-/// since [`expired_leases_query`] read it is left alone.
-///
-/// A reclaim counts as a failed attempt, so a message that kills its sender every time ends in
-/// `FAIL` after the retry limit instead of circling forever (the seed's design would loop).
+/// :max_retries` (to `WAIT`) or `>= :max_retries` (to `FAIL`). A lease renewed since
+/// [`expired_leases_query`] read it is left alone; a reclaim counts as an attempt, so a message
+/// that kills its sender every time ends in `FAIL`.
 pub fn reclaim_statement(
     driver: Driver,
     ids: &[i64],
@@ -84,11 +80,8 @@ pub fn reclaim_statement(
 /// Handles every lease older than `lease` (an instance died or hung mid-send): back to `WAIT`
 /// with `retry_count + 1`, or `FAIL` once `retry_count` has reached `max_retries`.
 ///
-/// Works in batches of at most `batch` leases until a batch comes back short: each batch reads
-/// the ids ([`expired_leases_query`], no locks) and then updates exactly those rows through the
-/// primary key ([`reclaim_statement`], [`exec_by_ids`]). A range `UPDATE` over the status
-/// index would, on MySQL/MariaDB, also lock (and wait on) rows of open business transactions
-/// that it never changes.
+/// Works in batches of at most `batch` leases until a batch comes back short: each reads the
+/// ids ([`expired_leases_query`], no locks) and updates those rows by id ([`reclaim_statement`]).
 ///
 /// # Errors
 /// [`DbErr::Custom`] when `batch` is 0; any database error (batches done before it stay done).

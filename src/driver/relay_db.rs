@@ -1,8 +1,4 @@
-//! The relay's connection: a [`DatabaseConnection`] that, in [`StatementProtocol::Simple`]
-//! where the driver has a simple protocol ([`Driver::inline`]: Postgres), sends each statement
-//! as one simple-protocol query with its values inlined, so that a transaction-mode pooler
-//! passes it through (`postgres/simple.rs`); otherwise it delegates every call unchanged
-//! (prepared statements).
+//! The relay's connection: [`RelayDb`].
 use sea_orm::{
     AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
     ExecResult, IsolationLevel, QueryResult, Statement, TransactionError, TransactionOptions,
@@ -15,8 +11,8 @@ use crate::config::StatementProtocol;
 use crate::error::OutboxError;
 
 /// A connection of the relay: `db`, with its statements sent as simple-protocol queries with
-/// inlined values when `simple` (Postgres only), and the outbox table they name. The worker and
-/// its maintenance services run every statement through it.
+/// inlined values when `simple` (Postgres only, so that a transaction-mode pooler passes them;
+/// `postgres/simple.rs`), and the outbox table they name. Otherwise every call is `db`'s.
 #[derive(Debug, Clone)]
 pub struct RelayDb {
     db: DatabaseConnection,
@@ -47,7 +43,8 @@ impl RelayDb {
 
     #[cfg(test)]
     /// `db` unchanged (prepared statements).
-    pub fn extended(db: DatabaseConnection) -> Self {
+    #[cfg(test)]
+    pub(crate) fn extended(db: DatabaseConnection) -> Self {
         RelayDb {
             db,
             simple: false,

@@ -1,6 +1,5 @@
-//! The ordered claim ([`crate::WorkerConfig::ordered`]) as a whole: step 1 claims the heads
-//! of their keys (`ordered.rs`, run by each backend's `claim.rs`), step 2 the run of next due
-//! events behind each head, by one guarded `UPDATE` by ids.
+//! The ordered claim as a whole: step 1 claims the heads of their keys (`ordered.rs`), step 2
+//! the run of next due events behind each head, by one guarded `UPDATE` by ids.
 use std::collections::{HashMap, HashSet};
 
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
@@ -8,9 +7,9 @@ use sea_orm::{DbErr, TransactionTrait};
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::claim::sort_by_due;
-use super::{event_columns, exec_by_ids, mysql, owned_ids, postgres, query_events};
-use super::{release_unsent, sqlite};
+use super::claim::{claim_returning, sort_by_due};
+use super::{event_columns, exec_by_ids, mysql, owned_ids, query_events};
+use super::{ordered_heads_query, ordered_heads_statement, release_unsent, sqlite};
 use super::{Backend, ByIds, Driver, HeadScan, OutboxConnection};
 use crate::config::OrderedPolicy;
 
@@ -50,11 +49,9 @@ pub fn claim_run_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
         .filter(Expr::col(Column::NextRetryTime).lte(now))
 }
 
-/// Claims up to `heads` heads of their keys for `owner` (step 1, looking through the due rows
-/// `scan` says) and then, while the claim
-/// stays within `total` events, each head's run of next due events (step 2); returns the
-/// events (status `SENDING`) key by key, each key's in id order, the keys oldest due head
-/// first. See the module documentation for the SQL and why it is safe with many relays.
+/// Claims up to `heads` heads of their keys for `owner` (step 1, through the rows `scan` says)
+/// and then, within `total` events, each head's run of next due events (step 2); returns the
+/// events (status `SENDING`) key by key, each key's in id order, oldest due head first.
 ///
 /// # Errors
 /// Any database error of step 1 (transient conflicts are retried first). When step 2 fails,
@@ -74,13 +71,16 @@ where
     let driver = db.driver()?;
     let mut claimed = match driver.backend {
         Backend::Postgres => {
-            postgres::claim::claim_ordered_heads(db, driver, owner, policy, heads, scan).await?
+            let claim = ordered_heads_statement(driver, owner, policy, heads, scan);
+            claim_returning(db, &claim).await?
         }
         Backend::MySql => {
-            mysql::claim::claim_ordered_heads(db, driver, owner, policy, heads, scan).await?
+            let locking = ordered_heads_query(driver, policy, heads, true, scan);
+            mysql::claim::claim(db, driver, owner, &locking).await?
         }
         Backend::Sqlite => {
-            sqlite::claim::claim_ordered_heads(db, driver, owner, policy, heads, scan).await?
+            let claim = ordered_heads_statement(driver, owner, policy, heads, scan);
+            sqlite::claim::claim_if_due(db, driver, &claim).await?
         }
     };
     sort_by_due(&mut claimed);
@@ -151,12 +151,8 @@ async fn claim_runs<C: OutboxConnection>(
     let taken = match exec_by_ids(db, &claim_run_statement(driver, &ids, owner)).await {
         Ok(n) => n,
         Err(e) => {
-            // The update may have applied with its reply lost (a dropped connection): hand
-            // every follower back (guarded by owner and SENDING: a no-op for rows not taken),
-            // so that the key is not held until the lease expires.
-            if let Err(back) = release_unsent(db, &ids, owner).await {
-                tracing::warn!(error = %back, "handing back a run failed; the reclaim will");
-            }
+            // The update may have applied with its reply lost: hand every follower back.
+            hand_back(db, &ids, owner).await;
             return Err(e);
         }
     };
@@ -166,11 +162,8 @@ async fn claim_runs<C: OutboxConnection>(
         match owned_ids(db, &ids, owner).await {
             Ok(owned) => owned.into_iter().collect(),
             Err(e) => {
-                // Which followers are ours is unknown: hand every one back (the key must not
-                // stay held by rows nobody sends until their lease expires).
-                if let Err(back) = release_unsent(db, &ids, owner).await {
-                    tracing::warn!(error = %back, "handing back a run failed; the reclaim will");
-                }
+                // Which followers are ours is unknown: hand every one back.
+                hand_back(db, &ids, owner).await;
                 return Err(e);
             }
         }
@@ -203,4 +196,12 @@ async fn claim_runs<C: OutboxConnection>(
         }
     }
     Ok(by_key)
+}
+
+/// Hands the followers `ids` back (a no-op for rows not ours), so that their key is not held
+/// until the lease expires; a failure is logged and left to the reclaim.
+async fn hand_back<C: OutboxConnection>(db: &C, ids: &[i64], owner: &str) {
+    if let Err(e) = release_unsent(db, ids, owner).await {
+        tracing::warn!(error = %e, "handing back a run failed; the reclaim will");
+    }
 }

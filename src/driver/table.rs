@@ -7,12 +7,8 @@ use sea_orm::DbErr;
 use sea_orm_outbox_migration::check_table_name;
 
 /// An outbox table: its name and, optionally, its schema. `Copy`, so that the [`super::Driver`]
-/// carrying it stays `Copy`: each distinct name is interned (leaked once, kept in a process-wide
-/// list), which suits the one or two names an application uses.
-///
-/// Not a sea-query `Iden`: that would let it stand for a bare table name and drop its schema;
-/// it converts into a `TableName` (and so into a `TableRef`): `"schema"."name"` when a schema
-/// is set.
+/// carrying it stays `Copy`: each distinct name is interned (leaked once). It converts into a
+/// `TableName`, never a bare `Iden` that would drop the schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Table {
     schema: Option<&'static str>,

@@ -10,29 +10,17 @@ use sea_orm::{DbBackend, Statement};
 
 use crate::driver::{ByIds, InsertIfAbsent};
 
-/// `stmt` (an `UPDATE` or `DELETE` whose `WHERE` names its rows by primary key) written to
-/// read the table through the primary key alone: `UPDATE t FORCE INDEX (PRIMARY) SET ...
-/// WHERE ...`, or `DELETE t FROM t FORCE INDEX (PRIMARY) WHERE ...`. sea-query has no index
-/// hint for `UPDATE` or `DELETE`, so the statement's frame is written here and each part (the
-/// table, the columns, every value and condition) by sea-query's MySQL builder, its values
-/// bound in the order they appear.
-///
-/// Why: InnoDB locks every row an `UPDATE`/`DELETE` reads, not only those it changes, and in
-/// autocommit under REPEATABLE READ it waits for a row another transaction holds. On a small or
-/// young table MariaDB's optimizer may read `id IN (4 ids)` as a full scan of PRIMARY
-/// (EXPLAIN: `type=index`, or `ALL` for a `DELETE`), so a mark of the relay's own `SENDING`
-/// rows would wait out `innodb_lock_wait_timeout` on the uncommitted `WAIT` row of an open
-/// business transaction. Forced onto PRIMARY the plan is `type=range`, one unique look-up per
-/// id, and locks only the rows named.
-/// READ COMMITTED alone is no cure for a `DELETE` (InnoDB's semi-consistent read, which skips
-/// a locked row that does not match, serves `UPDATE` only), and a single-table `DELETE` takes no
-/// index hint, hence the multi-table form. Postgres takes no such locks: an `UPDATE` never waits
-/// on a row that is invisible to it.
+/// `stmt` written to read the table through the primary key alone: `UPDATE t FORCE INDEX
+/// (PRIMARY) SET ... WHERE ...`, or `DELETE t FROM t FORCE INDEX (PRIMARY) WHERE ...` (a
+/// single-table `DELETE` takes no index hint). InnoDB locks every row an `UPDATE`/`DELETE`
+/// reads, and MariaDB may scan a small table whole, waiting on the uncommitted rows of open
+/// business transactions. sea-query has no index hint here, so the frame is written by hand and
+/// each part by sea-query's MySQL builder.
 pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
     let q = MysqlQueryBuilder;
     let mut sql = writer();
     let table = TableName::from(stmt.table());
-    match stmt.assignments() {
+    match stmt.set.as_deref() {
         Some(set) => {
             push(&mut sql, "UPDATE ");
             q.prepare_table_name(&table, &mut sql);
@@ -54,9 +42,9 @@ pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
             push(&mut sql, " FORCE INDEX (PRIMARY)");
         }
     }
-    if !stmt.conditions().is_empty() {
+    if !stmt.filter.is_empty() {
         let all = stmt
-            .conditions()
+            .filter
             .iter()
             .fold(Condition::all(), |all, c| all.add(c.clone()));
         push(&mut sql, " WHERE ");
@@ -73,16 +61,16 @@ pub(crate) fn insert_ignore(insert: &InsertIfAbsent) -> Statement {
     let q = MysqlQueryBuilder;
     let mut sql = writer();
     push(&mut sql, "INSERT IGNORE INTO ");
-    q.prepare_iden(insert.table(), &mut sql);
+    q.prepare_iden(&insert.table, &mut sql);
     push(&mut sql, " (");
-    for (i, column) in insert.columns().iter().enumerate() {
+    for (i, column) in insert.columns.iter().enumerate() {
         if i > 0 {
             push(&mut sql, ", ");
         }
         q.prepare_iden(column, &mut sql);
     }
     push(&mut sql, ") VALUES (");
-    for (i, value) in insert.values().iter().enumerate() {
+    for (i, value) in insert.values.iter().enumerate() {
         if i > 0 {
             push(&mut sql, ", ");
         }

@@ -8,47 +8,22 @@ use sea_orm::{
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
-use crate::config::OrderedPolicy;
-use crate::driver::{
-    candidates_query, ordered_heads_query, retry_transient, ByIds, Driver, HeadScan,
-};
+use crate::driver::{candidates_query, retry_transient, ByIds, Driver};
 
-/// The batch claim: one short `READ COMMITTED` transaction (MariaDB has no `UPDATE ...
-/// RETURNING` and no `LIMIT` in an `IN` subquery), see [`claim_locked`].
-pub(crate) async fn claim_batch<C>(
+/// The MySQL/MariaDB claim over the locking read `locking` ([`locking_candidates_query`] or
+/// the ordered claim's heads, [`crate::driver::ordered_heads_query`]): [`claim_locked`], run
+/// again on a transient conflict. InnoDB locks the outer rows only: the predecessor subqueries
+/// read committed rows, so a predecessor being claimed right now still reads as `WAIT`.
+pub(crate) async fn claim<C>(
     db: &C,
     driver: Driver,
     owner: &str,
-    n: u64,
+    locking: &SelectStatement,
 ) -> Result<Vec<Model>, DbErr>
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    let locking = driver.build(&locking_candidates_query(driver, n));
-    retry_transient(|| claim_locked(db, driver, owner, locking.clone())).await
-}
-
-/// The ordered claim's heads: [`claim_locked`] over [`ordered_heads_query`]
-/// (`SELECT e.*, <now> AS claim_now FROM (<window>) AS w STRAIGHT_JOIN t_event_record AS e ON
-/// e.id = w.id WHERE ... AND (SELECT MAX(p.id) ...) IS NULL [AND NOT EXISTS (<an earlier
-/// FAIL>)] AND NOT EXISTS (<an event of the key out>) ... FOR UPDATE SKIP LOCKED`; the deep
-/// claim joins its candidates with `INNER JOIN` and orders by `e.next_retry_time`). InnoDB
-/// applies the locking clause to the outer rows only: the predecessor subqueries are
-/// consistent (non-locking) reads of committed rows, so a predecessor another relay is
-/// claiming right now (locked, not yet committed) is read as `WAIT`, still blocking, instead
-/// of being skipped as a locked row (see `driver/ordered.rs` for the whole argument).
-pub(crate) async fn claim_ordered_heads<C>(
-    db: &C,
-    driver: Driver,
-    owner: &str,
-    policy: OrderedPolicy,
-    n: u64,
-    scan: HeadScan,
-) -> Result<Vec<Model>, DbErr>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
-    let locking = driver.build(&ordered_heads_query(driver, policy, n, true, scan));
+    let locking = driver.build(locking);
     retry_transient(|| claim_locked(db, driver, owner, locking.clone())).await
 }
 
@@ -64,9 +39,7 @@ pub fn locking_candidates_query(driver: Driver, n: u64) -> SelectStatement {
 
 /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = :now,
 /// update_time = :now WHERE id IN (:ids) AND status = 'WAIT'`: the second statement of the
-/// MySQL/MariaDB batch claim, over the rows the first one locked (`now` is the database clock
-/// it read). Written for `driver` to compare it with the other backends' claims; it runs on
-/// MySQL/MariaDB only.
+/// MySQL/MariaDB batch claim, over the rows the first one locked (`now` is the clock it read).
 pub fn claim_locked_statement(
     driver: Driver,
     ids: &[i64],
@@ -98,18 +71,10 @@ impl FromQueryResult for LockedRow {
     }
 }
 
-/// The MySQL/MariaDB batch claim, one short `READ COMMITTED` transaction:
-/// `SELECT *, <now> AS claim_now ... FOR UPDATE SKIP LOCKED`, then `UPDATE ... SET status =
-/// 'SENDING', claim_owner = :owner, claimed_at = :claim_now, update_time = :claim_now WHERE id
-/// IN (...) AND status = 'WAIT'`, commit. The rows are locked from the select to the commit, so
-/// the claimed models are the selected ones with the claim applied: no re-read. The claim time
-/// is the database's clock read by the locking select (a round trip before the `UPDATE`, so
-/// the lease is shorter by that much, never longer), never the application's. The returned
-/// `claimed_at`/`update_time` equal the stored values because the migration makes the columns
-/// `DATETIME(6)` (a hand-made table with less precision would round them).
-///
-/// `locking` is the first statement: [`locking_candidates_query`] for the batch claim,
-/// [`ordered_heads_query`] for the ordered claim's heads.
+/// The MySQL/MariaDB claim, one short `READ COMMITTED` transaction: the locking read
+/// `locking` (with the database clock as `claim_now`), then [`claim_locked_statement`], commit.
+/// The rows stay locked until the commit, so the claimed models are the read ones with the
+/// claim applied (the columns are `DATETIME(6)`, so the values equal the stored ones).
 async fn claim_locked<C>(
     db: &C,
     driver: Driver,
@@ -119,9 +84,7 @@ async fn claim_locked<C>(
 where
     C: ConnectionTrait + TransactionTrait,
 {
-    // READ COMMITTED: InnoDB then takes no gap locks for the locking read, so the claim never
-    // blocks concurrent inserts of new events (under REPEATABLE READ its next-key locks on the
-    // WAIT range would make `with_event` inserts wait).
+    // READ COMMITTED: no gap locks, so the claim never blocks inserts of new events.
     let txn = db
         .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
         .await?;
@@ -131,8 +94,7 @@ where
         return Ok(Vec::new());
     };
     let ids: Vec<i64> = locked.iter().map(|r| r.model.id).collect();
-    // Through PRIMARY, like every statement that names its rows by id (see `by_ids.rs`); not
-    // retried here, a failure ends the whole transaction.
+    // Not retried here: a failure ends the whole transaction.
     let updated = txn
         .execute_raw(claim_locked_statement(driver, &ids, owner, now).build(driver))
         .await?

@@ -14,8 +14,7 @@ use sea_orm::DatabaseConnection;
 
 /// The crate feature serving MySQL/MariaDB, and whether this build has it.
 pub(super) const FEATURE: (&str, bool) = ("mysql", cfg!(feature = "mysql"));
-/// No `UPDATE ... RETURNING` (MariaDB) and no `INSERT ... RETURNING` on MySQL: ids come from
-/// `LAST_INSERT_ID()` (sea-orm's `mariadb-use-returning` must stay off).
+/// No `RETURNING` (sea-orm's `mariadb-use-returning` must stay off).
 pub(super) const RETURNING: bool = false;
 
 /// `UTC_TIMESTAMP(6)` (every session time zone agrees; sqlx sets `+00:00`, other clients the

@@ -9,41 +9,18 @@ use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use super::{now_sql, primary_key_only};
-use crate::config::OrderedPolicy;
-use crate::driver::claim::{claim_returning, claim_update};
-use crate::driver::{ordered_heads_statement, retry_transient, Driver, HeadScan};
+use crate::driver::claim::claim_update;
+use crate::driver::{retry_transient, Driver};
 
-/// `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND id = ANY(ARRAY(SELECT id ... FOR UPDATE
-/// SKIP LOCKED)) RETURNING <the CLAIM_RETURNING columns>`: `id = ANY(ARRAY(subquery))` runs
-/// the locking subquery once (an InitPlan); with `id IN (subquery)` Postgres may run it more
-/// than once and claim more than `n` rows. The boolean test keeps the update on the primary key
-/// ([`primary_key_only`]).
+/// `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND "id" = ANY(ARRAY(SELECT "id" FROM
+/// (SELECT "id" ... ORDER BY "next_retry_time" ASC LIMIT <bucket> FOR UPDATE SKIP LOCKED) AS
+/// "due" LIMIT $n)) RETURNING <CLAIM_RETURNING>`. `id = ANY(ARRAY(..))` runs the locking
+/// subquery once (with `id IN (..)` Postgres may run it again and claim more than `n` rows); the
+/// boolean test keeps the update on the primary key ([`primary_key_only`]).
 ///
-/// The Postgres form is written so that its generic plan is its custom plan: every constant
-/// inlined (`'WAIT'`, `'SENDING'`) and the row count split in two, the sub-select's own
-/// `LIMIT` a literal ([`claim_limit_bucket`] of `n`: the next power of two) and the outer
-/// `LIMIT $n` the exact count:
-///
-/// ```text
-/// ... WHERE ("status" = 'WAIT') IS TRUE AND "id" = ANY(ARRAY(SELECT "id" FROM (SELECT "id" FROM
-///   "t_event_record" WHERE "status" = 'WAIT' AND "next_retry_time" <= CURRENT_TIMESTAMP
-///   ORDER BY "next_retry_time" ASC LIMIT <bucket> FOR UPDATE SKIP LOCKED) AS "due"
-///   LIMIT $n)) RETURNING "id", "biz_no", "event_type", "payload", "retry_count",
-///   "next_retry_time", "claimed_at", "last_error", "create_time", "headers"
-/// ```
-///
-/// It returns the [`CLAIM_RETURNING`] columns, not `*`: the three the claim sets to known
-/// values (`status`, `claim_owner`, `update_time`) are filled in by [`claimed_model`].
-///
-/// A generic plan cannot see its parameters: with `status = $1 ... LIMIT $2` Postgres finds it
-/// far dearer than a custom plan and plans the claim anew at every execution
-/// (`choose_custom_plan` in `plancache.c`). With the literal bucket the estimates agree and the
-/// connection reuses one plan after five executions. The outer
-/// `LIMIT` stops pulling rows after `n`, and rows are locked only as they are pulled, so no more
-/// than `n` rows are locked or claimed, oldest due first. A connection's statement cache holds
-/// one statement per bucket: eight up to 128, fifteen up to
-/// [`crate::config::MAX_BATCH_SIZE`]. The ordered claim
-/// ([`ordered_heads_statement`]) binds its values and is planned each time.
+/// Every constant is inlined and the inner `LIMIT` is a literal ([`claim_limit_bucket`]), so
+/// the generic plan is the custom plan and each connection plans the claim once per bucket; the
+/// outer `LIMIT $n` locks and claims exactly `n` rows at most, oldest due first.
 pub(crate) fn claim_batch_statement(driver: Driver, owner: &str, n: u64) -> UpdateStatement {
     let due_sql = format!(
         r#"SELECT "id" FROM (SELECT "id" FROM {table} WHERE "status" = '{wait}' AND "next_retry_time" <= {now} ORDER BY "next_retry_time" ASC LIMIT {bucket} FOR UPDATE SKIP LOCKED) AS "due""#,
@@ -76,9 +53,6 @@ fn wait_guard() -> Expr {
 /// The claim over the ids `due` selects (with its own lock clause), `("status" = 'WAIT') IS
 /// TRUE AND id = ANY(ARRAY(<due>))`: the ordered claim's heads.
 pub(crate) fn claim_of(driver: Driver, owner: &str, due: SelectStatement) -> UpdateStatement {
-    // `id = ANY(ARRAY(subquery))` runs the subquery once (an InitPlan). With `id IN
-    // (subquery)` Postgres may run the locking subquery more than once and claim more than
-    // `n` rows.
     let ids = Expr::cust_with_expr(
         r#""id" = ANY(ARRAY($1))"#,
         Expr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(due))),
@@ -86,17 +60,10 @@ pub(crate) fn claim_of(driver: Driver, owner: &str, due: SelectStatement) -> Upd
     claim_update(driver, owner, wait_guard(), ids)
 }
 
-/// The columns the Postgres batch claim returns (the locking form of [`claim_batch_statement`], and the
-/// claim half of [`mark_success_and_claim_statement`]), in this order: those whose values the
-/// relay does not know (`claimed_at` is set by the claim, but to the server's clock). The other
-/// three are known without reading them: `status` is `SENDING`, `claim_owner` the
-/// claimer, and `update_time` equals `claimed_at` (both are set to the statement's
-/// `CURRENT_TIMESTAMP`, one value for the whole transaction; see `claim_update`).
-/// [`claimed_model`] completes the [`Model`]. This assumes no `BEFORE UPDATE` trigger on
-/// `t_event_record` rewrites `status`, `claim_owner` or `update_time` (a trigger that did would
-/// break the state machine's guards anyway).
-///
-/// Not `RETURNING *`: the relay decodes these ten columns by position.
+/// The columns the Postgres batch claim returns, decoded by position: those whose values the
+/// relay does not know. [`claimed_model`] fills in the other three (`status`, `claim_owner`,
+/// and `update_time`, set to the same `CURRENT_TIMESTAMP` as `claimed_at`), assuming no
+/// `BEFORE UPDATE` trigger rewrites them.
 pub(crate) const CLAIM_RETURNING: [Column; 10] = [
     Column::Id,
     Column::BizNo,
@@ -111,14 +78,9 @@ pub(crate) const CLAIM_RETURNING: [Column; 10] = [
 ];
 
 /// The [`Model`] of a row claimed by `owner`, read by position from the [`CLAIM_RETURNING`]
-/// columns starting at column `first` of `row` (0 for the claim alone, 1 after the mark's count
-/// in [`mark_success_and_claim_statement`]); `None` when the row has no claimed event (the
-/// `LEFT JOIN`'s empty side: its id is `NULL`). The columns the claim set are filled in:
-/// `status` `SENDING`, `claim_owner` `owner`, `update_time` = `claimed_at`.
-///
-/// # Errors
-/// [`DbErr`] when a column has another type than the entity's (a column missing fails the
-/// statement itself, before this).
+/// columns starting at column `first`; `None` for the `LEFT JOIN`'s empty side. The columns the
+/// claim set are filled in: `status` `SENDING`, `claim_owner` `owner`, `update_time` =
+/// `claimed_at`.
 pub(crate) fn claimed_model(
     row: &sea_orm::QueryResult,
     first: usize,
@@ -147,9 +109,6 @@ pub(crate) fn claimed_model(
 }
 
 /// [`claimed_model`] of every row of `rows` that holds a claimed event, in order.
-///
-/// # Errors
-/// As [`claimed_model`].
 pub(crate) fn claimed_models(
     rows: &[sea_orm::QueryResult],
     first: usize,
@@ -162,11 +121,9 @@ pub(crate) fn claimed_models(
     Ok(claimed)
 }
 
-/// The literal `LIMIT` of the batch claim's sub-select (see [`claim_batch_statement`]): `n`
-/// rounded up to a power of two, at least 1, so that the claim's prepared statement has one
-/// generic plan per bucket.
+/// The literal `LIMIT` of the batch claim's sub-select: `n` rounded up to a power of two (at
+/// least 1, at most 2^62), so that the prepared statement has one generic plan per bucket.
 pub(crate) fn claim_limit_bucket(n: u64) -> u64 {
-    // At most 2^62, so that the literal fits Postgres' bigint.
     n.clamp(1, 1 << 62).next_power_of_two()
 }
 
@@ -182,25 +139,8 @@ pub(crate) async fn claim_batch<C: ConnectionTrait>(
     claimed_models(&rows, 0, owner)
 }
 
-/// The ordered claim's heads: [`ordered_heads_statement`] with `FOR UPDATE SKIP LOCKED` inside
-/// `id = ANY(ARRAY(..))`, one round trip. The predecessor check reads the statement's
-/// snapshot: a predecessor claimed or being claimed by another relay is `WAIT` or `SENDING`
-/// there, so its successor is not a head (see `driver/ordered.rs`).
-pub(crate) async fn claim_ordered_heads<C: ConnectionTrait>(
-    db: &C,
-    driver: Driver,
-    owner: &str,
-    policy: OrderedPolicy,
-    n: u64,
-    scan: HeadScan,
-) -> Result<Vec<Model>, DbErr> {
-    let stmt = ordered_heads_statement(driver, owner, policy, n, scan);
-    claim_returning(db, &stmt).await
-}
-
-/// `ids` as a Postgres array literal, `{1,2,3}`: sent as one text value and cast to
-/// `bigint[]` in the statement, so the statement's text is the same for any number of ids
-/// (one prepared statement per connection, not one per count).
+/// `ids` as a Postgres array literal, `{1,2,3}`, cast to `bigint[]` in the statement, so the
+/// statement's text is the same for any number of ids.
 fn bigint_array(ids: &[i64]) -> String {
     let mut s = String::with_capacity(ids.len() * 8 + 2);
     s.push('{');
@@ -215,23 +155,11 @@ fn bigint_array(ids: &[i64]) -> String {
 }
 
 /// One statement that marks one claim's deliveries `SUCCESS` and claims the next batch (see
-/// [`crate::driver::mark_success_and_claim_batch`]):
-///
-/// ```text
-/// WITH "outbox_done" AS (UPDATE "t_event_record" SET "status" = 'SUCCESS', "update_time" =
-///   CURRENT_TIMESTAMP WHERE "id" = ANY(CAST(:done_ids AS bigint[])) AND ("status" =
-///   'SENDING') IS TRUE AND "claim_owner" = :done_owner RETURNING "id"),
-/// "outbox_claimed" AS (<claim_batch_statement(owner, n)>)
-/// SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".*
-/// FROM (SELECT 1) AS "outbox_one" LEFT JOIN "outbox_claimed" ON TRUE
-/// ```
-///
-/// The claim part is the batch claim's own statement, unchanged (its values come first). Both
-/// updates run on one snapshot: the marked rows are `SENDING` in it, so the claim (which takes
-/// `WAIT` rows only) never touches them, and a row is never updated twice. The result has one
-/// row per claimed event, or one row of NULLs when nothing was claimed; `outbox_marked` (on
-/// every row) is the mark's `rows_affected`. The mark's status guard is a boolean test so that
-/// the primary key alone serves it ([`primary_key_only`]).
+/// [`crate::driver::mark_success_and_claim_batch`]): `WITH "outbox_done" AS (UPDATE ... SET
+/// "status" = 'SUCCESS' ... RETURNING "id"), "outbox_claimed" AS (<claim_batch_statement>)
+/// SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".* ...`.
+/// Both updates run on one snapshot, where the marked rows are `SENDING`, so the claim never
+/// touches them. One row per claimed event, or one row of NULLs when nothing was claimed.
 pub(crate) fn mark_success_and_claim_statement(
     driver: Driver,
     done_ids: &[i64],
@@ -256,7 +184,7 @@ pub(crate) fn mark_success_and_claim_statement(
 }
 
 /// [`mark_success_and_claim_statement`], one round trip (transient conflicts retried: the
-/// statement is atomic, a failed run changed nothing); the rows marked and the events claimed.
+/// statement is atomic); the rows marked and the events claimed.
 pub(crate) async fn mark_success_and_claim<C: ConnectionTrait>(
     db: &C,
     driver: Driver,

@@ -21,17 +21,12 @@ impl Listener {
         let pool = db.get_postgres_connection_pool();
         let unreachable = |e: sea_orm::sqlx::Error| ListenFailure::Unreachable(e.to_string());
         let timed_out = |what: &str| ListenFailure::Unreachable(format!("{what} timed out"));
-        // Two connections of the pool, both listeners: the one that will LISTEN, and `other`,
-        // which probes for a transaction pooler and sends the self-check's NOTIFY (as a
-        // commit's would come, from another connection). `other` never LISTENs, but it is a
-        // listener too: behind a transaction pooler it may get a server connection that a
-        // `LISTEN` left subscribed, and a plain sqlx connection fails its statement on a
-        // notification it did not ask for ("expected ReadyForQuery, got NotificationResponse");
-        // a listener buffers (and here drops) it.
+        // Two listeners: the one that will LISTEN, and `other`, which probes for a transaction
+        // pooler and sends the self-check's NOTIFY. `other` is a listener too because behind a
+        // pooler a plain connection fails on a notification it did not ask for.
         let setup = async {
             let mut l = PgListener::connect_with(pool).await?;
-            // A lost connection must surface as `Ok(None)` from `try_recv`, not be replaced
-            // behind the worker's back (which would skip the self-check and the WARN).
+            // A lost connection must surface as `Ok(None)`, not be replaced behind our back.
             l.eager_reconnect(false);
             let mut other = PgListener::connect_with(pool).await?;
             let shared = shares_sessions(&mut l, &mut other).await?;
@@ -42,9 +37,7 @@ impl Listener {
             .map_err(|_| timed_out("LISTEN set-up"))?
             .map_err(unreachable)?;
         if shared {
-            // No LISTEN at all: through a transaction pooler it would leave a server connection
-            // subscribed, whose notifications then reach (and break the statements of) whichever
-            // client gets that server connection next.
+            // No LISTEN: through a pooler it would leave a server connection subscribed.
             return Err(ListenFailure::SharedSessions);
         }
         let payload = format!("{SELF_CHECK_PREFIX}{}", uuid::Uuid::new_v4().simple());
@@ -106,13 +99,9 @@ impl Listener {
 
 /// Whether the pool's connections share server sessions (a pooler in transaction or
 /// statement mode), found before any `LISTEN` is sent: `mine` asks for its backend's pid,
-/// `other` opens a transaction and asks for its own, then `mine` asks again. On their own
-/// sessions (Postgres itself, a session-mode pooler) two connections never report the same pid
-/// and one connection never changes its pid. Behind a transaction pooler the transaction of
-/// `other` usually gets the server connection that `mine` just released (PgBouncer reuses the
-/// most recent one), and `mine` then gets another: either pid betrays the sharing. When neither
-/// does (the pooler handed out other server connections), the `NOTIFY` of the self-check
-/// still finds it out.
+/// `other` asks for its own inside a transaction, then `mine` asks again. Unshared connections
+/// never show one pid twice nor a pid that changes; when the pids miss a pooler, the
+/// self-check's `NOTIFY` still finds it out.
 async fn shares_sessions(
     mine: &mut PgListener,
     other: &mut PgListener,

@@ -1,9 +1,7 @@
 //! PostgreSQL: `CURRENT_TIMESTAMP`, `RETURNING`, `FOR UPDATE SKIP LOCKED`, `LISTEN`/`NOTIFY`,
 //! the simple protocol for transaction-mode poolers.
-//!
-//! The statements are SQL of Postgres' alone and compile in every build; what needs sqlx's
-//! Postgres driver (the `LISTEN` connection, the guarded pool, the simple protocol's reads)
-//! is built with the `postgres` feature only.
+//! The statements compile in every build; what needs sqlx's Postgres driver is built with the
+//! `postgres` feature only.
 pub(super) mod claim;
 pub(super) mod error;
 #[cfg(feature = "postgres")]
@@ -40,18 +38,10 @@ pub(super) fn now_sql(offset: Option<(char, Duration)>) -> String {
 }
 
 /// `guard` (a status comparison) written `(<guard>) IS TRUE`, so that only the ids of the
-/// statement can choose its index: the status guard of every statement that names its rows by
-/// id ([`super::Driver::status_guard`]) and the outer guard of the batch and ordered claims
-/// (whose ids come from `id = ANY(ARRAY(..))`).
-///
-/// Why: every index of the table but the primary key starts with `status`, and the statistics
-/// usually see few `SENDING` (or, just after a quiet period, few `WAIT`) rows, so for `WHERE id
-/// IN (<100 ids>) AND status = 'SENDING' AND claim_owner = $1` the planner prefers
-/// `idx_t_event_record_status_claimed_at` and reads every event in flight, filtering on the
-/// ids: slower than the primary key, and more so the more events are in flight. A boolean test
-/// over the comparison is the same condition for a `NOT NULL` column but no index can serve it
-/// (Postgres has no index hints; MySQL's counterpart is `FORCE INDEX (PRIMARY)`). An `UPDATE`
-/// never waits on a row invisible to it, so nothing else changes.
+/// statement can choose its index ([`super::Driver::status_guard`], and the outer guard of the
+/// claims by `id = ANY(ARRAY(..))`). Every other index starts with `status`, and with few
+/// `SENDING` rows in the statistics the planner would read every event in flight through one;
+/// no index serves the boolean test (Postgres has no index hints).
 pub(super) fn primary_key_only(guard: Expr) -> Expr {
     guard.is(Expr::Constant(true.into()))
 }
@@ -72,8 +62,7 @@ pub(super) fn guarded_pool(
     }
 }
 
-/// See [`super::Driver::pool_size`]: `None` for a mock connection (no pool) or a build
-/// without the `postgres` feature.
+/// See [`super::Driver::pool_size`]; `None` for a mock connection or without the feature.
 pub(super) fn pool_size(
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] db: &DatabaseConnection,
 ) -> Option<u32> {

@@ -16,26 +16,13 @@ pub const WAKE_CHANNEL: &str = "sea_orm_outbox";
 pub const NOTIFY_SLOT_LOCK_CLASS: i32 = 0x4F42_4F58;
 
 /// The event insert (`INSERT ... RETURNING id`) made so that the same round trip queues
-/// `pg_notify('sea_orm_outbox', '')`, in the insert's own `RETURNING` list (no `WITH` around
-/// the insert: a data-modifying CTE makes every write slower). `notify` is the event's
-/// [`crate::NewEvent::notify_relays`] and [`crate::NewEvent::notify_interval`]:
-/// - `None` leaves `insert` unchanged;
-/// - `Some(Duration::ZERO)`: `... RETURNING "id", pg_notify('sea_orm_outbox', '') IS NOT NULL
-///   AS notified` (every event notifies);
-/// - `Some(interval)`: the notification only when the insert gets the advisory lock of the
-///   current slot of `interval` ([`slot_key`], bound as the last parameter), so that one open
-///   transaction at a time notifies per slot (the second column says whether it notified):
-///
-/// ```text
-/// INSERT ... RETURNING "id", CASE WHEN pg_try_advisory_xact_lock(1329745752, $n::int)
-///   THEN pg_notify('sea_orm_outbox', '') IS NOT NULL ELSE false END AS notified
-/// ```
-///
-/// ([`NOTIFY_SLOT_LOCK_CLASS`]; `CASE` evaluates the notify only after the lock was got).
-/// `pg_try_advisory_xact_lock` never waits; the lock is released when the transaction ends,
-/// after the notify lock (`ProcReleaseLocks` releases the regular locks first), so the next
-/// slot holder never queues behind this one's commit. The insert's `RETURNING` list becomes
-/// `"id"` and the notification.
+/// `pg_notify('sea_orm_outbox', '')` in its `RETURNING` list (a data-modifying `WITH` would slow
+/// every write). `notify` ([`crate::NewEvent::notify_interval`]): `None` leaves `insert`
+/// unchanged; `Some(Duration::ZERO)` notifies on every event; `Some(interval)` notifies only
+/// when the insert gets the advisory lock of the current slot ([`slot_key`],
+/// [`NOTIFY_SLOT_LOCK_CLASS`]), so that one open transaction per slot notifies: `CASE WHEN
+/// pg_try_advisory_xact_lock(1329745752, $n::int) THEN pg_notify(...) IS NOT NULL ELSE false
+/// END AS notified`. The lock never waits and is released at the transaction's end.
 pub(crate) fn with_wakeup(
     mut insert: InsertStatement,
     notify: Option<Duration>,
@@ -76,17 +63,8 @@ pub(crate) fn wakeup_alone() -> Statement {
 /// The advisory lock key (second half) of the slot of `interval` that `now` falls in: the
 /// number of whole `interval`s (in milliseconds, rounded up, at least 1) since the Unix epoch,
 /// modulo 2^31 − 1; `None` for a clock before 1970 (the insert then notifies on its own).
-///
-/// **Why the writer's clock, not the database's.** The slot number only picks which lock the
-/// concurrent inserts compete for, so that the key changes every `interval`. Nothing compares
-/// it with a stored time: an insert skips its own notification only while another open
-/// transaction holds the *same* key, whose commit then notifies. Clocks that differ between
-/// writers change which inserts share a key: extra notifications where keys part, and at
-/// worst an event that waits for the poll delay, as with the database's clock. The key is
-/// taken when the statement is built, before the pool hands out a connection: an insert that
-/// then took `interval` or longer and did not notify sends the notification on its own
-/// afterwards ([`crate::driver::insert_event`]). Reading `clock_timestamp()` in every insert
-/// instead would cost the writers commit rate.
+/// The writer's clock is enough: the key only picks which lock concurrent inserts compete for,
+/// and nothing compares it with a stored time.
 pub(crate) fn slot_key(interval: Duration, now: SystemTime) -> Option<i32> {
     let since = now.duration_since(UNIX_EPOCH).ok()?.as_millis();
     // The remainder is below 2^31 - 1: the conversion cannot fail.

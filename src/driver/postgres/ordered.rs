@@ -12,21 +12,10 @@ use crate::config::OrderedPolicy;
 use crate::driver::ordered::{no_blocking_predecessor, HeadsFrom, CANDIDATE, OUT};
 use crate::driver::Driver;
 
-/// [`HeadScan::Window`](crate::driver::HeadScan::Window): the fewest extra candidate heads the
-/// window's check hands to the locking query for heads that other relays have locked (skipped
-/// by `SKIP LOCKED`) or taken since this statement's snapshot (no longer `WAIT` when locked).
-/// The slack is `max(HEAD_LOCK_SLACK, n)` for a claim of `n` heads ([`head_lock_slack`]): a
-/// claim still fills when one other relay takes the same oldest heads at the same moment (or
-/// several take up to 16 of them). More racing relays can leave it short; the worker then
-/// makes a deep claim of the rest ([`HeadScan::Deep`](crate::driver::HeadScan::Deep), when one
-/// is allowed) or claims again when a send finishes. Each extra candidate costs one more check
-/// of a window row at most.
+/// The fewest extra candidate heads (`max(HEAD_LOCK_SLACK, n)` for `n` heads) the window's
+/// check hands to the locking query, standing in for heads that other relays have locked or
+/// taken since this statement's snapshot; a claim left short makes a deep claim or claims again.
 pub const HEAD_LOCK_SLACK: u64 = 16;
-
-/// The extra candidates for a claim of `n` heads: `max(HEAD_LOCK_SLACK, n)`.
-pub fn head_lock_slack(n: u64) -> u64 {
-    Ord::max(HEAD_LOCK_SLACK, n)
-}
 
 /// The window's columns after `id`: `biz_no` and `next_retry_time`, which the checks on the
 /// window's own rows read.
@@ -36,7 +25,7 @@ pub(crate) fn window_columns(c: &mut SelectStatement) {
 
 /// `FROM t_event_record AS e WHERE e.id = ANY(ARRAY(<c>))`. For a window `c` the checks run on
 /// its own rows, in its order: `c` becomes `SELECT e.id FROM (<window>) AS e WHERE <checks>
-/// ORDER BY e.next_retry_time LIMIT :n + head_lock_slack(n)` (a subquery with a `LIMIT` is
+/// ORDER BY e.next_retry_time LIMIT :n + max(HEAD_LOCK_SLACK, n)` (a subquery with a `LIMIT` is
 /// never flattened, so its filter runs row by row over the window's ordered index scan and
 /// stops at its `LIMIT`).
 pub(crate) fn from_candidates(
@@ -56,7 +45,7 @@ pub(crate) fn from_candidates(
             .and_where(no_blocking_predecessor(driver, policy))
             .and_where(no_event_of_the_key_out(driver))
             .order_by((e.clone(), Column::NextRetryTime), Order::Asc)
-            .limit(n.saturating_add(head_lock_slack(n)));
+            .limit(n.saturating_add(Ord::max(HEAD_LOCK_SLACK, n)));
         heads
     } else {
         c
@@ -76,13 +65,9 @@ pub(crate) fn from_candidates(
 }
 
 /// `e.biz_no NOT IN (SELECT s.biz_no FROM t_event_record AS s WHERE s.status = 'SENDING')`, a
-/// hashed subplan: the keys out are read once per statement (through
-/// `idx_t_event_record_status_claimed_at`), then each candidate costs one hash lookup. A
-/// correlated probe per candidate lets the planner, when its statistics saw no `SENDING` rows,
-/// rescan every `SENDING` row for every candidate. The cost grows with the events out (relays
-/// × slots × run length), not with the table. `biz_no` is `NOT NULL`, so `NOT IN` has no null
-/// case. Postgres hashes the list only while its estimated size fits `hash_mem`; above that it
-/// compares each candidate with the whole list.
+/// hashed subplan: the keys out are read once per statement, then each candidate costs one hash
+/// lookup (a correlated probe can rescan every `SENDING` row per candidate). `biz_no` is `NOT
+/// NULL`, so `NOT IN` has no null case.
 pub(crate) fn no_event_of_the_key_out(driver: Driver) -> Expr {
     let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
     let mut q = Query::select();

@@ -1,10 +1,7 @@
 //! The simple protocol ([`crate::StatementProtocol::Simple`]): each statement sent as one
 //! simple-protocol `Query` message with its values inlined, so that a transaction-mode pooler
 //! (PgBouncer < 1.21) passes it through. Writes go through
-//! [`sea_orm::ConnectionTrait::execute_unprepared`] (sqlx's simple query; its
-//! `rows_affected` decides the guarded transitions as with prepared statements), reads through
-//! `sqlx::raw_sql(..).fetch_all(pool)` ([`fetch`]), whose rows come back in the text format
-//! and decode into the models as the binary ones do (tested in `src/driver/tests/statements.rs`).
+//! [`sea_orm::ConnectionTrait::execute_unprepared`], reads through [`fetch`].
 use sea_orm::sea_query::{inject_parameters, PostgresQueryBuilder};
 use sea_orm::{DatabaseConnection, DbErr, QueryResult, Statement};
 
@@ -43,10 +40,7 @@ pub(crate) async fn fetch(db: &DatabaseConnection, sql: String) -> Result<Vec<Qu
     }
 }
 
-/// Without the `postgres` feature there is no Postgres pool to read from.
-///
-/// # Errors
-/// Always: [`DbErr::Custom`].
+/// Without the `postgres` feature there is no Postgres pool to read from: [`DbErr::Custom`].
 #[cfg(not(feature = "postgres"))]
 pub(crate) async fn fetch(_: &DatabaseConnection, _: String) -> Result<Vec<QueryResult>, DbErr> {
     Err(DbErr::Custom("built without the postgres feature".into()))

@@ -1,14 +1,11 @@
 //! The SQLite batch claim: a lock-free read of whether anything is due, then one `UPDATE ...
 //! RETURNING` without a lock clause (one writer at a time).
-use sea_orm::sea_query::SelectStatement;
+use sea_orm::sea_query::{SelectStatement, UpdateStatement};
 use sea_orm::{ConnectionTrait, DbErr};
 use sea_orm_outbox_entity::event_record::{Column, Model};
 
-use crate::config::OrderedPolicy;
 use crate::driver::claim::claim_returning;
-use crate::driver::{
-    candidates_query, claim_batch_statement, ordered_heads_statement, Driver, HeadScan,
-};
+use crate::driver::{candidates_query, Driver};
 
 /// `SELECT id FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
 /// next_retry_time LIMIT 1`: whether anything is due, read without a lock (WAL mode) through
@@ -25,39 +22,17 @@ async fn anything_due<C: ConnectionTrait>(db: &C, driver: Driver) -> Result<bool
     Ok(db.query_one(&due_probe_query(driver)).await?.is_some())
 }
 
-/// [`due_probe_query`], then, when something is due, [`claim_batch_statement`] (two round
-/// trips; an idle poll is one read). The probe keeps an idle relay off the write lock: an
-/// `UPDATE` takes it even when it matches no row, and each poll of every relay would otherwise
-/// hold it for a moment in which a business transaction's first write after a read fails at
-/// once (`database is locked`).
-/// An event committed between the probe and the next poll waits one poll delay, as it would
-/// when committed just after the claim.
-pub(crate) async fn claim_batch<C: ConnectionTrait>(
+/// [`due_probe_query`], then, when something is due, `claim` (the batch claim or the ordered
+/// claim's heads). The probe keeps an idle relay off the write lock, which an `UPDATE` takes
+/// even when it matches no row (a business transaction's write after a read then fails with
+/// `database is locked`).
+pub(crate) async fn claim_if_due<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
-    owner: &str,
-    n: u64,
+    claim: &UpdateStatement,
 ) -> Result<Vec<Model>, DbErr> {
     if !anything_due(db, driver).await? {
         return Ok(Vec::new());
     }
-    claim_returning(db, &claim_batch_statement(driver, owner, n)).await
-}
-
-/// The ordered claim's heads: [`due_probe_query`], then (when something is due)
-/// [`ordered_heads_statement`] without a lock clause: one writer at a time, so
-/// the predecessor check and the update see the same committed rows.
-pub(crate) async fn claim_ordered_heads<C: ConnectionTrait>(
-    db: &C,
-    driver: Driver,
-    owner: &str,
-    policy: OrderedPolicy,
-    n: u64,
-    scan: HeadScan,
-) -> Result<Vec<Model>, DbErr> {
-    if !anything_due(db, driver).await? {
-        return Ok(Vec::new());
-    }
-    let stmt = ordered_heads_statement(driver, owner, policy, n, scan);
-    claim_returning(db, &stmt).await
+    claim_returning(db, claim).await
 }
