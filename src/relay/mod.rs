@@ -77,7 +77,33 @@ impl Outbox {
         publisher: Arc<dyn Publisher>,
         config: WorkerConfig,
     ) -> Result<Worker, OutboxError> {
-        Worker::on(self, db, publisher, config)
+        config.validate()?;
+        let driver = Driver::with_feature(db.get_database_backend())?;
+        check_shared_pool(driver, &db, &config)?;
+        let db = RelayDb::new(
+            config.relay_pool.connections(&db)?,
+            config.statement_protocol,
+        )?
+        .with_table(self.table_ref());
+        let owner = config
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| instance_id("outbox"));
+        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
+        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
+        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)?
+            .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
+        Ok(Worker {
+            observer: Observer::new(&owner),
+            db,
+            publisher,
+            config,
+            owner,
+            reclaimer,
+            renewer,
+            gauges,
+            schema_checked: tokio::sync::OnceCell::new(),
+        })
     }
 }
 
@@ -112,42 +138,6 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, OutboxError> {
         Outbox::default().worker(db, publisher, config)
-    }
-
-    /// [`Worker::new`] over `outbox`'s table.
-    fn on(
-        outbox: &Outbox,
-        db: DatabaseConnection,
-        publisher: Arc<dyn Publisher>,
-        config: WorkerConfig,
-    ) -> Result<Self, OutboxError> {
-        config.validate()?;
-        let driver = Driver::with_feature(db.get_database_backend())?;
-        check_shared_pool(driver, &db, &config)?;
-        let db = RelayDb::new(
-            config.relay_pool.connections(&db)?,
-            config.statement_protocol,
-        )?
-        .with_table(outbox.table_ref());
-        let owner = config
-            .instance_id
-            .clone()
-            .unwrap_or_else(|| instance_id("outbox"));
-        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
-        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
-        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)?
-            .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
-        Ok(Worker {
-            observer: Observer::new(&owner),
-            db,
-            publisher,
-            config,
-            owner,
-            reclaimer,
-            renewer,
-            gauges,
-            schema_checked: tokio::sync::OnceCell::new(),
-        })
     }
 
     /// The instance id this worker writes into `claim_owner` (each claim adds `#` and a claim
@@ -196,7 +186,7 @@ impl Worker {
                 biased;
                 () = pump => {}
                 () = signals.run_timer(wake, self.config.poll_delay) => {}
-                () = self.renew(&inflight) => {}
+                () = self.renewer.run(&inflight, &self.observer) => {}
             }
         };
         let gauges = self.gauges.run(&cancel, &self.observer);
@@ -220,11 +210,6 @@ impl Worker {
             .get_or_try_init(|| async { crate::driver::check_schema(&self.db).await })
             .await?;
         Ok(())
-    }
-
-    /// Renews the leases `inflight` holds until dropped.
-    async fn renew(&self, inflight: &Inflight) {
-        self.renewer.run(inflight, &self.observer).await;
     }
 
     /// One round: claims up to `batch_size` due events (per the claim strategy) and sends them
@@ -260,7 +245,7 @@ impl Worker {
         let result = tokio::select! {
             biased;
             r = work => r,
-            () = self.renew(&inflight) => Ok(()),
+            () = self.renewer.run(&inflight, &self.observer) => Ok(()),
         };
         let out = round;
         self.observer.commit(&mut round);

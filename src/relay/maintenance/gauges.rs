@@ -27,7 +27,9 @@ impl GaugeRefresher {
     /// [`OutboxError::InvalidConfig`] when `interval` is zero.
     pub(crate) fn on(db: RelayDb, interval: Duration) -> Result<Self, OutboxError> {
         if interval.is_zero() {
-            super::invalid("the gauge refresh interval must be greater than zero".into())?;
+            return Err(OutboxError::InvalidConfig(
+                "the gauge refresh interval must be greater than zero".into(),
+            ));
         }
         Ok(GaugeRefresher {
             db,

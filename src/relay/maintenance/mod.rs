@@ -12,10 +12,3 @@ mod tests;
 pub(crate) use gauges::GaugeRefresher;
 pub(crate) use reclaimer::{Reclaimer, ReclaimerConfig};
 pub(crate) use renewer::{LeaseRenewer, LeaseRenewerConfig};
-
-use crate::error::OutboxError;
-
-/// `InvalidConfig` for a maintenance setting.
-fn invalid(what: String) -> Result<(), OutboxError> {
-    Err(OutboxError::InvalidConfig(what))
-}

@@ -48,12 +48,14 @@ impl ReclaimerConfig {
     /// 0 or over [`MAX_BATCH_SIZE`].
     pub(crate) fn validate(&self) -> Result<(), OutboxError> {
         if self.lease.is_zero() || self.interval.is_zero() {
-            return super::invalid("reclaimer lease and interval must be greater than zero".into());
+            return Err(OutboxError::InvalidConfig(
+                "reclaimer lease and interval must be greater than zero".into(),
+            ));
         }
         if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
-            return super::invalid(format!(
+            return Err(OutboxError::InvalidConfig(format!(
                 "reclaimer batch_size must be 1 to {MAX_BATCH_SIZE}"
-            ));
+            )));
         }
         Ok(())
     }

@@ -40,12 +40,14 @@ impl LeaseRenewerConfig {
     /// [`MAX_BATCH_SIZE`].
     pub(crate) fn validate(&self) -> Result<(), OutboxError> {
         if self.interval.is_zero() {
-            return super::invalid("lease renewal interval must be greater than zero".into());
+            return Err(OutboxError::InvalidConfig(
+                "lease renewal interval must be greater than zero".into(),
+            ));
         }
         if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
-            return super::invalid(format!(
+            return Err(OutboxError::InvalidConfig(format!(
                 "lease renewal batch_size must be 1 to {MAX_BATCH_SIZE}"
-            ));
+            )));
         }
         Ok(())
     }
