@@ -33,9 +33,7 @@ pub(crate) use observe::{Observer, Op};
 pub use summary::WorkerSummary;
 
 /// A relay instance. Run one per service instance (or several); they coordinate through the
-/// table alone. It opens a pool of its own (at most 5 connections by default: a round, the
-/// lease renewal, the reclaim pass and the gauge refresh each use one at a time, and on
-/// Postgres with wake-on-commit the `LISTEN` connection holds one); see [`crate::guarded_pool`].
+/// table alone. It opens a pool of its own by default ([`WorkerConfig::relay_pool`]).
 ///
 /// ```no_run
 /// # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
@@ -60,8 +58,7 @@ pub struct Worker {
     reclaimer: Reclaimer,
     renewer: LeaseRenewer,
     gauges: GaugeRefresher,
-    /// Set once the table was found to have every column this version reads (checked before
-    /// the first claim, see [`crate::driver::check_schema`]).
+    /// Set once [`Worker::check_schema`] passed.
     schema_checked: tokio::sync::OnceCell<()>,
 }
 
@@ -120,11 +117,8 @@ impl Worker {
     /// A worker over the database of `db` (its table `t_event_record`: for another,
     /// [`Outbox::worker`]), sending through `publisher`.
     ///
-    /// By default ([`crate::RelayPool::Own`], `config.relay_pool`) the worker opens a pool of
-    /// its own with `db`'s connect and pool options (lazily: no connection is opened here), so
-    /// that the application can neither leave one of the relay's connections inside a
-    /// transaction nor hold every connection the relay needs to renew leases and record
-    /// outcomes; see [`crate::guarded_pool`]. SQLite keeps `db` itself.
+    /// By default the worker opens a pool of its own with `db`'s options, lazily
+    /// ([`crate::RelayPool::Own`]).
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`], or when
@@ -163,16 +157,12 @@ impl Worker {
 
     /// Runs the relay until `cancel` fires, then returns the totals.
     ///
-    /// Composes the send slots with the maintenance services: up to `send_concurrency` sends
-    /// are in flight, each in a task of its own, and the worker claims only as many events as
-    /// it has free slots (at most `batch_size` per claim), refilling them as sends finish, so a
-    /// send that hangs holds its own slot and nothing else. While a claim gets all it asked for
-    /// the next follows as soon as slots are free; otherwise the worker
-    /// waits `poll_delay` (or, on Postgres with wake-on-commit, a commit's notification).
-    /// Expired leases are reclaimed at start and every tenth of the lease (at most every 60 s),
-    /// the worker's own leases renewed every lease/3 from claim until the outcome is recorded,
-    /// the backlog gauges refreshed every 15 s. Errors are logged and counted; the loops go
-    /// on (a database restart is survived). On cancellation no new claim or send starts, sends
+    /// Up to `send_concurrency` sends are in flight, each in a task of its own; the worker
+    /// claims only as many events as it has free slots (at most `batch_size` per claim), and
+    /// waits `poll_delay` (or a commit's notification) when a claim comes back short.
+    /// Meanwhile it reclaims expired leases (every tenth of the lease, at most every 60 s),
+    /// renews its own (every third) and refreshes the backlog gauges (every 15 s). Errors are
+    /// logged and counted; the loops go on. On cancellation no new claim or send starts; sends
     /// in flight finish (bounded by the send timeout) and are recorded.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
@@ -198,13 +188,11 @@ impl Worker {
         total
     }
 
-    /// Checks the table's columns once per worker (before its first claim), so that a table
-    /// without a later migration's column fails clearly on every backend rather than in
-    /// whichever statement first names the column.
+    /// Checks the table's columns once per worker, before its first claim, so that a table
+    /// missing a later migration's column fails clearly on every backend.
     ///
     /// # Errors
-    /// [`OutboxError::SchemaOutdated`] (or `TableMissing`, or the database's error); tried
-    /// again before the next claim.
+    /// [`OutboxError::SchemaOutdated`] (or `TableMissing`, or the database's error).
     pub(crate) async fn check_schema(&self) -> Result<(), OutboxError> {
         self.schema_checked
             .get_or_try_init(|| async { crate::driver::check_schema(&self.db).await })
@@ -212,11 +200,9 @@ impl Worker {
         Ok(())
     }
 
-    /// One round: claims up to `batch_size` due events (per the claim strategy) and sends them
-    /// through the slots (up to `send_concurrency` at once, each within the send timeout;
-    /// leases renewed from claim until each outcome is recorded), then returns once every
-    /// outcome is recorded with owner-guarded statements. One event's failure never stops the
-    /// others. When `cancel` fires, no new claim or send starts and unsent events go back to
+    /// One round: claims up to `batch_size` due events (per the claim strategy), sends them
+    /// through the slots and returns once every outcome is recorded. One event's failure never
+    /// stops the others. When `cancel` fires, no new send starts and unsent events go back to
     /// `WAIT`.
     ///
     /// # Errors
@@ -269,9 +255,7 @@ impl Worker {
 }
 
 /// With [`crate::RelayPool::Shared`] and wake-on-commit where the driver listens (Postgres),
-/// the pool handed over must have room for the `LISTEN` connection, its self-check's and one
-/// for statements (the relay's own pool is held to the same minimum by
-/// [`crate::RelayPool::validate`]).
+/// the pool handed over needs [`crate::config::MIN_RELAY_POOL_CONNECTIONS`], like the relay's own.
 fn check_shared_pool(
     driver: Driver,
     db: &DatabaseConnection,

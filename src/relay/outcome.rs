@@ -1,8 +1,6 @@
-//! Recording outcomes with owner-guarded statements (each guarded by the event's own claim,
-//! `claim_owner` with its fencing token): deliveries marked `SUCCESS` per claim (one by one
-//! when a group's statement fails, so that a row that cannot be marked spoils only itself),
-//! failures put back with back-off or dead-lettered, unsent events handed back. An event stays
-//! in [`Inflight`] (its lease renewed) until its outcome is recorded here.
+//! Recording outcomes with statements guarded by each event's claim (`claim_owner`): deliveries
+//! marked `SUCCESS` per claim, failures put back with back-off or dead-lettered, unsent events
+//! handed back. An event stays in [`Inflight`] (its lease renewed) until recorded here.
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -56,9 +54,8 @@ impl<'w> Recorder<'w> {
         self.flush_at
     }
 
-    /// Records finished sends: deliveries join the group waiting for its mark (marked at once
-    /// when a batch's worth waits), failures are recorded one by one, unsent events are handed
-    /// back in one statement; outcomes of lost leases are dropped (late acks).
+    /// Records finished sends: deliveries wait for their group's mark, failures are recorded
+    /// one by one, unsent events handed back; outcomes of lost leases are dropped (late acks).
     pub(crate) async fn record(&mut self, done: Vec<Done>, s: &mut WorkerSummary) {
         let w = self.worker;
         let mut skipped = Vec::new();
@@ -90,12 +87,9 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// Marks the waiting deliveries `SUCCESS`, one owner-guarded statement per claim; rows
-    /// whose lease was reclaimed meanwhile are late acks. When a group's statement fails
-    /// because of one of its rows (a trigger or constraint: [`row_fault`]), its events are
-    /// marked one by one ([`Recorder::mark_one_by_one`]). Any other failure (a lost connection,
-    /// a transient conflict that outlasted its retries, a missing table) leaves this group and
-    /// every group after it to the reclaim, logged once, without a statement per row.
+    /// Marks the waiting deliveries `SUCCESS`, one statement per claim. When a group's statement
+    /// fails because of one of its rows ([`row_fault`]), its events are marked one by one; any
+    /// other failure leaves this group and the rest to the reclaim, logged once.
     pub(crate) async fn flush(&mut self, s: &mut WorkerSummary) {
         self.flush_at = None;
         let mut groups = by_claim(std::mem::take(&mut self.delivered)).into_iter();
@@ -132,10 +126,8 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// Marks each of `events` (one claim's) `SUCCESS` on its own: only a row whose statement
-    /// fails because of that row is affected, and it records that error
-    /// ([`Recorder::mark_unmarkable`]). At the first failure of another kind it stops and
-    /// returns the events not marked, with the error, for [`Recorder::leave`].
+    /// Marks each of `events` (one claim's) `SUCCESS` on its own; at the first failure not of
+    /// its row it returns the events not marked, with the error, for [`Recorder::leave`].
     async fn mark_one_by_one(
         &mut self,
         events: Vec<Model>,
@@ -157,8 +149,8 @@ impl<'w> Recorder<'w> {
         Ok(())
     }
 
-    /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: nothing more can
-    /// be recorded now, they are left to the reclaim (which resends them), logged once.
+    /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: they are left to
+    /// the reclaim (which resends them), logged once.
     fn leave(&mut self, events: &[Model], e: OutboxError, s: &mut WorkerSummary) {
         for event in events {
             self.finish(event);
