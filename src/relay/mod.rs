@@ -86,9 +86,9 @@ impl Outbox {
             .instance_id
             .clone()
             .unwrap_or_else(|| instance_id("outbox"));
-        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
-        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
-        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)?
+        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config));
+        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config));
+        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)
             .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
         Ok(Worker {
             observer: Observer::new(&owner),
