@@ -87,13 +87,10 @@ pub struct WorkerConfig {
     /// such as PgBouncer < 1.21 (see there); Postgres only.
     pub statement_protocol: StatementProtocol,
     /// Ordered delivery per business key (`biz_no`), opt-in: `None` (the default) sends events
-    /// in any order, as fast as the claims and slots allow; `Some(policy)` claims only the
-    /// heads of their keys (no earlier event of the key `WAIT` or `SENDING`, nor `FAIL` with
-    /// [`OrderedPolicy::Block`]), possibly with a run of the key's next due events, and sends
-    /// each key's run in id order in one send slot, stopping at the first failure (the rest
-    /// of the run goes back to `WAIT` uncounted). Needs [`ClaimStrategy::Batch`]. The
-    /// claim's predecessor check uses the index of migration
-    /// `m20261202_000004_add_biz_no_status_index`. "Order" is id order: see docs/ordered.md.
+    /// in any order; `Some(policy)` claims only the heads of their keys ([`OrderedPolicy`]),
+    /// each with a run of the key's next due events, and sends each run in id order in one
+    /// send slot, stopping at the first failure. Needs [`ClaimStrategy::Batch`] and the index
+    /// of migration `m20261202_000004_add_biz_no_status_index`; see docs/ordered.md.
     pub ordered: Option<OrderedPolicy>,
 }
 

@@ -18,6 +18,7 @@ use crate::outbox::Outbox;
 use crate::publisher::Publisher;
 use crate::wake::Wake;
 use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
+use sea_orm_outbox_entity::event_record::Model;
 
 mod claim;
 mod inflight;
@@ -277,4 +278,17 @@ fn check_shared_pool(
         )));
     }
     Ok(())
+}
+
+/// `events` grouped by `key`, the groups in the order of their first event.
+fn group_by<K: PartialEq>(events: Vec<Model>, key: impl Fn(&Model) -> K) -> Vec<(K, Vec<Model>)> {
+    let mut groups: Vec<(K, Vec<Model>)> = Vec::new();
+    for event in events {
+        let k = key(&event);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, group)) => group.push(event),
+            None => groups.push((k, vec![event])),
+        }
+    }
+    groups
 }

@@ -359,13 +359,5 @@ fn row_fault(e: &sea_orm::DbErr) -> bool {
 
 /// `events` grouped by the claim they were taken in (their `claim_owner`), in first-seen order.
 fn by_claim(events: Vec<Model>) -> Vec<(String, Vec<Model>)> {
-    let mut groups: Vec<(String, Vec<Model>)> = Vec::new();
-    for event in events {
-        let owner = owner_of(&event);
-        match groups.iter_mut().find(|(o, _)| o == owner) {
-            Some((_, group)) => group.push(event),
-            None => groups.push((owner.to_owned(), vec![event])),
-        }
-    }
-    groups
+    super::group_by(events, |e| owner_of(e).to_owned())
 }

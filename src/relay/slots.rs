@@ -307,17 +307,11 @@ impl<'w> Slots<'w> {
 /// `events` (one ordered claim's) as runs, one per key (`biz_no`), each in id order, the keys
 /// in the order of their first event.
 fn runs(events: Vec<Model>) -> Vec<Vec<Model>> {
-    let mut runs: Vec<Vec<Model>> = Vec::new();
-    for event in events {
-        match runs.iter_mut().find(|r| r[0].biz_no == event.biz_no) {
-            Some(run) => run.push(event),
-            None => runs.push(vec![event]),
-        }
-    }
-    for run in &mut runs {
+    let mut runs = super::group_by(events, |e| e.biz_no.clone());
+    for (_, run) in &mut runs {
         run.sort_by_key(|e| e.id);
     }
-    runs
+    runs.into_iter().map(|(_, run)| run).collect()
 }
 
 /// A deadline's timer, kept across loop iterations.
