@@ -219,13 +219,8 @@ impl WorkerConfig {
             if d > MAX_DURATION {
                 return bad(format!("{name} must be at most 7 days"));
             }
-        }
-        for (name, d) in [
-            ("poll_delay", self.poll_delay),
-            ("lease", self.lease),
-            ("send_timeout", self.send_timeout),
-        ] {
-            if d.is_zero() {
+            // The retry policy's durations may be zero (retry at once).
+            if d.is_zero() && !name.starts_with("retry.") {
                 return bad(format!("{name} must be greater than zero"));
             }
         }
