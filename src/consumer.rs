@@ -45,8 +45,7 @@ impl<T> Consumed<T> {
 /// redelivery is processed again. Two deliveries of one id at once are safe: the second insert
 /// waits on the unique key until the first transaction ends.
 ///
-/// `msg_id` must be the outbox event id, the `eventId` message property, not the broker's
-/// message id (see the [module documentation](self)).
+/// `msg_id` must be the outbox event id (see the [module documentation](self)).
 ///
 /// ```no_run
 /// # async fn award_points(

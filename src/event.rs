@@ -71,12 +71,9 @@ impl NewEvent {
     /// sends each as a message property or header of its broker.
     ///
     /// Checked when the event is written ([`NewEvent::validate`]): the name has 1 to
-    /// [`NewEvent::HEADER_NAME_MAX_LEN`] characters out of ASCII letters, digits, `_`, `-` and
-    /// `.`, and is neither an outbox property name (`eventId`, `eventType`, `bizNo`) nor
-    /// reserved by the [`EventLimits`]
-    /// ([`EventLimits::is_reserved`]); the value has no control character (brokers' property
-    /// encodings use some as separators); all headers together take at most
-    /// [`EventLimits::max_headers_bytes`] as JSON.
+    /// [`NewEvent::HEADER_NAME_MAX_LEN`] ASCII letters, digits, `_`, `-` and `.`, and is not
+    /// reserved ([`EventLimits::is_reserved`]); the value has no control character; all headers
+    /// together take at most [`EventLimits::max_headers_bytes`] as JSON.
     ///
     /// ```
     /// use sea_orm_outbox::NewEvent;
@@ -127,10 +124,9 @@ impl NewEvent {
 
     /// Whether writing this event wakes listening relays at once (default `true`).
     ///
-    /// On Postgres the insert then also queues `pg_notify('sea_orm_outbox', '')`, delivered
-    /// when the transaction commits, and idle relays run a round at once instead of after their
-    /// poll delay (shared by concurrent writers: [`NewEvent::notify_interval`]). Turn it off for
-    /// an event that need not be published soon. Other backends always poll.
+    /// On Postgres the insert then also queues `pg_notify('sea_orm_outbox', '')`, delivered at
+    /// commit, and idle relays run a round at once (shared by concurrent writers:
+    /// [`NewEvent::notify_interval`]). Other backends always poll.
     #[must_use]
     pub fn notify_relays(mut self, on: bool) -> Self {
         self.notify = on;
@@ -143,16 +139,12 @@ impl NewEvent {
     }
 
     /// Sets how concurrent writers share the wake-up notification (Postgres; default
-    /// [`NewEvent::DEFAULT_NOTIFY_INTERVAL`]; whole milliseconds, a fraction rounds up).
-    ///
-    /// Time is cut into slots of `interval` by the writer's clock; the insert queues the
-    /// `NOTIFY` only when it gets the slot's transaction-level advisory lock without waiting
-    /// (`pg_try_advisory_xact_lock(1329745752, slot)`), so a burst of writers sends about one
-    /// notifying transaction at a time. An event that skipped the notify is found by the slot
-    /// holder's wake-up, the relays' follow-up round, or at worst the poll delay; nothing is
-    /// lost. [`Duration::ZERO`] makes every event queue its own `NOTIFY` (use it if the
-    /// application takes two-key advisory locks with first key 1329745752). See
-    /// docs/configuration.md.
+    /// [`NewEvent::DEFAULT_NOTIFY_INTERVAL`]; whole milliseconds, a fraction rounds up): per
+    /// slot of `interval` by the writer's clock, only the insert that gets the slot's advisory
+    /// lock without waiting (`pg_try_advisory_xact_lock(1329745752, slot)`) queues the
+    /// `NOTIFY`; the others are found by that wake-up or the poll. [`Duration::ZERO`] makes
+    /// every event notify on its own (use it if the application takes two-key advisory locks
+    /// with first key 1329745752). See docs/configuration.md.
     #[must_use]
     pub fn notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval;

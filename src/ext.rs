@@ -120,17 +120,11 @@ impl<C: ConnectionTrait> OutboxExt for C {}
 /// write (select, insert the order, [`OutboxExt::with_event`], commit);
 /// [`transactional_publish`] uses it.
 ///
-/// Why on SQLite: a transaction begun with `db.begin()` (`DEFERRED`) reads from a snapshot and
-/// asks for the database's single write lock only at its first write. When another connection
-/// holds that lock at that moment (a relay claiming or marking events), or has committed since
-/// the snapshot was taken, SQLite cannot let the transaction wait without risking a deadlock: the
-/// write fails at once with `database is locked` (`SQLITE_BUSY`, in WAL mode
-/// `SQLITE_BUSY_SNAPSHOT`), whatever the busy timeout. `BEGIN IMMEDIATE` takes the write lock
-/// at the start instead, waiting for it up to the connection's busy timeout (sqlx's default:
-/// 5 s), so the transaction queues behind the relays and the other writers rather than failing.
-/// Writers then run one at a time from `BEGIN` to `COMMIT`, which is how SQLite orders them
-/// anyway; readers are not blocked in WAL mode. docs/configuration.md has the recommended
-/// connect options.
+/// On SQLite a `DEFERRED` transaction asks for the single write lock only at its first write,
+/// and fails at once with `database is locked` (`SQLITE_BUSY`) when another connection (a relay)
+/// holds it or committed since the transaction's snapshot, whatever the busy timeout.
+/// `BEGIN IMMEDIATE` takes the lock at the start, waiting up to the busy timeout (sqlx's
+/// default: 5 s). docs/configuration.md has the recommended connect options.
 ///
 /// ```no_run
 /// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {

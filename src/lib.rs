@@ -10,10 +10,6 @@
 //! for a while, and reclaimed if its sender dies. Delivery is at-least-once, so consumers must
 //! be idempotent ([`consumer::consume_once`] deduplicates on the `eventId` property).
 //!
-//! The design follows a Java/Spring write-up of the pattern (the seed design restated in the
-//! repository's design notes); the table, statements and most defaults (poll 5 s, batch 20,
-//! n² × 5 s back-off, lease 10 min, reclaim every 60 s, send timeout 3 s) are that design's.
-//!
 //! Operating it: [`ops`] (stats, dead letters, purge), [`metrics`] (the metric names),
 //! [`migration`] (the tables), [`event_record`] (the table's entity). ARCHITECTURE.md maps the
 //! code.

@@ -43,43 +43,10 @@ pub const OLDEST_BLOCKED_AGE: &str = "outbox_oldest_blocked_age_seconds";
 /// self-check passed); 0 while they only poll.
 pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 
-pub(crate) fn published(n: u64) {
-    metrics::counter!(PUBLISHED).increment(n);
-}
-pub(crate) fn claim_lost() {
-    metrics::counter!(CLAIM_LOST).increment(1);
-}
-pub(crate) fn retry() {
-    metrics::counter!(RETRIES).increment(1);
-}
-pub(crate) fn dead_letters(n: u64) {
-    metrics::counter!(DEAD_LETTERS).increment(n);
-}
-pub(crate) fn reclaimed(n: u64) {
-    metrics::counter!(RECLAIMED).increment(n);
-}
-pub(crate) fn late_acks(n: u64) {
-    metrics::counter!(LATE_ACKS).increment(n);
-}
-// Counted by the guarded pools, which exist only with a backend that has them.
+/// Counts a guarded pool's leaked transaction (only a backend with guarded pools calls it).
 #[allow(dead_code)]
 pub(crate) fn leaked_transaction() {
     metrics::counter!(LEAKED_TRANSACTIONS).increment(1);
-}
-pub(crate) fn config_fault() {
-    metrics::counter!(CONFIG_FAULTS).increment(1);
-}
-pub(crate) fn released(n: u64) {
-    metrics::counter!(RELEASED).increment(n);
-}
-pub(crate) fn error(op: &'static str) {
-    metrics::counter!(ERRORS, "op" => op).increment(1);
-}
-pub(crate) fn send_duration(seconds: f64) {
-    metrics::histogram!(SEND_DURATION).record(seconds);
-}
-pub(crate) fn sending_dwell(seconds: f64) {
-    metrics::histogram!(SENDING_DWELL).record(seconds);
 }
 /// Moves the wake-on-commit gauge by `delta`: +1 when a worker starts listening, -1 when it
 /// stops, 0 to register it.

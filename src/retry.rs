@@ -14,15 +14,12 @@ pub(crate) enum RetryDecision {
 }
 
 /// Quadratic back-off with a retry limit: after the n-th failed attempt the event waits
-/// n² × `backoff_base` (the seed's growth: 5 s, 20 s, 45 s, ...), capped at `max_backoff`; the
+/// n² × `backoff_base` (5 s, 20 s, 45 s, ...), capped at `max_backoff`; the
 /// failure that makes n greater than `max_retries` (the 13th with the default 12) turns it into
 /// a dead letter.
 ///
-/// The default rides out a broker outage of [`RetryPolicy::budget`] = 52 min 5 s: the waits
-/// are 5 s, 20 s, 45 s, ..., 500 s, then 10 min twice, so an event whose sends fail for less
-/// than that from its first attempt is still delivered once the broker is back. A failure the
-/// publisher calls permanent (a message the broker refuses as malformed or oversized) is a
-/// dead letter at once, whatever the budget.
+/// The default rides out a broker outage of [`RetryPolicy::budget`] (52 min 5 s). A failure
+/// the publisher calls permanent is a dead letter at once, whatever the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryPolicy {

@@ -1,20 +1,7 @@
 //! What a worker waits on between rounds: the poll delay, and where the driver listens
 //! (Postgres) also a `LISTEN` on [`crate::driver::WAKE_CHANNEL`], notified by every committed
-//! event that keeps [`crate::NewEvent::notify_relays`] on. Polling stays as the safety net.
-//!
-//! - A lost `LISTEN` connection is logged at WARN and re-established at once, then with a
-//!   back-off of [`RECONNECT_BACKOFF_FIRST`] doubling to [`RECONNECT_BACKOFF_MAX`]; the wait
-//!   right after a reconnect ends as if notified, so events committed in the gap are claimed.
-//! - A self-check at start and after each reconnect (the driver's [`Listener`]): no `LISTEN`
-//!   through a pooler in transaction mode, and the connection must hear its own `NOTIFY`
-//!   within 2 s. On failure the worker warns once, polls, and checks again every
-//!   [`SELF_CHECK_RETRY`].
-//! - After a wake-up by notification the next waits are follow-ups
-//!   ([`crate::config::WAKE_FOLLOW_UP`], doubling while shorter than the poll delay), for the
-//!   events of writers that shared the notification ([`crate::NewEvent::notify_interval`]) and
-//!   committed after the woken round's claim.
-//!
-//! The gauge [`crate::metrics::WAKE_LISTENING`] tells whether wake-on-commit is live.
+//! event that keeps [`crate::NewEvent::notify_relays`] on. Polling stays as the safety net;
+//! the gauge [`crate::metrics::WAKE_LISTENING`] tells whether wake-on-commit is live.
 use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
@@ -40,7 +27,7 @@ pub(crate) enum Woken {
     /// A transaction that wrote events committed, or the `LISTEN` connection was just
     /// (re-)established (events committed before it may not have notified anyone).
     Notified,
-    /// The follow-up after a wake-up by notification passed (see the module's documentation).
+    /// The follow-up after a wake-up by notification passed (see [`Wake::wait`]).
     FollowUp,
 }
 
@@ -79,9 +66,8 @@ pub(crate) struct Wake {
 }
 
 impl Wake {
-    /// Listens when `enabled` where the driver can ([`Driver::listens`]); polls otherwise. Nothing is connected here: the
-    /// first wait sets up the `LISTEN` connection (one connection of `db`'s pool, held while
-    /// listening) and its self-check, so the worker's first round is not delayed by them.
+    /// Listens when `enabled` where the driver can ([`Driver::listens`]); polls otherwise. The
+    /// first wait connects (one connection of `db`'s pool), so the first round is not delayed.
     pub(crate) fn new(db: &DatabaseConnection, enabled: bool) -> Self {
         let listens = Driver::of(db.get_database_backend()).is_some_and(Driver::listens);
         let db = (enabled && listens).then(|| db.clone());
@@ -105,14 +91,12 @@ impl Wake {
         }
     }
 
-    /// Waits `delay` (±10 %), or less when a notification arrives or a `LISTEN` connection was
-    /// just (re-)established. Notifications already buffered are consumed together: a burst of
-    /// commits wakes one round, not one each. A lost `LISTEN` connection is noticed here and
-    /// re-established (see the module's documentation); while there is none, the wait polls.
-    /// After a wake-up by notification the waits are follow-ups instead, each twice the
-    /// previous one, while shorter than `delay` (see the module's documentation); they end in
-    /// [`Woken::FollowUp`]. Cancel-safe: dropped mid-attempt, the next wait attempts again (a
-    /// follow-up series cut short is given up; the next notification or poll covers it).
+    /// Waits `delay` (±10 %), or less when a notification arrives (a burst of them wakes one
+    /// round) or a `LISTEN` connection was just (re-)established. A lost `LISTEN` connection is
+    /// re-established here with [`backoff`]; a failed self-check is retried every
+    /// [`SELF_CHECK_RETRY`]. After a notification the next waits are follow-ups
+    /// ([`crate::config::WAKE_FOLLOW_UP`], doubling while shorter than `delay`), for writers
+    /// that shared the notification ([`crate::NewEvent::notify_interval`]). Cancel-safe.
     pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
         let follow_up = self.next_follow_up.take().filter(|f| *f < delay);
         let woken = match follow_up {
@@ -187,8 +171,10 @@ impl Wake {
     /// One attempt to listen (connect, `LISTEN`, self-check); logs and records its outcome and
     /// sets the mode. Returns whether the worker listens now.
     async fn attempt(&mut self) -> bool {
-        let outcome = self.listen().await;
-        match outcome {
+        let Some(db) = &self.db else {
+            return false;
+        };
+        match Listener::open(db).await {
             Ok(listener) => {
                 if self.check_failed {
                     tracing::info!(
@@ -266,16 +252,6 @@ impl Wake {
                 };
                 false
             }
-        }
-    }
-
-    /// A new `LISTEN` connection that passed the self-check.
-    async fn listen(&self) -> Result<Listener, ListenFailure> {
-        match &self.db {
-            Some(db) => Listener::open(db).await,
-            None => Err(ListenFailure::Unreachable(
-                "wake-on-commit is off".to_owned(),
-            )),
         }
     }
 

@@ -6,7 +6,7 @@ use crate::error::OutboxError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ClaimStrategy {
-    /// The seed's: read up to `batch_size` candidates without locks, then one conditional
+    /// Read up to `batch_size` candidates without locks, then one conditional
     /// `UPDATE ... WHERE id = :id AND status = 'WAIT'` per candidate; lost claims are skipped.
     PerRow,
     /// The default: claim up to `batch_size` due rows in one round trip without waiting on rows

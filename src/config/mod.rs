@@ -1,4 +1,4 @@
-//! Worker configuration. Defaults are the seed design's.
+//! Worker configuration.
 use std::time::Duration;
 
 use crate::error::OutboxError;
@@ -18,7 +18,7 @@ pub const DEFAULT_POLL_DELAY: Duration = Duration::from_secs(5);
 pub const DEFAULT_BATCH_SIZE: u64 = 20;
 /// Default lease: 10 minutes. A `SENDING` row whose `claimed_at` is older is reclaimed.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
-/// Longest interval between reclaim passes (the seed's).
+/// Longest interval between reclaim passes.
 pub const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
 /// Default send timeout: 3 s, far below the lease.
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
@@ -66,8 +66,7 @@ pub struct WorkerConfig {
     /// characters, no `#`); `None` generates `outbox-<pid>-<6 random hex>`
     /// ([`WorkerConfig::service_name`] generates one from another name).
     pub instance_id: Option<String>,
-    /// How rounds claim (default [`ClaimStrategy::Batch`]; [`ClaimStrategy::PerRow`] is the
-    /// seed's).
+    /// How rounds claim (default [`ClaimStrategy::Batch`]).
     pub claim_strategy: ClaimStrategy,
     /// Send slots: publish calls in flight at once, each in a task of its own (default 16). A
     /// send that hangs holds its own slot and nothing else. The worker claims only as many
@@ -88,13 +87,10 @@ pub struct WorkerConfig {
     /// such as PgBouncer < 1.21 (see there); Postgres only.
     pub statement_protocol: StatementProtocol,
     /// Ordered delivery per business key (`biz_no`), opt-in: `None` (the default) sends events
-    /// in any order, as fast as the claims and slots allow; `Some(policy)` claims only the
-    /// heads of their keys (no earlier event of the key `WAIT` or `SENDING`, nor `FAIL` with
-    /// [`OrderedPolicy::Block`]), possibly with a run of the key's next due events, and sends
-    /// each key's run in id order in one send slot, stopping at the first failure (the rest
-    /// of the run goes back to `WAIT` uncounted). Needs [`ClaimStrategy::Batch`]. The
-    /// claim's predecessor check uses the index of migration
-    /// `m20261202_000004_add_biz_no_status_index`. "Order" is id order: see docs/ordered.md.
+    /// in any order; `Some(policy)` claims only the heads of their keys ([`OrderedPolicy`]),
+    /// each with a run of the key's next due events, and sends each run in id order in one
+    /// send slot, stopping at the first failure. Needs [`ClaimStrategy::Batch`] and the index
+    /// of migration `m20261202_000004_add_biz_no_status_index`; see docs/ordered.md.
     pub ordered: Option<OrderedPolicy>,
 }
 
@@ -223,13 +219,8 @@ impl WorkerConfig {
             if d > MAX_DURATION {
                 return bad(format!("{name} must be at most 7 days"));
             }
-        }
-        for (name, d) in [
-            ("poll_delay", self.poll_delay),
-            ("lease", self.lease),
-            ("send_timeout", self.send_timeout),
-        ] {
-            if d.is_zero() {
+            // The retry policy's durations may be zero (retry at once).
+            if d.is_zero() && !name.starts_with("retry.") {
                 return bad(format!("{name} must be greater than zero"));
             }
         }
@@ -262,10 +253,8 @@ impl WorkerConfig {
     }
 
     /// The longest a publisher's own send timeout may be under this worker: the worker's
-    /// `send_timeout`, and at most a third of the lease. Over the `send_timeout`, the worker
-    /// gives up first and a send that then succeeds is sent again; over a third of the lease, a
-    /// send still running when a lease ends (renewals failing) is sent again by another
-    /// instance.
+    /// `send_timeout`, and at most a third of the lease (else a send the worker gave up on, or
+    /// one outliving its lease, is sent again).
     pub fn publisher_send_timeout_limit(&self) -> Duration {
         self.send_timeout
             .min(self.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE)
@@ -281,7 +270,7 @@ impl WorkerConfig {
         what: &str,
         timeout: Duration,
     ) -> Result<(), OutboxError> {
-        if !fits_lease(timeout, self.lease) {
+        if timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
             return Err(OutboxError::InvalidConfig(format!(
                 "{what} ({} ms) must be at most a third of the worker's lease ({} ms): a send \
                  still running when the lease ends is sent again by another instance",
@@ -304,11 +293,6 @@ impl WorkerConfig {
 /// Interval between reclaim passes for `lease`: a tenth of it, at most [`MAX_RECLAIM_INTERVAL`].
 pub(crate) fn reclaim_interval(lease: Duration) -> Duration {
     (lease / 10).min(MAX_RECLAIM_INTERVAL)
-}
-
-/// The lease side of the send-timeout rule: `timeout` is at most a third of `lease`.
-fn fits_lease(timeout: Duration, lease: Duration) -> bool {
-    timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE <= lease
 }
 
 /// Whether `s` holds no `#` (it separates the instance id from the claim token in

@@ -1,17 +1,10 @@
 //! Operating the outbox: backlog statistics, dead-letter handling and retention.
 //!
-//! Each function works on the table of the [`Outbox`] it is given first
-//! (`ops::stats(&Outbox::default(), &db, lease)` for `t_event_record`).
-//!
-//! The library side of the `outbox` command-line tool; services can call the same functions
-//! (from an admin endpoint, a scheduled job). Every time compared is the database's clock
-//! (the driver's `now`), like the relay's. Every function returns
-//! [`OutboxError::TableMissing`] when the migration has not been run.
-//!
-//! Dead letters are `FAIL` rows: events whose retries ran out or whose error was permanent.
-//! They stay until a person retries ([`retry_dead`], [`retry_all_dead`]) or discards
-//! ([`discard_dead`]) them. Delivered (`SUCCESS`) rows are kept until [`purge_delivered`]
-//! removes the old ones.
+//! The library side of the `outbox` command-line tool. Each function works on the table of the
+//! [`Outbox`] it is given first (`ops::stats(&Outbox::default(), &db, lease)` for
+//! `t_event_record`) and compares times by the database's clock. Dead letters (`FAIL` rows)
+//! stay until retried ([`retry_dead`]) or discarded ([`discard_dead`]); delivered rows until
+//! [`purge_delivered`].
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};

@@ -145,21 +145,17 @@ pub trait Publisher: Send + Sync {
     /// [`Publisher::publish`]'s would be: `Ok` marks the event `SUCCESS`, an error puts it back
     /// with back-off or makes it a dead letter, per event.
     ///
-    /// The relay calls it (instead of `publish`) with up to `batch_size` claimed events of one
-    /// claim when [`Publisher::batches`] says so, within one send timeout for the whole call. The default sends the messages one after
-    /// another with [`Publisher::publish`]; after an [`OutboxMessage::ordered`] message failed,
-    /// the later messages of its `biz_no` are not sent (a retryable "not sent" error each).
+    /// The relay calls it (instead of `publish`) with up to `batch_size` events of one claim
+    /// when [`Publisher::batches`] says so, within one send timeout for the whole call. The
+    /// default sends the messages one after another with [`Publisher::publish`].
     ///
     /// A batch the broker refused for good because of one of its messages must not fail the
-    /// others for good: send them alone, or return a retryable error for them
-    /// (a publisher whose broker refuses a whole batch for one message sends the others alone).
+    /// others for good: send them alone, or return a retryable error for them.
     ///
-    /// In ordered mode (messages with [`OutboxMessage::ordered`]; the relay then hands over one
-    /// key's run, in id order) a publisher must stop a key at its first failure: the messages
-    /// of that key after a failed one must not be sent (return a retryable error for them).
-    /// The relay records every result of a key after its first failure as not sent anyway,
-    /// but a later event that did reach the broker would overtake the retried earlier one at
-    /// the consumer.
+    /// In ordered mode (messages with [`OutboxMessage::ordered`], one key's run in id order) a
+    /// publisher must not send a key's messages after a failed one (return a retryable error
+    /// for them, as the default does): a later event that reached the broker would overtake
+    /// the retried earlier one at the consumer.
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let mut results = Vec::with_capacity(messages.len());
         // Ordered mode: the keys whose message failed; their later messages must not overtake it.

@@ -1,5 +1,4 @@
-//! Claiming: both strategies (the seed's per-row claim and the batch claim) hand the send slots
-//! at most as many events as they ask for.
+//! Claiming: every strategy hands the send slots at most as many events as they ask for.
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -21,6 +20,17 @@ pub(crate) struct Claimed {
     /// Ordered mode: heads were found behind the window lately and more may be there; claim
     /// again at this instant (the next deep claim) even when `more` is false.
     pub(crate) retry_at: Option<Instant>,
+}
+
+impl Claimed {
+    /// `events`, with `more` likely due, and no deep claim scheduled.
+    fn new(events: Vec<Model>, more: bool) -> Self {
+        Claimed {
+            events,
+            more,
+            retry_at: None,
+        }
+    }
 }
 
 /// A worker's claimer. Per-row claiming keeps the candidates of its last read (unlocked, not
@@ -67,11 +77,7 @@ impl<'w> Claimer<'w> {
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
         if cancel.is_cancelled() {
-            return Ok(Claimed {
-                events: Vec::new(),
-                more: false,
-                retry_at: None,
-            });
+            return Ok(Claimed::new(Vec::new(), false));
         }
         s.rounds += 1;
         let w = self.worker;
@@ -87,11 +93,7 @@ impl<'w> Claimer<'w> {
                 let events = driver::claim_batch(&w.db, &owner, want).await?;
                 s.candidates += events.len() as u64;
                 let more = events.len() as u64 == want;
-                Claimed {
-                    events,
-                    more,
-                    retry_at: None,
-                }
+                Claimed::new(events, more)
             }
             (None, ClaimStrategy::PerRow) => self.claim_per_row(&owner, want, cancel, s).await?,
         };
@@ -100,14 +102,10 @@ impl<'w> Claimer<'w> {
         Ok(claimed)
     }
 
-    /// The ordered claim ([`driver::claim_ordered`]) of up to `keys` heads and `want` events: a
-    /// window of the oldest due rows ([`driver::HeadScan::for_heads`]); when it found fewer heads
-    /// than asked for and the last deep claim is at least `max(HEAD_SCAN_DEEP_EVERY_MIN, 20 ×
-    /// its duration)` ago, at once a deep claim ([`driver::HeadScan::Deep`]) of the rest, which
-    /// finds heads behind a window filled by other keys' backlogs (a hot key, a key blocked
-    /// behind a dead letter or backing off). While deep claims keep finding such heads,
-    /// [`Claimed::retry_at`] brings the worker back at the next allowed deep claim instead of
-    /// after the poll delay.
+    /// The ordered claim of up to `keys` heads and `want` events: a window of the oldest due
+    /// rows ([`driver::HeadScan::for_heads`]), and when it found too few heads a deep claim
+    /// ([`driver::HeadScan::Deep`]) at most every `max(HEAD_SCAN_DEEP_EVERY_MIN, 20 × its
+    /// duration)`, which finds heads behind other keys' backlogs.
     async fn claim_ordered(
         &mut self,
         owner: &str,
@@ -165,11 +163,9 @@ impl<'w> Claimer<'w> {
         })
     }
 
-    /// [`Claimer::claim`], and when `recorder` leaves its deliveries to the claim
-    /// ([`Recorder::marks_with_claim`]), the `SUCCESS` mark of one claim's deliveries in the
-    /// same statement ([`driver::mark_success_and_claim_batch`]). When that statement fails,
-    /// nothing of it happened: the deliveries are marked on their own
-    /// ([`Recorder::mark_after_failed_claim`]) and the claim is made on its own.
+    /// [`Claimer::claim`], marking one claim's deliveries `SUCCESS` in the same statement
+    /// ([`driver::mark_success_and_claim_batch`]) when `recorder` leaves them to the claim. If
+    /// that statement fails, the deliveries are marked and the claim made on their own.
     ///
     /// # Errors
     /// As [`Claimer::claim`].
@@ -202,17 +198,13 @@ impl<'w> Claimer<'w> {
         let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
         match driver::mark_success_and_claim_batch(&w.db, &ids, &done_owner, &owner, want).await {
             Ok(r) => {
-                recorder.marked_with_claim(&done_owner, &ids, r.marked, s);
+                recorder.marked(&done_owner, &ids, r.marked, s);
                 s.rounds += 1;
                 s.candidates += r.claimed.len() as u64;
                 s.claimed += r.claimed.len() as u64;
                 inflight.claimed(&owner, r.claimed.iter().map(|e| e.id));
                 let more = r.claimed.len() as u64 == want;
-                Ok(Claimed {
-                    events: r.claimed,
-                    more,
-                    retry_at: None,
-                })
+                Ok(Claimed::new(r.claimed, more))
             }
             Err(e) => {
                 tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
@@ -222,7 +214,7 @@ impl<'w> Claimer<'w> {
         }
     }
 
-    /// The seed's claim: candidates read without locks, each claimed by its own conditional
+    /// The per-row claim: candidates read without locks, each claimed by its own conditional
     /// `UPDATE` decided by `rows_affected`.
     async fn claim_per_row(
         &mut self,
@@ -261,10 +253,8 @@ impl<'w> Claimer<'w> {
                 self.read_short = (got.len() as u64) < w.config.batch_size;
                 self.read_at = Instant::now();
                 self.candidates = got.into();
-                // Every instance reads the same oldest-due candidates; each starts at a
-                // random one of them, so that racing instances mostly try different rows
-                // instead of losing the same claims to each other (claims stay conditional;
-                // the order within one read is not a promise).
+                // Each instance starts at a random candidate, so that racing instances mostly
+                // try different rows.
                 if !self.candidates.is_empty() {
                     let start = uuid::Uuid::new_v4().as_u128() as usize % self.candidates.len();
                     self.candidates.rotate_left(start);
@@ -296,11 +286,6 @@ impl<'w> Claimer<'w> {
         // More may be due unless a claim failed (then wait the poll delay, not spin) or the
         // table had no more due rows.
         let exhausted = self.candidates.is_empty() && self.read_short;
-        let more = !failed && !exhausted;
-        Ok(Claimed {
-            events,
-            more,
-            retry_at: None,
-        })
+        Ok(Claimed::new(events, !failed && !exhausted))
     }
 }

@@ -4,10 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The events a worker holds a lease on, shared by the send slots and the lease renewer, by
-/// claim: each claim's `claim_owner` value (instance id and claim token) maps the ids it took.
-/// An event claimed again after its lease lapsed (even by this worker) is another entry, so
-/// the earlier attempt's outcome is recorded (and fenced off) under its own claim.
+/// The events a worker holds a lease on, by claim (`claim_owner` value): an event claimed again
+/// after its lease lapsed is another entry, so each attempt is recorded under its own claim.
 #[derive(Clone, Default)]
 pub(crate) struct Inflight(Arc<Mutex<HashMap<String, HashMap<i64, Phase>>>>);
 
@@ -74,13 +72,14 @@ impl Inflight {
         }
     }
 
-    /// Whether [`Inflight::start`] would start `id` now (queued and its lease held), without
-    /// starting it.
+    /// The phase of `id` under `owner`, if held.
+    fn phase(&self, owner: &str, id: i64) -> Option<Phase> {
+        self.lock().get(owner).and_then(|c| c.get(&id).copied())
+    }
+
+    /// Whether [`Inflight::start`] would start `id` now (queued and its lease held).
     pub(crate) fn is_queued(&self, owner: &str, id: i64) -> bool {
-        matches!(
-            self.lock().get(owner).and_then(|c| c.get(&id).copied()),
-            Some(Phase::Queued(_))
-        )
+        matches!(self.phase(owner, id), Some(Phase::Queued(_)))
     }
 
     /// Marks the send of `id` returned; the lease stays renewed until [`Inflight::finish`].
@@ -95,10 +94,7 @@ impl Inflight {
 
     /// Whether the lease of `id` under `owner` was found lost (or is not held at all).
     pub(crate) fn is_lost(&self, owner: &str, id: i64) -> bool {
-        self.lock()
-            .get(owner)
-            .and_then(|claim| claim.get(&id))
-            .is_none_or(|phase| matches!(phase, Phase::Lost(_)))
+        matches!(self.phase(owner, id), None | Some(Phase::Lost(_)))
     }
 
     /// Stops holding `ids` of `owner`'s claim (their outcome is recorded, or dropped) and

@@ -18,6 +18,7 @@ use crate::outbox::Outbox;
 use crate::publisher::Publisher;
 use crate::wake::Wake;
 use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
+use sea_orm_outbox_entity::event_record::Model;
 
 mod claim;
 mod inflight;
@@ -33,9 +34,7 @@ pub(crate) use observe::{Observer, Op};
 pub use summary::WorkerSummary;
 
 /// A relay instance. Run one per service instance (or several); they coordinate through the
-/// table alone. It opens a pool of its own (at most 5 connections by default: a round, the
-/// lease renewal, the reclaim pass and the gauge refresh each use one at a time, and on
-/// Postgres with wake-on-commit the `LISTEN` connection holds one); see [`crate::guarded_pool`].
+/// table alone. It opens a pool of its own by default ([`WorkerConfig::relay_pool`]).
 ///
 /// ```no_run
 /// # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
@@ -60,8 +59,7 @@ pub struct Worker {
     reclaimer: Reclaimer,
     renewer: LeaseRenewer,
     gauges: GaugeRefresher,
-    /// Set once the table was found to have every column this version reads (checked before
-    /// the first claim, see [`crate::driver::check_schema`]).
+    /// Set once [`Worker::check_schema`] passed.
     schema_checked: tokio::sync::OnceCell<()>,
 }
 
@@ -77,7 +75,33 @@ impl Outbox {
         publisher: Arc<dyn Publisher>,
         config: WorkerConfig,
     ) -> Result<Worker, OutboxError> {
-        Worker::on(self, db, publisher, config)
+        config.validate()?;
+        let driver = Driver::with_feature(db.get_database_backend())?;
+        check_shared_pool(driver, &db, &config)?;
+        let db = RelayDb::new(
+            config.relay_pool.connections(&db)?,
+            config.statement_protocol,
+        )?
+        .with_table(self.table_ref());
+        let owner = config
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| instance_id("outbox"));
+        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config));
+        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config));
+        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)
+            .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
+        Ok(Worker {
+            observer: Observer::new(&owner),
+            db,
+            publisher,
+            config,
+            owner,
+            reclaimer,
+            renewer,
+            gauges,
+            schema_checked: tokio::sync::OnceCell::new(),
+        })
     }
 }
 
@@ -94,11 +118,8 @@ impl Worker {
     /// A worker over the database of `db` (its table `t_event_record`: for another,
     /// [`Outbox::worker`]), sending through `publisher`.
     ///
-    /// By default ([`crate::RelayPool::Own`], `config.relay_pool`) the worker opens a pool of
-    /// its own with `db`'s connect and pool options (lazily: no connection is opened here), so
-    /// that the application can neither leave one of the relay's connections inside a
-    /// transaction nor hold every connection the relay needs to renew leases and record
-    /// outcomes; see [`crate::guarded_pool`]. SQLite keeps `db` itself.
+    /// By default the worker opens a pool of its own with `db`'s options, lazily
+    /// ([`crate::RelayPool::Own`]).
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when `config` fails [`WorkerConfig::validate`], or when
@@ -112,42 +133,6 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, OutboxError> {
         Outbox::default().worker(db, publisher, config)
-    }
-
-    /// [`Worker::new`] over `outbox`'s table.
-    fn on(
-        outbox: &Outbox,
-        db: DatabaseConnection,
-        publisher: Arc<dyn Publisher>,
-        config: WorkerConfig,
-    ) -> Result<Self, OutboxError> {
-        config.validate()?;
-        let driver = Driver::with_feature(db.get_database_backend())?;
-        check_shared_pool(driver, &db, &config)?;
-        let db = RelayDb::new(
-            config.relay_pool.connections(&db)?,
-            config.statement_protocol,
-        )?
-        .with_table(outbox.table_ref());
-        let owner = config
-            .instance_id
-            .clone()
-            .unwrap_or_else(|| instance_id("outbox"));
-        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config))?;
-        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config))?;
-        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)?
-            .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
-        Ok(Worker {
-            observer: Observer::new(&owner),
-            db,
-            publisher,
-            config,
-            owner,
-            reclaimer,
-            renewer,
-            gauges,
-            schema_checked: tokio::sync::OnceCell::new(),
-        })
     }
 
     /// The instance id this worker writes into `claim_owner` (each claim adds `#` and a claim
@@ -173,16 +158,12 @@ impl Worker {
 
     /// Runs the relay until `cancel` fires, then returns the totals.
     ///
-    /// Composes the send slots with the maintenance services: up to `send_concurrency` sends
-    /// are in flight, each in a task of its own, and the worker claims only as many events as
-    /// it has free slots (at most `batch_size` per claim), refilling them as sends finish, so a
-    /// send that hangs holds its own slot and nothing else. While a claim gets all it asked for
-    /// the next follows as soon as slots are free; otherwise the worker
-    /// waits `poll_delay` (or, on Postgres with wake-on-commit, a commit's notification).
-    /// Expired leases are reclaimed at start and every tenth of the lease (at most every 60 s),
-    /// the worker's own leases renewed every lease/3 from claim until the outcome is recorded,
-    /// the backlog gauges refreshed every 15 s. Errors are logged and counted; the loops go
-    /// on (a database restart is survived). On cancellation no new claim or send starts, sends
+    /// Up to `send_concurrency` sends are in flight, each in a task of its own; the worker
+    /// claims only as many events as it has free slots (at most `batch_size` per claim), and
+    /// waits `poll_delay` (or a commit's notification) when a claim comes back short.
+    /// Meanwhile it reclaims expired leases (every tenth of the lease, at most every 60 s),
+    /// renews its own (every third) and refreshes the backlog gauges (every 15 s). Errors are
+    /// logged and counted; the loops go on. On cancellation no new claim or send starts; sends
     /// in flight finish (bounded by the send timeout) and are recorded.
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
@@ -196,7 +177,7 @@ impl Worker {
                 biased;
                 () = pump => {}
                 () = signals.run_timer(wake, self.config.poll_delay) => {}
-                () = self.renew(&inflight) => {}
+                () = self.renewer.run(&inflight, &self.observer) => {}
             }
         };
         let gauges = self.gauges.run(&cancel, &self.observer);
@@ -208,13 +189,11 @@ impl Worker {
         total
     }
 
-    /// Checks the table's columns once per worker (before its first claim), so that a table
-    /// without a later migration's column fails clearly on every backend rather than in
-    /// whichever statement first names the column.
+    /// Checks the table's columns once per worker, before its first claim, so that a table
+    /// missing a later migration's column fails clearly on every backend.
     ///
     /// # Errors
-    /// [`OutboxError::SchemaOutdated`] (or `TableMissing`, or the database's error); tried
-    /// again before the next claim.
+    /// [`OutboxError::SchemaOutdated`] (or `TableMissing`, or the database's error).
     pub(crate) async fn check_schema(&self) -> Result<(), OutboxError> {
         self.schema_checked
             .get_or_try_init(|| async { crate::driver::check_schema(&self.db).await })
@@ -222,16 +201,9 @@ impl Worker {
         Ok(())
     }
 
-    /// Renews the leases `inflight` holds until dropped.
-    async fn renew(&self, inflight: &Inflight) {
-        self.renewer.run(inflight, &self.observer).await;
-    }
-
-    /// One round: claims up to `batch_size` due events (per the claim strategy) and sends them
-    /// through the slots (up to `send_concurrency` at once, each within the send timeout;
-    /// leases renewed from claim until each outcome is recorded), then returns once every
-    /// outcome is recorded with owner-guarded statements. One event's failure never stops the
-    /// others. When `cancel` fires, no new claim or send starts and unsent events go back to
+    /// One round: claims up to `batch_size` due events (per the claim strategy), sends them
+    /// through the slots and returns once every outcome is recorded. One event's failure never
+    /// stops the others. When `cancel` fires, no new send starts and unsent events go back to
     /// `WAIT`.
     ///
     /// # Errors
@@ -260,7 +232,7 @@ impl Worker {
         let result = tokio::select! {
             biased;
             r = work => r,
-            () = self.renew(&inflight) => Ok(()),
+            () = self.renewer.run(&inflight, &self.observer) => Ok(()),
         };
         let out = round;
         self.observer.commit(&mut round);
@@ -284,9 +256,7 @@ impl Worker {
 }
 
 /// With [`crate::RelayPool::Shared`] and wake-on-commit where the driver listens (Postgres),
-/// the pool handed over must have room for the `LISTEN` connection, its self-check's and one
-/// for statements (the relay's own pool is held to the same minimum by
-/// [`crate::RelayPool::validate`]).
+/// the pool handed over needs [`crate::config::MIN_RELAY_POOL_CONNECTIONS`], like the relay's own.
 fn check_shared_pool(
     driver: Driver,
     db: &DatabaseConnection,
@@ -308,4 +278,17 @@ fn check_shared_pool(
         )));
     }
     Ok(())
+}
+
+/// `events` grouped by `key`, the groups in the order of their first event.
+fn group_by<K: PartialEq>(events: Vec<Model>, key: impl Fn(&Model) -> K) -> Vec<(K, Vec<Model>)> {
+    let mut groups: Vec<(K, Vec<Model>)> = Vec::new();
+    for event in events {
+        let k = key(&event);
+        match groups.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, group)) => group.push(event),
+            None => groups.push((k, vec![event])),
+        }
+    }
+    groups
 }

@@ -74,14 +74,14 @@ impl Observer {
     /// A database error in step `op`; `what` says what is left undone.
     pub(crate) fn error(&self, s: &mut WorkerSummary, op: Op, e: &OutboxError, what: &str) {
         s.errors += 1;
-        m::error(op.as_str());
+        metrics::counter!(m::ERRORS, "op" => op.as_str()).increment(1);
         tracing::error!(owner = %self.owner, op = op.as_str(), error = %e, "{what}");
     }
 
     /// A per-row claim another instance won.
     pub(crate) fn claim_lost(&self, s: &mut WorkerSummary, event_id: i64) {
         s.claim_lost += 1;
-        m::claim_lost();
+        metrics::counter!(m::CLAIM_LOST).increment(1);
         tracing::debug!(event_id, owner = %self.owner, "claim lost to another instance; skipping");
     }
 
@@ -89,7 +89,7 @@ impl Observer {
     /// been reclaimed meanwhile (late acks).
     pub(crate) fn published(&self, s: &mut WorkerSummary, ids: &[i64], applied: u64) {
         s.published += applied;
-        m::published(applied);
+        metrics::counter!(m::PUBLISHED).increment(applied);
         tracing::info!(owner = %self.owner, published = applied, event_ids = ?ids, "events published");
         let late = (ids.len() as u64).saturating_sub(applied);
         if late > 0 {
@@ -100,7 +100,7 @@ impl Observer {
     /// `n` outcomes not recorded because the lease was lost (`why`).
     pub(crate) fn late_acks(&self, s: &mut WorkerSummary, n: u64, why: &str) {
         s.late_acks += n;
-        m::late_acks(n);
+        metrics::counter!(m::LATE_ACKS).increment(n);
         tracing::warn!(owner = %self.owner, late = n, "{why}; outcome not recorded (late ack)");
     }
 
@@ -114,7 +114,7 @@ impl Observer {
         error: &str,
     ) {
         s.retried += 1;
-        m::retry();
+        metrics::counter!(m::RETRIES).increment(1);
         // The event's id and biz_no are in the line itself, not only in its (INFO) span, so that a
         // WARN-level filter still says which event.
         tracing::warn!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, backoff_ms = backoff.as_millis() as u64, %error, "send failed; will retry");
@@ -132,7 +132,7 @@ impl Observer {
         error: &str,
     ) {
         s.config_faults += 1;
-        m::config_fault();
+        metrics::counter!(m::CONFIG_FAULTS).increment(1);
         let now = Instant::now();
         let due = {
             let mut log = self.config_faults.lock().unwrap_or_else(|p| p.into_inner());
@@ -170,14 +170,14 @@ impl Observer {
         error: &str,
     ) {
         s.dead_lettered += 1;
-        m::dead_letters(1);
+        metrics::counter!(m::DEAD_LETTERS).increment(1);
         tracing::error!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
     }
 
     /// `n` claimed events handed back unsent (shutdown began).
     pub(crate) fn released(&self, s: &mut WorkerSummary, n: u64) {
         s.released += n;
-        m::released(n);
+        metrics::counter!(m::RELEASED).increment(n);
         tracing::info!(owner = %self.owner, released = n, "claimed events handed back to WAIT unsent (shutdown)");
     }
 
@@ -185,7 +185,7 @@ impl Observer {
     /// stays `SENDING` under this worker's lease, for the reclaim.
     pub(crate) fn send_task_died(&self, s: &mut WorkerSummary, event_id: Option<i64>, why: &str) {
         s.errors += 1;
-        m::error("send");
+        metrics::counter!(m::ERRORS, "op" => "send").increment(1);
         tracing::error!(owner = %self.owner, ?event_id, error = %why, "send task ended without an outcome; left to the reclaim");
     }
 
@@ -194,12 +194,12 @@ impl Observer {
         s.reclaimed += r.total();
         s.dead_lettered += r.dead_lettered;
         if r.total() > 0 {
-            m::reclaimed(r.total());
+            metrics::counter!(m::RECLAIMED).increment(r.total());
             tracing::warn!(owner = %self.owner, reclaimed = r.total(), requeued = r.requeued, dead_lettered = r.dead_lettered,
                 lease_ms = lease.as_millis() as u64, "reclaimed events whose sender died or hung mid-send");
         }
         if r.dead_lettered > 0 {
-            m::dead_letters(r.dead_lettered);
+            metrics::counter!(m::DEAD_LETTERS).increment(r.dead_lettered);
             tracing::error!(owner = %self.owner, count = r.dead_lettered, "events failed by expired leases past the retry limit (FAIL)");
         }
     }

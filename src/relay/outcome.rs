@@ -1,8 +1,6 @@
-//! Recording outcomes with owner-guarded statements (each guarded by the event's own claim,
-//! `claim_owner` with its fencing token): deliveries marked `SUCCESS` per claim (one by one
-//! when a group's statement fails, so that a row that cannot be marked spoils only itself),
-//! failures put back with back-off or dead-lettered, unsent events handed back. An event stays
-//! in [`Inflight`] (its lease renewed) until its outcome is recorded here.
+//! Recording outcomes with statements guarded by each event's claim (`claim_owner`): deliveries
+//! marked `SUCCESS` per claim, failures put back with back-off or dead-lettered, unsent events
+//! handed back. An event stays in [`Inflight`] (its lease renewed) until recorded here.
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -18,6 +16,10 @@ use sea_orm_outbox_entity::event_record::Model;
 
 /// Longest a delivered event waits for others before the group is marked `SUCCESS`.
 const MARK_LINGER: Duration = Duration::from_millis(20);
+
+/// Longest wait after a configuration fault ([`crate::PublishErrorKind::Configuration`]): the
+/// policy's longest back-off, at most this, so that a fixed configuration is picked up soon.
+const MAX_CONFIG_FAULT_DELAY: Duration = Duration::from_secs(60);
 
 /// Records the outcomes of one worker's sends.
 pub(crate) struct Recorder<'w> {
@@ -52,15 +54,14 @@ impl<'w> Recorder<'w> {
         self.flush_at
     }
 
-    /// Records finished sends: deliveries join the group waiting for its mark (marked at once
-    /// when a batch's worth waits), failures are recorded one by one, unsent events are handed
-    /// back in one statement; outcomes of lost leases are dropped (late acks).
+    /// Records finished sends: deliveries wait for their group's mark, failures are recorded
+    /// one by one, unsent events handed back; outcomes of lost leases are dropped (late acks).
     pub(crate) async fn record(&mut self, done: Vec<Done>, s: &mut WorkerSummary) {
         let w = self.worker;
         let mut skipped = Vec::new();
         for Done { event, sent, took } in done {
             if let Some(took) = took {
-                crate::metrics::send_duration(took.as_secs_f64());
+                metrics::histogram!(crate::metrics::SEND_DURATION).record(took.as_secs_f64());
             }
             if self.inflight.is_lost(owner_of(&event), event.id) {
                 self.finish(&event);
@@ -75,21 +76,8 @@ impl<'w> Recorder<'w> {
                 }
                 Sent::Skipped => skipped.push(event),
                 Sent::Failed(err) => {
-                    let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner_of(&event));
-                    let recorded = self
-                        .record_failure(&event, &err, s)
-                        .instrument(span.clone())
-                        .await;
-                    self.finish(&event);
-                    if let Err(e) = recorded {
-                        let _enter = span.enter();
-                        w.observer.error(
-                            s,
-                            Op::Record,
-                            &e,
-                            "outcome not recorded; the event is left to the reclaim",
-                        );
-                    }
+                    let unrecorded = "outcome not recorded; the event is left to the reclaim";
+                    self.fail(&event, &err, None, unrecorded, s).await;
                 }
             }
         }
@@ -99,12 +87,9 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// Marks the waiting deliveries `SUCCESS`, one owner-guarded statement per claim; rows
-    /// whose lease was reclaimed meanwhile are late acks. When a group's statement fails
-    /// because of one of its rows (a trigger or constraint: [`row_fault`]), its events are
-    /// marked one by one ([`Recorder::mark_one_by_one`]). Any other failure (a lost connection,
-    /// a transient conflict that outlasted its retries, a missing table) leaves this group and
-    /// every group after it to the reclaim, logged once, without a statement per row.
+    /// Marks the waiting deliveries `SUCCESS`, one statement per claim. When a group's statement
+    /// fails because of one of its rows ([`row_fault`]), its events are marked one by one; any
+    /// other failure leaves this group and the rest to the reclaim, logged once.
     pub(crate) async fn flush(&mut self, s: &mut WorkerSummary) {
         self.flush_at = None;
         let mut groups = by_claim(std::mem::take(&mut self.delivered)).into_iter();
@@ -113,8 +98,7 @@ impl<'w> Recorder<'w> {
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
             let (unmarked, e) = match driver::mark_success_many(&w.db, &ids, &owner).await {
                 Ok(applied) => {
-                    self.finish_all(&owner, &ids);
-                    w.observer.published(s, &ids, applied);
+                    self.marked(&owner, &ids, applied, s);
                     continue;
                 }
                 Err(e) if !row_fault(&e) => (events, e),
@@ -142,10 +126,8 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// Marks each of `events` (one claim's) `SUCCESS` on its own: only a row whose statement
-    /// fails because of that row is affected, and it records that error
-    /// ([`Recorder::mark_unmarkable`]). At the first failure of another kind it stops and
-    /// returns the events not marked, with the error, for [`Recorder::leave`].
+    /// Marks each of `events` (one claim's) `SUCCESS` on its own; at the first failure not of
+    /// its row it returns the events not marked, with the error, for [`Recorder::leave`].
     async fn mark_one_by_one(
         &mut self,
         events: Vec<Model>,
@@ -167,8 +149,8 @@ impl<'w> Recorder<'w> {
         Ok(())
     }
 
-    /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: nothing more can
-    /// be recorded now, they are left to the reclaim (which resends them), logged once.
+    /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: they are left to
+    /// the reclaim (which resends them), logged once.
     fn leave(&mut self, events: &[Model], e: OutboxError, s: &mut WorkerSummary) {
         for event in events {
             self.finish(event);
@@ -186,29 +168,37 @@ impl<'w> Recorder<'w> {
     /// (delivered, but not markable) is released for retry, or dead-lettered once its retries
     /// are used up, with the database's error in `last_error`, like a failed send.
     async fn mark_unmarkable(&mut self, event: &Model, e: OutboxError, s: &mut WorkerSummary) {
-        let w = self.worker;
         let err = PublishError::retryable(format!("delivered, but the SUCCESS mark failed: {e}"));
+        let noted =
+            "delivered, but the SUCCESS mark failed; the event is put back like a failed send";
+        let unrecorded = "delivered, but neither the SUCCESS mark nor the retry could be \
+                          recorded; the event is left to the reclaim";
+        self.fail(event, &err, Some((&e, noted)), unrecorded, s)
+            .await;
+    }
+
+    /// Records the failure `err` of `event` ([`Recorder::record_failure`]) in the event's span
+    /// and stops holding it; logs `noted` (with its error) once recorded, `unrecorded` if not.
+    async fn fail(
+        &mut self,
+        event: &Model,
+        err: &PublishError,
+        noted: Option<(&OutboxError, &str)>,
+        unrecorded: &str,
+        s: &mut WorkerSummary,
+    ) {
+        let w = self.worker;
         let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner_of(event));
         let recorded = self
-            .record_failure(event, &err, s)
+            .record_failure(event, err, s)
             .instrument(span.clone())
             .await;
         self.finish(event);
         let _enter = span.enter();
-        match recorded {
-            Ok(()) => w.observer.error(
-                s,
-                Op::Record,
-                &e,
-                "delivered, but the SUCCESS mark failed; the event is put back like a failed send",
-            ),
-            Err(e2) => w.observer.error(
-                s,
-                Op::Record,
-                &e2,
-                "delivered, but neither the SUCCESS mark nor the retry could be recorded; the \
-                 event is left to the reclaim",
-            ),
+        match (recorded, noted) {
+            (Ok(()), Some((e, what))) => w.observer.error(s, Op::Record, e, what),
+            (Ok(()), None) => {}
+            (Err(e), _) => w.observer.error(s, Op::Record, &e, unrecorded),
         }
     }
 
@@ -246,7 +236,7 @@ impl<'w> Recorder<'w> {
     /// Stops holding `ids` of `owner`'s claim and records their claim-to-outcome times.
     fn finish_all(&self, owner: &str, ids: &[i64]) {
         for dwell in self.inflight.finish(owner, ids) {
-            crate::metrics::sending_dwell(dwell.as_secs_f64());
+            metrics::histogram!(crate::metrics::SENDING_DWELL).record(dwell.as_secs_f64());
         }
     }
 
@@ -260,7 +250,7 @@ impl<'w> Recorder<'w> {
         let w = self.worker;
         if err.is_configuration() {
             // The publisher's own fault, not the event's: back to WAIT, the attempt uncounted.
-            let delay = config_fault_delay(&w.config.retry);
+            let delay = w.config.retry.max_backoff.min(MAX_CONFIG_FAULT_DELAY);
             let owner = owner_of(event);
             let t = driver::release_uncounted(&w.db, event.id, owner, delay, &err.message).await?;
             match t {
@@ -305,11 +295,6 @@ impl<'w> Recorder<'w> {
     }
 }
 
-// ---- Marking with the next claim ----
-// The pump (`slots.rs`) claims through `Claimer::claim_marking` (`claim.rs`), which takes one
-// claim's deliveries from here into the claim's own statement. Every other path (the linger
-// timer, the end of a round, a failed combined statement) marks them with `flush`.
-
 /// Whether `worker`'s deliveries wait for the next claim's statement: batch claims, unordered,
 /// and a backend with the single statement (Postgres).
 fn marks_with_claim(worker: &Worker) -> bool {
@@ -321,6 +306,8 @@ fn marks_with_claim(worker: &Worker) -> bool {
         && Driver::of(worker.db.get_database_backend()).is_some_and(Driver::mark_and_claim_in_one)
 }
 
+/// Marking with the next claim: the pump claims through `Claimer::claim_marking`, which takes
+/// one claim's deliveries from here into the claim's statement; every other path uses `flush`.
 impl Recorder<'_> {
     /// Whether deliveries wait for the next claim's statement.
     pub(crate) fn marks_with_claim(&self) -> bool {
@@ -344,15 +331,9 @@ impl Recorder<'_> {
         Some(taken)
     }
 
-    /// The claim's statement marked `ids` of claim `owner`: `applied` of them were still
-    /// ours (the rest are late acks), as [`Recorder::flush`] records a mark.
-    pub(crate) fn marked_with_claim(
-        &mut self,
-        owner: &str,
-        ids: &[i64],
-        applied: u64,
-        s: &mut WorkerSummary,
-    ) {
+    /// `ids` of claim `owner` were marked `SUCCESS` (by `flush` or a claim's statement):
+    /// `applied` of them were still ours, the rest are late acks.
+    pub(crate) fn marked(&mut self, owner: &str, ids: &[i64], applied: u64, s: &mut WorkerSummary) {
         self.finish_all(owner, ids);
         self.worker.observer.published(s, ids, applied);
     }
@@ -369,16 +350,6 @@ impl Recorder<'_> {
     }
 }
 
-/// Longest an event waits after a send that failed because of the publisher's configuration
-/// ([`crate::PublishErrorKind::Configuration`]).
-const MAX_CONFIG_FAULT_DELAY: Duration = Duration::from_secs(60);
-
-/// The wait after a configuration fault: the policy's longest back-off, at most
-/// [`MAX_CONFIG_FAULT_DELAY`], so that a fixed configuration is picked up within a minute.
-fn config_fault_delay(policy: &crate::RetryPolicy) -> Duration {
-    policy.max_backoff.min(MAX_CONFIG_FAULT_DELAY)
-}
-
 /// Whether a failed statement failed because of a row it touched (a trigger, a constraint: the
 /// database's [`DbErrorKind::Other`]) rather than because of the database or the connection
 /// (lost connection, transient conflict, missing table), which every other row would meet too.
@@ -388,13 +359,5 @@ fn row_fault(e: &sea_orm::DbErr) -> bool {
 
 /// `events` grouped by the claim they were taken in (their `claim_owner`), in first-seen order.
 fn by_claim(events: Vec<Model>) -> Vec<(String, Vec<Model>)> {
-    let mut groups: Vec<(String, Vec<Model>)> = Vec::new();
-    for event in events {
-        let owner = owner_of(&event);
-        match groups.iter_mut().find(|(o, _)| o == owner) {
-            Some((_, group)) => group.push(event),
-            None => groups.push((owner.to_owned(), vec![event])),
-        }
-    }
-    groups
+    super::group_by(events, |e| owner_of(e).to_owned())
 }

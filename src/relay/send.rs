@@ -28,8 +28,7 @@ pub(crate) struct Done {
     pub(crate) event: Model,
     /// What became of it.
     pub(crate) sent: Sent,
-    /// How long the publish call took (`None` when not attempted); recorded as a metric by
-    /// the recorder, on the worker's task.
+    /// How long the publish call took (`None` when not attempted).
     pub(crate) took: Option<Duration>,
 }
 
@@ -71,12 +70,9 @@ impl SendContext {
         }
     }
 
-    /// Ordered mode: sends one key's run (claimed events of one `biz_no`, in id order) one
-    /// event after the other, each within the send timeout, and stops at the first event
-    /// that is not delivered: the rest of the run is [`Sent::Skipped`] (handed back to `WAIT`
-    /// uncounted, so that they stay behind the failed one). With `batching` the run goes in
-    /// one [`Publisher::publish_batch`] call instead ([`SendContext::run_batch`]); results
-    /// after the first failure count as not sent.
+    /// Ordered mode: sends one key's run in id order, one event after the other (with
+    /// `batching` in one [`SendContext::run_batch`] call), and stops at the first event not
+    /// delivered: the rest are [`Sent::Skipped`], back to `WAIT` uncounted behind it.
     pub(crate) async fn run_ordered(self, run: Vec<Model>, batching: bool) -> Vec<Done> {
         if batching {
             return stop_at_first_failure(self.run_batch_ordered(run).await);
@@ -95,9 +91,8 @@ impl SendContext {
         done
     }
 
-    /// [`SendContext::run_batch`] of one key's run, with the events after the first one that
-    /// cannot start left out of the call (skipped), so that the call carries a prefix of the
-    /// run.
+    /// [`SendContext::run_batch`] of the prefix of one key's run up to the first event that
+    /// cannot start; the rest are skipped.
     async fn run_batch_ordered(self, run: Vec<Model>) -> Vec<Done> {
         let startable = run
             .iter()
@@ -141,10 +136,9 @@ impl SendContext {
         }
     }
 
-    /// Sends `events` (one claim's, with batch sends) in one [`Publisher::publish_batch`] call
-    /// within one send timeout; each event's result is its own. Events that cannot start
-    /// (shutdown, lost lease) are skipped and the rest go; a row that is not a valid message
-    /// fails alone. A timeout or panic fails every event of the call (retryable).
+    /// Sends `events` in one [`Publisher::publish_batch`] call within one send timeout; events
+    /// that cannot start are skipped, an invalid row fails alone, and a timeout or panic fails
+    /// every event of the call (retryable).
     pub(crate) async fn run_batch(self, events: Vec<Model>) -> Vec<Done> {
         let mut done = Vec::with_capacity(events.len());
         let mut going = Vec::with_capacity(events.len());
@@ -222,9 +216,7 @@ impl SendContext {
 }
 
 /// `done` (one key's run) in id order, every event after the first one not delivered turned
-/// into [`Sent::Skipped`]: it goes back to `WAIT` uncounted and is sent again after the failed
-/// one (a publisher whose batch stops at its first failure, as a broker's batch, which is one
-/// request, does, sent nothing of it).
+/// into [`Sent::Skipped`], so it is sent again after the failed one.
 fn stop_at_first_failure(mut done: Vec<Done>) -> Vec<Done> {
     done.sort_by_key(|d| d.event.id);
     let mut failed = false;

@@ -1,8 +1,6 @@
-//! The send slots: up to `send_concurrency` publish calls in flight, each in a task of its own.
-//! A send that hangs (or blocks its thread) holds its own slot and nothing else; the worker claims
-//! only as many events as its free slots carry and refills them as sends finish. A slot carries
-//! one event, or with a publisher that [`crate::Publisher::batches`] one claim's events, up to
-//! `batch_size`.
+//! The send slots: up to `send_concurrency` publish calls in flight, each in a task of its own,
+//! so a send that hangs holds its own slot and nothing else. A slot carries one event, up to
+//! `batch_size` with a publisher that [`crate::Publisher::batches`], or one key's run.
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -18,8 +16,7 @@ use crate::relay::send::{Done, SendContext};
 use crate::relay::{Inflight, Op, Worker, WorkerSummary};
 
 /// Longest a claim waits for all its slots to come free before it claims for fewer (so that
-/// sends finishing one by one do not each cost a claim statement, and a slow send still does
-/// not hold the others back for long).
+/// sends finishing one by one do not each cost a claim statement).
 const REFILL_LINGER: Duration = Duration::from_millis(20);
 
 /// A finished send task, as `JoinSet::join_next` returns it.
@@ -119,9 +116,7 @@ impl<'w> Slots<'w> {
         chunks
     }
 
-    /// Starts the sends of `events`, each slot's in a task of its own: one event per task, or
-    /// with batch sends up to `batch_size` per task; in ordered mode one key's run per task,
-    /// sent in id order ([`SendContext::run_ordered`]).
+    /// Starts the sends of `events`, each slot's ([`Slots::slots_of`]) in a task of its own.
     fn spawn(&mut self, events: Vec<Model>) {
         for mut chunk in self.slots_of(events) {
             let (first, last) = (chunk[0].id, chunk[chunk.len() - 1].id);
@@ -153,9 +148,7 @@ impl<'w> Slots<'w> {
         while let Some(joined) = next {
             match joined {
                 Ok(d) => done.extend(d),
-                // A send task ends without its outcome only when it is aborted (the runtime is
-                // shutting down; the publish call itself runs under `catch_unwind`): its event
-                // stays SENDING under this worker's lease, for the reclaim.
+                // Aborted (the runtime is shutting down): left SENDING, for the reclaim.
                 Err(e) => self.worker.observer.send_task_died(s, None, &e.to_string()),
             }
             next = self.tasks.try_join_next();
@@ -169,9 +162,7 @@ impl<'w> Slots<'w> {
     pub(crate) async fn run(mut self, cancel: &CancellationToken, signals: &Signals) {
         let w = self.worker;
         let c = &w.config;
-        // A full claim's worth of free slots, or whatever is free after REFILL_LINGER: fast
-        // sends keep claims (and their marks) full-sized; a slow or hung send delays the
-        // others' next claim by 20 ms at most.
+        // A full claim's worth of free slots, or whatever is free after REFILL_LINGER.
         let refill_at = if self.per_slot == 1 {
             c.send_concurrency.min(c.batch_size as usize).max(1)
         } else {
@@ -181,27 +172,21 @@ impl<'w> Slots<'w> {
         let mut due = true;
         let mut refill_by: Option<Instant> = None;
         let mut s = WorkerSummary::default();
-        // The deadlines' timers live across iterations and are reset only when their deadline
-        // changes (a busy worker wakes once per finished send or so).
         let mut flush_timer = Timer::new();
         let mut refill_timer = Timer::new();
         // Ordered mode: the next deep claim, when heads were found behind the window lately.
         let mut retry_by: Option<Instant> = None;
         let mut retry_timer = Timer::new();
         loop {
-            // Sends that finished since the last look are recorded before anything else: their
-            // slots are free again, and where marks ride on claims
-            // ([`Recorder::marks_with_claim`]) the next claim's statement marks their deliveries.
+            // Finished sends first: their slots are free, and their marks may ride the claim.
             if let Some(joined) = self.tasks.try_join_next() {
                 self.collect(Some(joined), &mut s).await;
-                // As in the `join_next` arm below: a finished run makes its key's next events
-                // heads.
+                // As in the `join_next` arm below.
                 if self.ordered {
                     due = true;
                 }
             }
-            // The mark linger ([`Recorder::flush_at`]) holds on this path too: a pump that
-            // keeps claiming never reaches the `select!` below.
+            // A pump that keeps claiming never reaches the `select!` below.
             if self
                 .recorder
                 .flush_at()
@@ -249,8 +234,7 @@ impl<'w> Slots<'w> {
                 w.observer.commit(&mut s);
                 continue;
             }
-            // What the top of the loop recorded reaches the totals before the worker waits
-            // (else they lag by up to a poll delay while the worker is idle).
+            // What the top of the loop recorded reaches the totals before the worker waits.
             if s != WorkerSummary::default() {
                 w.observer.commit(&mut s);
             }
@@ -261,9 +245,8 @@ impl<'w> Slots<'w> {
             tokio::select! {
                 joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     self.collect(joined, &mut s).await;
-                    // Ordered mode: a finished run makes the next events of its key heads,
-                    // which no poll or notification announces (else a hot key held by this
-                    // worker's own runs waits a poll delay per run).
+                    // Ordered mode: a finished run makes its key's next events heads, which
+                    // no notification announces.
                     if self.ordered {
                         due = true;
                     }
@@ -324,17 +307,11 @@ impl<'w> Slots<'w> {
 /// `events` (one ordered claim's) as runs, one per key (`biz_no`), each in id order, the keys
 /// in the order of their first event.
 fn runs(events: Vec<Model>) -> Vec<Vec<Model>> {
-    let mut runs: Vec<Vec<Model>> = Vec::new();
-    for event in events {
-        match runs.iter_mut().find(|r| r[0].biz_no == event.biz_no) {
-            Some(run) => run.push(event),
-            None => runs.push(vec![event]),
-        }
-    }
-    for run in &mut runs {
+    let mut runs = super::group_by(events, |e| e.biz_no.clone());
+    for (_, run) in &mut runs {
         run.sort_by_key(|e| e.id);
     }
-    runs
+    runs.into_iter().map(|(_, run)| run).collect()
 }
 
 /// A deadline's timer, kept across loop iterations.

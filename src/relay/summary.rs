@@ -1,9 +1,7 @@
 //! [`WorkerSummary`]: the counts a worker keeps of what it did.
 
 /// What a worker did: per round from [`crate::Worker::run_once`], in total from
-/// [`crate::Worker::run`] and [`crate::Worker::summary`]. Every count is kept by the relay's
-/// one observer, which also updates the matching metric and writes the log line, so the three
-/// cannot drift.
+/// [`crate::Worker::run`] and [`crate::Worker::summary`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerSummary {

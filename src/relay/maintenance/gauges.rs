@@ -22,18 +22,12 @@ pub(crate) struct GaugeRefresher {
 
 impl GaugeRefresher {
     /// A refresher over the relay's connection `db`, every `interval`.
-    ///
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `interval` is zero.
-    pub(crate) fn on(db: RelayDb, interval: Duration) -> Result<Self, OutboxError> {
-        if interval.is_zero() {
-            super::invalid("the gauge refresh interval must be greater than zero".into())?;
-        }
-        Ok(GaugeRefresher {
+    pub(crate) fn on(db: RelayDb, interval: Duration) -> Self {
+        GaugeRefresher {
             db,
             interval,
             blocked: false,
-        })
+        }
     }
 
     /// Also refresh the blocked-key gauges from [`crate::ops::blocked_keys`]: on for a worker

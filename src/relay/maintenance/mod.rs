@@ -1,7 +1,6 @@
-//! The relay's maintenance services, each with a validated config, a bounded `run_once` (tests
-//! call it directly) and a loop that logs an error and goes on; [`crate::Worker::run`] composes
-//! them with the send slots: [`Reclaimer`] (expired leases back to `WAIT` or `FAIL`),
-//! [`LeaseRenewer`] (the leases a worker holds), [`GaugeRefresher`] (the backlog gauges).
+//! The relay's maintenance services, each with a bounded `run_once` (tests call it directly)
+//! and a loop that logs an error and goes on: [`Reclaimer`] (expired leases back to `WAIT` or
+//! `FAIL`), [`LeaseRenewer`] (the leases a worker holds), [`GaugeRefresher`] (the backlog gauges).
 mod gauges;
 mod reclaimer;
 mod renewer;
@@ -12,10 +11,3 @@ mod tests;
 pub(crate) use gauges::GaugeRefresher;
 pub(crate) use reclaimer::{Reclaimer, ReclaimerConfig};
 pub(crate) use renewer::{LeaseRenewer, LeaseRenewerConfig};
-
-use crate::error::OutboxError;
-
-/// `InvalidConfig` for a maintenance setting.
-fn invalid(what: String) -> Result<(), OutboxError> {
-    Err(OutboxError::InvalidConfig(what))
-}

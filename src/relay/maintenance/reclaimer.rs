@@ -3,17 +3,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
+use crate::config::WorkerConfig;
 use crate::driver::{self, Reclaimed, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Observer, Op, WorkerSummary};
 
-/// Default expired leases per statement.
-const DEFAULT_RECLAIM_BATCH: u64 = driver::RECLAIM_BATCH;
-
 /// What the [`Reclaimer`] does and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub(crate) struct ReclaimerConfig {
     /// A `SENDING` row whose `claimed_at` (database clock) is older than this is reclaimed.
     pub(crate) lease: Duration,
@@ -21,7 +17,7 @@ pub(crate) struct ReclaimerConfig {
     pub(crate) max_retries: u32,
     /// Between passes (default a tenth of the lease, at most 60 s).
     pub(crate) interval: Duration,
-    /// Expired leases per statement (default [`DEFAULT_RECLAIM_BATCH`]); a pass goes on until a
+    /// Expired leases per statement (default [`driver::RECLAIM_BATCH`]); a pass goes on until a
     /// batch comes back short.
     pub(crate) batch_size: u64,
 }
@@ -34,28 +30,13 @@ impl ReclaimerConfig {
             lease,
             max_retries,
             interval: crate::config::reclaim_interval(lease),
-            batch_size: DEFAULT_RECLAIM_BATCH,
+            batch_size: driver::RECLAIM_BATCH,
         }
     }
 
     /// The worker's settings: its lease and retry limit.
     pub(crate) fn for_worker(c: &WorkerConfig) -> Self {
         Self::new(c.lease, c.retry.max_retries)
-    }
-
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] when the lease or interval is zero, or the batch size is
-    /// 0 or over [`MAX_BATCH_SIZE`].
-    pub(crate) fn validate(&self) -> Result<(), OutboxError> {
-        if self.lease.is_zero() || self.interval.is_zero() {
-            return super::invalid("reclaimer lease and interval must be greater than zero".into());
-        }
-        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
-            return super::invalid(format!(
-                "reclaimer batch_size must be 1 to {MAX_BATCH_SIZE}"
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -70,12 +51,8 @@ pub(crate) struct Reclaimer {
 
 impl Reclaimer {
     /// A reclaimer over the relay's connection `db`.
-    ///
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] from [`ReclaimerConfig::validate`].
-    pub(crate) fn on(db: RelayDb, config: ReclaimerConfig) -> Result<Self, OutboxError> {
-        config.validate()?;
-        Ok(Reclaimer { db, config })
+    pub(crate) fn on(db: RelayDb, config: ReclaimerConfig) -> Self {
+        Reclaimer { db, config }
     }
 
     /// One pass: batches of at most `batch_size` expired leases until a batch comes back short

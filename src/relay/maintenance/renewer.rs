@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::config::{WorkerConfig, MAX_BATCH_SIZE};
+use crate::config::WorkerConfig;
 use crate::driver::{self, RelayDb};
 use crate::error::OutboxError;
 use crate::relay::{Inflight, Observer, Op, WorkerSummary};
@@ -13,7 +13,6 @@ const DEFAULT_RENEW_BATCH: u64 = 1000;
 
 /// How often the [`LeaseRenewer`] renews, and when it gives up on a send.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub(crate) struct LeaseRenewerConfig {
     /// Between renewals (a worker's: a third of its lease).
     pub(crate) interval: Duration,
@@ -34,26 +33,10 @@ impl LeaseRenewerConfig {
             batch_size: DEFAULT_RENEW_BATCH,
         }
     }
-
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] when the interval is zero or the batch size is 0 or over
-    /// [`MAX_BATCH_SIZE`].
-    pub(crate) fn validate(&self) -> Result<(), OutboxError> {
-        if self.interval.is_zero() {
-            return super::invalid("lease renewal interval must be greater than zero".into());
-        }
-        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
-            return super::invalid(format!(
-                "lease renewal batch_size must be 1 to {MAX_BATCH_SIZE}"
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// What one renewal did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub(crate) struct Renewal {
     /// Leases extended.
     pub(crate) renewed: u64,
@@ -71,12 +54,8 @@ pub(crate) struct LeaseRenewer {
 
 impl LeaseRenewer {
     /// A lease renewer over the relay's connection `db`.
-    ///
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] from [`LeaseRenewerConfig::validate`].
-    pub(crate) fn on(db: RelayDb, config: LeaseRenewerConfig) -> Result<Self, OutboxError> {
-        config.validate()?;
-        Ok(LeaseRenewer { db, config })
+    pub(crate) fn on(db: RelayDb, config: LeaseRenewerConfig) -> Self {
+        LeaseRenewer { db, config }
     }
 
     /// Renews the leases of `ids`, claimed under `claim_owner` (the `claim_owner` value the
