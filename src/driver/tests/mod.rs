@@ -1,6 +1,7 @@
 //! The driver's own suites: its statements rendered per backend (`statements`), and the
 //! transitions, claims and plans of those statements run against Postgres, MariaDB and SQLite
 //! (the integration suites' `tests/common` picks and prepares the databases).
+mod admin_statements;
 mod leases;
 mod listen;
 mod ordered;

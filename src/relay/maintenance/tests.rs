@@ -78,8 +78,8 @@ async fn reclaimer_reclaims_more_than_a_batch_in_several_statements() {
     db.set_metric_callback({
         let updates = updates.clone();
         move |info| {
-            let sql = info.statement.sql.trim_start().to_uppercase();
-            if sql.starts_with("UPDATE") {
+            let sql = info.statement.sql.trim_start().to_lowercase();
+            if sql.starts_with("update") {
                 updates.fetch_add(1, Ordering::SeqCst);
             }
         }
