@@ -22,12 +22,34 @@ fn postgres() -> Driver {
     drivers()[0]
 }
 
-/// `stmt` for each backend: its SQL, then its values.
+/// `stmt` for each backend: its SQL, then its values. Each statement is also built on a table
+/// of another name, alone and in a schema: the same statement, naming that table wherever it
+/// named `t_event_record`.
 fn render(stmt: impl Fn(Driver) -> Statement) -> String {
+    let named = driver::Table::new(None, "outbox_events").expect("a valid name");
+    let in_schema = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
     let mut out = String::new();
     for driver in drivers() {
         let backend = driver.backend();
         let s = stmt(driver);
+        let q = if backend == DbBackend::MySql {
+            '`'
+        } else {
+            '"'
+        };
+        let default = driver::Table::DEFAULT.quoted(q);
+        let other = stmt(driver.with_table(named));
+        assert_eq!(
+            (other.sql, other.values),
+            (s.sql.replace(&default, &named.quoted(q)), s.values.clone()),
+            "{backend:?}: the statement names the driver's table"
+        );
+        let other = stmt(driver.with_table(in_schema)).sql;
+        assert!(
+            !other.contains("t_event_record")
+                && (other.contains(&in_schema.quoted(q)) || !s.sql.contains(&default)),
+            "{backend:?}: the statement names the table in its schema: {other}"
+        );
         let values = s
             .values
             .as_ref()
@@ -181,6 +203,15 @@ fn mark_success_and_claim_batch() {
     let pg = postgres();
     let stmt = driver::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
         .expect("Postgres has the statement");
+    let named = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
+    let other =
+        driver::mark_success_and_claim_statement(pg.with_table(named), &[7, 8], "me#1", "me#2", 20)
+            .expect("Postgres has the statement");
+    assert_eq!(
+        other.sql,
+        stmt.sql
+            .replace(r#""t_event_record""#, r#""app"."outbox_events""#)
+    );
     let values = stmt
         .values
         .as_ref()
