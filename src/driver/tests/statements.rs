@@ -6,67 +6,11 @@
 //! change.
 use std::time::Duration;
 
-use sea_orm::{DbBackend, Statement};
+use sea_orm::DbBackend;
 
-use crate::driver::{self, consumed, Driver};
+use super::render::{drivers, postgres, render, values};
+use crate::driver::{self, consumed};
 use crate::{EventStatus, NewEvent};
-
-/// The drivers of the three backends.
-fn drivers() -> [Driver; 3] {
-    [DbBackend::Postgres, DbBackend::MySql, DbBackend::Sqlite]
-        .map(|b| Driver::of(b).expect("a known backend"))
-}
-
-/// The Postgres driver.
-fn postgres() -> Driver {
-    drivers()[0]
-}
-
-/// `stmt` for each backend: its SQL, then its values. Each statement is also built on a table
-/// of another name, alone and in a schema: the same statement, naming that table wherever it
-/// named `t_event_record`.
-fn render(stmt: impl Fn(Driver) -> Statement) -> String {
-    let named = driver::Table::new(None, "outbox_events").expect("a valid name");
-    let in_schema = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
-    let mut out = String::new();
-    for driver in drivers() {
-        let backend = driver.backend();
-        let s = stmt(driver);
-        let q = if backend == DbBackend::MySql {
-            '`'
-        } else {
-            '"'
-        };
-        let default = driver::Table::DEFAULT.quoted(q);
-        let other = stmt(driver.with_table(named));
-        assert_eq!(
-            (other.sql, other.values),
-            (s.sql.replace(&default, &named.quoted(q)), s.values.clone()),
-            "{backend:?}: the statement names the driver's table"
-        );
-        let other = stmt(driver.with_table(in_schema)).sql;
-        assert!(
-            !other.contains("t_event_record")
-                && (other.contains(&in_schema.quoted(q)) || !s.sql.contains(&default)),
-            "{backend:?}: the statement names the table in its schema: {other}"
-        );
-        let values = s
-            .values
-            .as_ref()
-            .map(|v| {
-                v.0.iter()
-                    .map(|v| format!("{v:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
-        out.push_str(&format!(
-            "-- {backend:?}\n{}\n-- values: [{values}]\n\n",
-            s.sql
-        ));
-    }
-    out
-}
 
 /// What the insert of `event` is told about the wake-up (as `driver::insert_event` tells it).
 fn wakeup(event: &NewEvent) -> Option<Duration> {
@@ -212,19 +156,10 @@ fn mark_success_and_claim_batch() {
         stmt.sql
             .replace(r#""t_event_record""#, r#""app"."outbox_events""#)
     );
-    let values = stmt
-        .values
-        .as_ref()
-        .map(|v| {
-            v.0.iter()
-                .map(|v| format!("{v:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
     insta::assert_snapshot!(format!(
-        "-- Postgres\n{}\n-- values: [{values}]\n",
-        stmt.sql
+        "-- Postgres\n{}\n-- values: [{}]\n",
+        stmt.sql,
+        values(&stmt)
     ));
 }
 
