@@ -71,18 +71,19 @@ pub enum OutboxError {
     /// A worker or publisher configuration that cannot work.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// A table of the outbox (`t_event_record`, or `t_consumed_message` for the consumer helper)
-    /// does not exist in this database; the database error names it.
+    /// A table of the outbox (its [`crate::Outbox`]'s, or `t_consumed_message` for the
+    /// consumer helper) does not exist in this database; the database error names it.
     #[error(
         "an outbox table does not exist: run the migration first (`outbox migrate up`, \
-         `sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`): {0}"
+         `sea-orm-cli migrate up -d migration` or `Migrator::up(&db, None)`; a table not named \
+         t_event_record: `create_outbox_table` in a migration of your own): {0}"
     )]
     TableMissing(#[source] DbErr),
-    /// `t_event_record` lacks a column this version of the library reads or writes: a
+    /// The outbox table lacks a column this version of the library reads or writes: a
     /// migration released after the table was created has not been applied (the database
     /// error names the column).
     #[error(
-        "t_event_record lacks a column of this sea-orm-outbox version: apply the outbox's newer \
+        "the outbox table lacks a column of this sea-orm-outbox version: apply the outbox's newer \
          migration `m20261201_000003_add_event_headers` (adds `headers`): with your own \
          Migrator, add a module `m20261201_000003_add_event_headers` holding `pub use \
          sea_orm_outbox_migration::AddEventHeaders as Migration;`, list it, and run `sea-orm-cli \

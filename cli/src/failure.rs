@@ -71,7 +71,8 @@ impl Failure {
             ),
             Failure::Outbox(OutboxError::TableMissing(e)) => format!(
                 "the outbox table does not exist in this database: the migration must be run \
-                 first (`outbox migrate up`). ({e})"
+                 first (`outbox migrate up` for t_event_record; a table of another --table, \
+                 `create_outbox_table` in a migration of your own). ({e})"
             ),
             Failure::Outbox(OutboxError::SchemaOutdated(e)) => format!(
                 "the outbox table lacks a column of this version: run the newer migration first \

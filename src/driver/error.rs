@@ -98,7 +98,17 @@ fn is_missing_table(err: &DbErr) -> bool {
         return false;
     }
     let text = err.to_string();
-    text.contains("t_consumed_message") || known_names().iter().any(|name| text.contains(name))
+    names_word(&text, "t_consumed_message")
+        || known_names().iter().any(|name| names_word(&text, name))
+}
+
+/// Whether `text` holds `name` as a whole word (not inside a longer name: the table `events`
+/// is not named by `order_events` nor by `events_archive`).
+fn names_word(text: &str, name: &str) -> bool {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    text.match_indices(name).any(|(at, _)| {
+        !word(text[..at].chars().next_back()) && !word(text[at + name.len()..].chars().next())
+    })
 }
 
 /// Whether `err` is [`DbErrorKind::MissingColumn`] naming a column the library added in a
@@ -193,6 +203,21 @@ mod connection_tests {
 #[cfg(test)]
 mod kind_tests {
     use super::*;
+
+    #[test]
+    fn a_table_is_named_as_a_whole_word() {
+        assert!(names_word(
+            r#"relation "outbox_events" does not exist"#,
+            "outbox_events"
+        ));
+        assert!(names_word("no such table: app.events", "events"));
+        assert!(names_word("Table 'test.events' doesn't exist", "events"));
+        assert!(!names_word(
+            r#"relation "order_events" does not exist"#,
+            "events"
+        ));
+        assert!(!names_word("no such table: events_archive", "events"));
+    }
 
     #[test]
     fn transient_kinds() {

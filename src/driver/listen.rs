@@ -19,7 +19,7 @@ pub(crate) enum ListenFailure {
     /// Listening works, but the self-check's `NOTIFY` did not come back within
     /// [`SELF_CHECK_TIMEOUT`].
     NotDelivered,
-    /// Two connections of the pool shared one server session: a pooler in transaction mode
+    /// Two connections of the pool were served by one server backend: a pooler in transaction mode
     /// (found before any `LISTEN` was sent).
     SharedSessions,
 }

@@ -52,12 +52,8 @@ pub use ordered::*;
 pub use postgres::WAKE_CHANNEL;
 pub use reclaim::*;
 pub use relay_db::RelayDb;
-pub use table::Table;
-
-/// How long a connection of a guarded pool may have been idle and still be handed out
-/// without a check (1 second); every connection is checked when it is given back anyway.
-pub const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 pub use runs::*;
+pub use table::Table;
 
 use crate::error::OutboxError;
 

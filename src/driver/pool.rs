@@ -3,6 +3,10 @@
 //! verdict. Each backend's check is its `pool.rs`.
 #![cfg(any(feature = "postgres", feature = "mysql"))]
 
+/// How long a connection of a guarded pool may have been idle and still be handed out
+/// without a check (1 second); every connection is checked when it is given back anyway.
+const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A backend's check of one connection for a leaked transaction: whether to keep it.
 pub(super) type Check<DB> =
     for<'c> fn(
@@ -11,7 +15,7 @@ pub(super) type Check<DB> =
 
 /// The pool options of the relay's guarded pool, from the application's `app`: at most `max`
 /// connections, opened lazily, closed after 60 s idle, sqlx's ping before acquire off; instead
-/// every connection given back, and every one idle for [`crate::driver::IDLE_RECHECK`] or
+/// every connection given back, and every one idle for [`IDLE_RECHECK`] or
 /// longer before it is handed out, passes `check` ([`bounded`]).
 pub(super) fn guarded_options<DB: sea_orm::sqlx::Database>(
     app: &sea_orm::sqlx::pool::PoolOptions<DB>,
@@ -26,7 +30,7 @@ pub(super) fn guarded_options<DB: sea_orm::sqlx::Database>(
         .after_release(move |conn, _| Box::pin(bounded(check(conn))))
         .before_acquire(move |conn, meta| {
             Box::pin(async move {
-                if meta.idle_for < crate::driver::IDLE_RECHECK {
+                if meta.idle_for < IDLE_RECHECK {
                     return Ok(true);
                 }
                 bounded(check(conn)).await

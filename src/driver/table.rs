@@ -15,8 +15,11 @@ pub struct Table {
     name: &'static str,
 }
 
-/// The names interned by [`Table::new`].
+/// The names interned by [`Table::new`], tables' and schemas'.
 static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// The table names given to [`Table::new`] (not their schemas'), see [`known_names`].
+static TABLES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
 /// `name`, interned: the same `&'static str` for the same text, leaked once.
 fn intern(name: &str) -> &'static str {
@@ -33,11 +36,11 @@ fn intern(name: &str) -> &'static str {
 }
 
 /// Every outbox table name this process has named: `t_event_record` and each one given to
-/// [`Table::new`].
+/// [`Table::new`] (without the schemas').
 pub(crate) fn known_names() -> Vec<&'static str> {
-    let names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
     std::iter::once(Table::DEFAULT.name)
-        .chain(names.iter().copied())
+        .chain(tables.iter().copied())
         .collect()
 }
 
@@ -64,10 +67,12 @@ impl Table {
             }
             None => None,
         };
-        Ok(Table {
-            schema,
-            name: intern(name),
-        })
+        let name = intern(name);
+        let mut tables = TABLES.lock().unwrap_or_else(|e| e.into_inner());
+        if name != Table::DEFAULT.name && !tables.contains(&name) {
+            tables.push(name);
+        }
+        Ok(Table { schema, name })
     }
 
     /// The table's name, without its schema.

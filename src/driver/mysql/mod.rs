@@ -17,7 +17,7 @@ pub(super) const FEATURE: (&str, bool) = ("mysql", cfg!(feature = "mysql"));
 /// No `RETURNING` (sea-orm's `mariadb-use-returning` must stay off).
 pub(super) const RETURNING: bool = false;
 
-/// `UTC_TIMESTAMP(6)` (every session time zone agrees; sqlx sets `+00:00`, other clients the
+/// `UTC_TIMESTAMP(6)` (whatever the connection's time zone; sqlx sets `+00:00`, other clients the
 /// server's zone), or `(UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND)`.
 pub(super) fn now_sql(offset: Option<(char, Duration)>) -> String {
     match offset {

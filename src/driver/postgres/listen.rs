@@ -29,7 +29,7 @@ impl Listener {
             // A lost connection must surface as `Ok(None)`, not be replaced behind our back.
             l.eager_reconnect(false);
             let mut other = PgListener::connect_with(pool).await?;
-            let shared = shares_sessions(&mut l, &mut other).await?;
+            let shared = shares_backends(&mut l, &mut other).await?;
             Ok::<_, sea_orm::sqlx::Error>((l, other, shared))
         };
         let (mut listener, mut other, shared) = tokio::time::timeout(LISTEN_SETUP_TIMEOUT, setup)
@@ -97,12 +97,12 @@ impl Listener {
     }
 }
 
-/// Whether the pool's connections share server sessions (a pooler in transaction or
+/// Whether the pool's connections share server backends (a pooler in transaction or
 /// statement mode), found before any `LISTEN` is sent: `mine` asks for its backend's pid,
 /// `other` asks for its own inside a transaction, then `mine` asks again. Unshared connections
 /// never show one pid twice nor a pid that changes; when the pids miss a pooler, the
 /// self-check's `NOTIFY` still finds it out.
-async fn shares_sessions(
+async fn shares_backends(
     mine: &mut PgListener,
     other: &mut PgListener,
 ) -> Result<bool, sea_orm::sqlx::Error> {
@@ -118,7 +118,7 @@ async fn shares_sessions(
     Ok(pids_show_sharing(first, theirs, again))
 }
 
-/// The verdict of [`shares_sessions`] on the pids it saw: `first` and `again` of one
+/// The verdict of [`shares_backends`] on the pids it saw: `first` and `again` of one
 /// connection, `theirs` of another one in between.
 fn pids_show_sharing(first: i32, theirs: i32, again: i32) -> bool {
     theirs == first || again != first
@@ -142,10 +142,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pids_tell_shared_sessions() {
-        // Own sessions (Postgres itself, a session-mode pooler): distinct, stable pids.
+    fn pids_tell_shared_backends() {
+        // Own backends (Postgres itself, a pooler that gives each client one): distinct, stable pids.
         assert!(!pids_show_sharing(10, 11, 10));
-        // A transaction pooler gave the other connection this one's server session...
+        // A transaction pooler gave the other connection this one's server backend...
         assert!(pids_show_sharing(10, 10, 11));
         assert!(pids_show_sharing(10, 10, 10));
         // ... or this connection a different one the second time.

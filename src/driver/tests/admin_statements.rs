@@ -2,7 +2,7 @@
 //! the relay's.
 use std::time::Duration;
 
-use super::statements::render;
+use super::render::render;
 use crate::driver;
 use crate::EventStatus;
 

@@ -8,4 +8,5 @@ mod ordered;
 mod ordered_plans;
 mod outbox;
 mod plans;
+mod render;
 mod statements;

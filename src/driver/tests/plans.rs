@@ -1,4 +1,4 @@
-//! How Postgres plans the relay's hot statements (issue 14): the batch claim and the marks
+//! How Postgres plans the relay's hot statements: the batch claim and the marks
 //! reuse one generic plan per connection, the marks and the claims' updates read through the
 //! primary key whatever the statistics say about the statuses, and a claim of `n` never takes
 //! more than `n`.
@@ -42,7 +42,7 @@ async fn waiting_due_before(db: &impl ConnectionTrait, at: sea_orm::prelude::Dat
         .expect("count")
 }
 
-/// `(generic_plans, custom_plans)` of this session's prepared statements whose text contains
+/// `(generic_plans, custom_plans)` of this connection's prepared statements whose text contains
 /// `needle`, summed.
 async fn plans(db: &sea_orm::DatabaseConnection, needle: &str) -> (i64, i64) {
     let row = db

@@ -6,45 +6,11 @@
 //! change.
 use std::time::Duration;
 
-use sea_orm::{DbBackend, Statement};
+use sea_orm::DbBackend;
 
-use crate::driver::{self, consumed, Driver};
+use super::render::{drivers, postgres, render, values};
+use crate::driver::{self, consumed};
 use crate::{EventStatus, NewEvent};
-
-/// The drivers of the three backends.
-fn drivers() -> [Driver; 3] {
-    [DbBackend::Postgres, DbBackend::MySql, DbBackend::Sqlite]
-        .map(|b| Driver::of(b).expect("a known backend"))
-}
-
-/// The Postgres driver.
-fn postgres() -> Driver {
-    drivers()[0]
-}
-
-/// `stmt` for each backend: its SQL, then its values.
-pub(super) fn render(stmt: impl Fn(Driver) -> Statement) -> String {
-    let mut out = String::new();
-    for driver in drivers() {
-        let backend = driver.backend();
-        let s = stmt(driver);
-        let values = s
-            .values
-            .as_ref()
-            .map(|v| {
-                v.0.iter()
-                    .map(|v| format!("{v:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
-        out.push_str(&format!(
-            "-- {backend:?}\n{}\n-- values: [{values}]\n\n",
-            s.sql
-        ));
-    }
-    out
-}
 
 /// What the insert of `event` is told about the wake-up (as `driver::insert_event` tells it).
 fn wakeup(event: &NewEvent) -> Option<Duration> {
@@ -181,19 +147,19 @@ fn mark_success_and_claim_batch() {
     let pg = postgres();
     let stmt = driver::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
         .expect("Postgres has the statement");
-    let values = stmt
-        .values
-        .as_ref()
-        .map(|v| {
-            v.0.iter()
-                .map(|v| format!("{v:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
-    insta::assert_snapshot!(format!(
-        "-- Postgres\n{}\n-- values: [{values}]\n",
+    let named = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
+    let other =
+        driver::mark_success_and_claim_statement(pg.with_table(named), &[7, 8], "me#1", "me#2", 20)
+            .expect("Postgres has the statement");
+    assert_eq!(
+        other.sql,
         stmt.sql
+            .replace(r#""t_event_record""#, r#""app"."outbox_events""#)
+    );
+    insta::assert_snapshot!(format!(
+        "-- Postgres\n{}\n-- values: [{}]\n",
+        stmt.sql,
+        values(&stmt)
     ));
 }
 
