@@ -29,7 +29,8 @@ pub const ERRORS: &str = "outbox_errors_total";
 pub const SEND_DURATION: &str = "outbox_send_duration_seconds";
 /// Histogram: claim to outcome, seconds.
 pub const SENDING_DWELL: &str = "outbox_sending_dwell_seconds";
-/// Gauge: rows per status, labelled `status` (`WAIT`, `SENDING`, `FAIL`).
+/// Gauge: rows per status, labelled `status` (`WAIT`, `SENDING`, `FAIL`). This gauge and the
+/// three below are also labelled `table` (the outbox's table, `schema.table` with a schema).
 pub const BACKLOG: &str = "outbox_backlog";
 /// Gauge: age of the oldest due `WAIT` row, seconds.
 pub const OLDEST_WAIT_AGE: &str = "outbox_oldest_wait_age_seconds";

@@ -156,7 +156,7 @@ pub struct Backlog {
 /// Reads the [`Backlog`]: `SELECT status, COUNT(id) FROM t_event_record WHERE status IN ('WAIT',
 /// 'SENDING', 'FAIL') GROUP BY status` (an index range that skips the delivered rows) and
 /// `SELECT MIN(next_retry_time), now FROM t_event_record WHERE status = 'WAIT'` (one index
-/// probe). The worker refreshes the `outbox_backlog{status}` and
+/// probe). The worker refreshes the `outbox_backlog{status,table}` and
 /// `outbox_oldest_wait_age_seconds` gauges with it.
 ///
 /// # Errors

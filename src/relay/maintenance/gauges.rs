@@ -44,15 +44,22 @@ impl GaugeRefresher {
     /// A database error (the gauges keep their last values).
     pub(crate) async fn run_once(&self) -> Result<Backlog, OutboxError> {
         use crate::metrics::{BACKLOG, BLOCKED_KEYS, OLDEST_BLOCKED_AGE, OLDEST_WAIT_AGE};
-        let b = crate::ops::backlog(&Outbox::of_table(self.db.table()), &self.db).await?;
-        metrics::gauge!(BACKLOG, "status" => "WAIT").set(b.wait as f64);
-        metrics::gauge!(BACKLOG, "status" => "SENDING").set(b.sending as f64);
-        metrics::gauge!(BACKLOG, "status" => "FAIL").set(b.fail as f64);
-        metrics::gauge!(OLDEST_WAIT_AGE).set(b.oldest_wait_age_seconds);
+        let outbox = Outbox::of_table(self.db.table());
+        // Two outboxes in one process keep gauges of their own: labelled by table.
+        let table = match outbox.schema_name() {
+            Some(schema) => format!("{schema}.{}", outbox.table_name()),
+            None => outbox.table_name().to_owned(),
+        };
+        let b = crate::ops::backlog(&outbox, &self.db).await?;
+        for (status, rows) in [("WAIT", b.wait), ("SENDING", b.sending), ("FAIL", b.fail)] {
+            metrics::gauge!(BACKLOG, "status" => status, "table" => table.clone()).set(rows as f64);
+        }
+        metrics::gauge!(OLDEST_WAIT_AGE, "table" => table.clone()).set(b.oldest_wait_age_seconds);
         if self.blocked {
-            let k = crate::ops::blocked_keys(&Outbox::of_table(self.db.table()), &self.db).await?;
-            metrics::gauge!(BLOCKED_KEYS).set(k.keys as f64);
-            metrics::gauge!(OLDEST_BLOCKED_AGE).set(k.oldest_age_seconds.unwrap_or(0.0));
+            let k = crate::ops::blocked_keys(&outbox, &self.db).await?;
+            metrics::gauge!(BLOCKED_KEYS, "table" => table.clone()).set(k.keys as f64);
+            metrics::gauge!(OLDEST_BLOCKED_AGE, "table" => table)
+                .set(k.oldest_age_seconds.unwrap_or(0.0));
         }
         Ok(b)
     }
