@@ -1,4 +1,4 @@
-//! Batch sends (issue 14): with a publisher that batches, a claim's events go out in one
+//! Batch sends: with a publisher that batches, a claim's events go out in one
 //! `publish_batch` call and each event's outcome is recorded as if it had been sent alone.
 //! Run on Postgres, MariaDB and SQLite (see `tests/common`), with a publisher in memory; the
 //! RocketMQ batches have their own tests in tests/rocketmq.rs.

@@ -152,8 +152,8 @@ async fn lock_waits(
 /// monitor reads the lock-wait view every few milliseconds: nothing may ever wait on the
 /// business transaction, and every committed event is published before it ends.
 ///
-/// MariaDB (issue 16): before the relay's by-id statements were forced onto PRIMARY, a young
-/// table's plan was a full scan whose row locks waited out `innodb_lock_wait_timeout` on the
+/// MariaDB: were the relay's by-id statements not forced onto PRIMARY, a young
+/// table's plan would be a full scan whose row locks wait out `innodb_lock_wait_timeout` on the
 /// uncommitted row. Postgres takes no gap locks and never waits on a row invisible to its
 /// snapshot; the same test shows it there (relays may still wait briefly on each other: a
 /// per-row claim on a row the batch claim has locked).

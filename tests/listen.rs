@@ -1,4 +1,4 @@
-//! LISTEN health on Postgres (issue 15): the worker notices a lost `LISTEN` connection, says so
+//! LISTEN health on Postgres: the worker notices a lost `LISTEN` connection, says so
 //! at WARN and re-establishes it with a round right after; a `LISTEN` that cannot work (PgBouncer
 //! in transaction mode) fails its self-check once, at WARN, and the worker polls. The gauge
 //! `outbox_wake_listening` follows both. With `StatementProtocol::Simple` the relay delivers
@@ -14,7 +14,7 @@
 //! of its own worker, by owner. The one timed assertion is the issue's: after the loss, the
 //! commit→publish p99 is below the poll delay; the other latencies are printed, not asserted.
 //!
-//! Shared notifications (issue 14): events whose inserts skipped their own `NOTIFY` (another
+//! Shared notifications: events whose inserts skipped their own `NOTIFY` (another
 //! open transaction held the slot, `NewEvent::notify_interval`) and committed after the woken
 //! round are claimed by the worker's follow-up rounds, with a poll delay of 30 s that would
 //! show any event left to polling. No timed assertion: each wait has a deadline below the poll

@@ -1,4 +1,4 @@
-//! Ordered delivery per business key (issue 13, the database side): only the heads of their
+//! Ordered delivery per business key (the database side): only the heads of their
 //! keys are claimed, one key's run is sent in id order by one relay at a time, and a dead
 //! letter blocks its key (`Block`) or is passed (`Skip`). Run on Postgres, MariaDB and SQLite
 //! (see `tests/common`) with a publisher in memory that checks the order as it goes.

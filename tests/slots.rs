@@ -1,4 +1,4 @@
-//! The send slots (issue 11): a send that hangs holds its own slot and nothing else, the worker
+//! The send slots: a send that hangs holds its own slot and nothing else, the worker
 //! claims only as many events as it has free slots, and an event stays leased from its claim
 //! until its outcome is recorded. Run on Postgres, MariaDB and SQLite (see `tests/common`).
 mod common;

@@ -1,4 +1,4 @@
-//! SQLite as the embedded default (issue 15, acceptance 6): business transactions that read
+//! SQLite as the embedded default: business transactions that read
 //! and then write, next to running relays, must wait for the database's one write lock, never
 //! fail at once with `database is locked`.
 //!

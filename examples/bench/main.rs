@@ -1,4 +1,4 @@
-//! Benchmark of the relay against the database's own limit (issue 5).
+//! Benchmark of the relay against the database's own limit.
 //!
 //! ```text
 //! cargo run --release --example bench -- --events 50000 --workers 3

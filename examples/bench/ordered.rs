@@ -1,4 +1,4 @@
-//! Ordered mode (issue 13, `WorkerConfig::ordered`): W workers with the no-op publisher drain
+//! Ordered mode (`WorkerConfig::ordered`): W workers with the no-op publisher drain
 //! N `WAIT` events spread round robin over `--ordered-keys` keys, first unordered and then
 //! ordered (`Block`) over the same fill, in one run: `unordered_keys_eps`, `ordered_eps`,
 //! `ordered_over_unordered`; then every event on one key: `ordered_hot_key_eps`. The no-op

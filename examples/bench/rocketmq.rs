@@ -1,4 +1,4 @@
-//! Through the real broker (issue 14; run when `ROCKETMQ_NAMESRV_ADDR` is set):
+//! Through the real broker (run when `ROCKETMQ_NAMESRV_ADDR` is set):
 //! - `rocketmq_raw_eps`: the crate's publisher alone (no database) sending the relay's messages
 //!   (same body, keys, tag, properties) with the relay's one-message concurrency (workers ×
 //!   concurrency sends in flight), one message per send;

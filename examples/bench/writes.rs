@@ -33,7 +33,7 @@ enum Insert {
     /// `NewEvent::notify_interval` 10 ms): `write_eps`.
     Default = 1,
     /// `with_event` with `notify_interval(Duration::ZERO)`: every event queues its own
-    /// `pg_notify`, as every `with_event` did before issue 14 (`write_eps_notify_every`).
+    /// `pg_notify`, as every event does with `notify_interval(ZERO)` (`write_eps_notify_every`).
     Every = 2,
     /// `with_event` with `notify_relays(false)`: the library's write path without the notify
     /// (`write_eps_off_over_none_w<N>` against the plain insert, the noise floor), which splits
@@ -215,7 +215,7 @@ impl Blocks {
 ///
 /// Figures, each kind's events over its blocks' total time: `write_eps_w<N>` (default
 /// settings), `write_eps_no_notify_w<N>` (plain insert), on Postgres
-/// `write_eps_notify_every_w<N>` (every event notifies: the write path before issue 14); the
+/// `write_eps_notify_every_w<N>` (every event notifies: `notify_interval(ZERO)`); the
 /// ratios of those, `write_eps_notify_over_none_w<N>` and `write_eps_every_over_none_w<N>`; on
 /// Postgres also `with_event` with `notify_relays(false)` as a fourth kind, for
 /// `write_eps_off_over_none_w<N>` (the library's path without the notify against the plain
@@ -316,9 +316,7 @@ pub async fn write_figures(
             figs.add(
                 &format!("write_eps_notify_every_w{writers}"),
                 f1(blocks.eps(Insert::Every)),
-                format!(
-                    "{how}, with_event notify_interval(0): every event notifies (before issue 14)"
-                ),
+                format!("{how}, with_event notify_interval(0): every event notifies"),
             );
             figs.add(
                 &format!("write_eps_every_over_none_w{writers}"),
@@ -399,7 +397,7 @@ pub async fn write_figures(
         figs.add(
             "write_eps_every_over_none",
             f3(every_ratio),
-            "the lowest write_eps_every_over_none_w<N>: every event notifying (before issue 14)",
+            "the lowest write_eps_every_over_none_w<N>: every event notifying",
         );
     }
     Ok(())

@@ -1,5 +1,5 @@
-//! Ordered delivery per business key through a REAL RocketMQ broker (issue 13, acceptance 2;
-//! see `tests/rmq_support`): 3 relays in ordered mode (`Block`), 200 keys × 25 events, the
+//! Ordered delivery per business key through a REAL RocketMQ broker
+//! (see `tests/rmq_support`): 3 relays in ordered mode (`Block`), 200 keys × 25 events, the
 //! first attempt of ~10 % of the events failing (retryably, before anything is sent), and an
 //! orderly consumer (`RocketMqConsumer::start_orderly`, the client's `MessageListenerOrderly`).
 //! Every event arrives; per key the first receptions are in id order, every key is on one
