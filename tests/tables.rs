@@ -129,14 +129,27 @@ async fn a_bad_table_name_writes_nothing(ctx: &TestContext) {
             "{bad:?}"
         );
     }
-    let written = match Outbox::new().table("bad;name") {
-        Ok(outbox) => outbox
-            .with_event(&ctx.db, NewEvent::raw("K", "T", "{}"))
-            .await
-            .map(drop),
-        Err(e) => Err(e),
-    };
-    assert!(matches!(written, Err(OutboxError::InvalidConfig(_))));
+    // A name that would be SQL if it reached a statement is refused before any statement.
+    for injected in [
+        r#"x"; DROP TABLE t_event_record; --"#,
+        "t_event_record;DELETE",
+    ] {
+        assert!(
+            matches!(
+                Outbox::new().table(injected),
+                Err(OutboxError::InvalidConfig(_))
+            ),
+            "{injected:?}"
+        );
+    }
+    // A valid name whose table does not exist: a clear error naming it, nothing written.
+    let missing = Outbox::new().table("no_such_outbox").expect("a valid name");
+    let err = missing
+        .with_event(&ctx.db, NewEvent::raw("K", "T", "{}"))
+        .await
+        .expect_err("no table");
+    assert!(matches!(err, OutboxError::TableMissing(_)), "{err:?}");
+    assert!(err.to_string().contains("no_such_outbox"), "{err}");
     let stats = ops::stats(&Outbox::default(), &ctx.db, Duration::from_secs(600))
         .await
         .expect("stats");

@@ -12,6 +12,15 @@ fn secret(value: &str) -> Result<SecretKey, std::convert::Infallible> {
     Ok(SecretKey::new(value))
 }
 
+/// A table or schema name as [`sea_orm_outbox::Outbox::table`] accepts it; clap refuses any
+/// other as a usage error (exit status 2) before anything connects.
+fn outbox_name(value: &str) -> Result<String, String> {
+    sea_orm_outbox::Outbox::new()
+        .table(value)
+        .map(|_| value.to_owned())
+        .map_err(|e| e.to_string())
+}
+
 /// The `outbox` command line.
 #[derive(Parser, Debug)]
 #[command(
@@ -29,12 +38,13 @@ pub(crate) struct Cli {
         long,
         env = "OUTBOX_TABLE",
         global = true,
-        default_value = "t_event_record"
+        default_value = "t_event_record",
+        value_parser = outbox_name
     )]
     pub(crate) table: String,
     /// The outbox table's schema (Postgres; on MySQL/MariaDB its database). Default: the
     /// connection's.
-    #[arg(long, env = "OUTBOX_SCHEMA", global = true)]
+    #[arg(long, env = "OUTBOX_SCHEMA", global = true, value_parser = outbox_name)]
     pub(crate) schema: Option<String>,
     /// The sub-command to run.
     #[command(subcommand)]

@@ -29,6 +29,9 @@ pub(crate) enum Failure {
     NotDeadLetter(i64),
     /// Writing JSON failed.
     Json(serde_json::Error),
+    /// The command line asks for something the command cannot do (exit status 2, as clap's
+    /// own usage errors).
+    Usage(String),
 }
 
 impl From<OutboxError> for Failure {
@@ -45,10 +48,11 @@ impl From<serde_json::Error> for Failure {
 
 impl Failure {
     /// The process's exit status: 3 when the outbox table is missing or lacks a newer
-    /// migration's column, else 1.
+    /// migration's column, 2 for a usage error, else 1.
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Failure::Outbox(OutboxError::TableMissing(_) | OutboxError::SchemaOutdated(_)) => 3,
+            Failure::Usage(_) => 2,
             _ => 1,
         }
     }
@@ -88,6 +92,7 @@ impl Failure {
                 )
             }
             Failure::Json(e) => format!("cannot write JSON: {e}"),
+            Failure::Usage(m) => m.clone(),
         }
     }
 

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use redact::redact_secrets;
-use sea_orm_outbox::{Outbox, OutboxError};
+use sea_orm_outbox::Outbox;
 
 mod args;
 #[cfg(feature = "chaos-testing")]
@@ -89,12 +89,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         return relay::relay(&url, args, &outbox).await;
     }
     if matches!(cli.command, Command::Migrate { .. }) && outbox != Outbox::new() {
-        return Err(Failure::Outbox(OutboxError::InvalidConfig(
+        return Err(Failure::Usage(
             "`outbox migrate` manages the table t_event_record only; create another outbox \
              table from a migration of your own with \
              sea_orm_outbox_migration::create_outbox_table (see docs/migrations.md)"
                 .into(),
-        )));
+        ));
     }
     let db = connect::connect(&url).await?;
     let result = match cli.command {

@@ -1040,8 +1040,9 @@ async fn cli_never_prints_the_password(ctx: &TestContext) {
     }
 }
 
-/// `--table` (and `OUTBOX_TABLE`) names the table every command works on; a bad name is
-/// refused before anything is read, and `migrate` refuses any table but `t_event_record`.
+/// `--table` (and `OUTBOX_TABLE`) names the table every command works on; a bad name is a
+/// usage error (exit status 2) before anything is read, and `migrate` refuses any table but
+/// `t_event_record` the same way.
 async fn cli_table_flag_names_the_table_of_every_command(ctx: &TestContext) {
     let manager = sea_orm_migration::SchemaManager::new(&ctx.db);
     sea_orm_outbox::migration::create_outbox_table(&manager, "outbox_events")
@@ -1071,14 +1072,14 @@ async fn cli_table_flag_names_the_table_of_every_command(ctx: &TestContext) {
     );
     assert_eq!(json(&stdout(&by_env))["wait"], 2, "{}", stderr(&by_env));
     let bad = outbox(ctx, &["--table", "outbox-events", "stats"]);
-    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
     assert!(
         stderr(&bad).contains("outbox table name"),
         "{}",
         stderr(&bad)
     );
     let migrate = outbox(ctx, &["--table", "outbox_events", "migrate", "status"]);
-    assert_eq!(migrate.status.code(), Some(1), "{}", stderr(&migrate));
+    assert_eq!(migrate.status.code(), Some(2), "{}", stderr(&migrate));
     assert!(
         stderr(&migrate).contains("create_outbox_table"),
         "{}",
