@@ -18,6 +18,7 @@
 
 mod config;
 pub mod consumer;
+mod driver;
 mod error;
 mod event;
 mod ext;
@@ -31,13 +32,9 @@ mod pool;
 mod publisher;
 mod relay;
 mod retry;
-// The driver (every statement, every backend's SQL and behaviour) is the crate's insides;
-// its own tests (`driver/tests/`) reach it from inside the crate.
-mod driver;
 mod wake;
 
-// The unit tests share the integration suites' helpers (`tests/common`), which name this
-// crate `sea_orm_outbox` as the suites do.
+// The unit tests share the integration suites' helpers (`tests/common`), which name this crate.
 #[cfg(test)]
 extern crate self as sea_orm_outbox;
 #[cfg(test)]

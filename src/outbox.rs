@@ -1,5 +1,3 @@
-//! [`Outbox`]: the handle naming the outbox table and the limits of its events, shared by the
-//! writer ([`Outbox::with_event`]), the relay ([`Outbox::worker`]) and [`crate::ops`].
 use sea_orm::{ConnectionTrait, DbErr};
 
 use crate::driver::{Driver, Table};
@@ -68,8 +66,7 @@ impl Outbox {
     /// (an attached database's name would serve).
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] naming the rule when `name` is not 1 to 40 ASCII
-    /// letters, digits and underscores, not starting with a digit.
+    /// As [`Outbox::table`].
     pub fn schema(self, name: &str) -> Result<Outbox, OutboxError> {
         self.on(Some(name), self.table.name())
     }
