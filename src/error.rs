@@ -122,8 +122,7 @@ pub enum PublishErrorKind {
     Permanent,
     /// The publisher's own configuration or permissions are wrong (rejected credentials, no
     /// right to the topic). The attempt is not counted: the event goes back to `WAIT` with
-    /// `retry_count` unchanged, due again after at most 60 s, and the relay logs ERROR (at most
-    /// one line per worker every 10 s).
+    /// `retry_count` unchanged, due again after at most 60 s.
     Configuration,
 }
 
@@ -173,8 +172,7 @@ impl PublishError {
 }
 
 /// The kind of a database error ([`OutboxError::db_kind`]), judged by the code the database
-/// gave it (never by its text where a code exists): run the statement again, wait for the
-/// server, or tell a person to run the migration.
+/// gave it (never by its text where a code exists).
 ///
 /// | kind | Postgres (SQLSTATE) | MySQL / MariaDB (error number) | SQLite (result code) |
 /// | --- | --- | --- | --- |

@@ -131,9 +131,8 @@ impl NewEvent {
     /// [`NewEvent::DEFAULT_NOTIFY_INTERVAL`]; whole milliseconds, a fraction rounds up): per
     /// slot of `interval` by the writer's clock, only the insert that gets the slot's advisory
     /// lock without waiting (`pg_try_advisory_xact_lock(1329745752, slot)`) queues the
-    /// `NOTIFY`; the others are found by that wake-up or the poll. [`Duration::ZERO`] makes
-    /// every event notify on its own (use it if the application takes two-key advisory locks
-    /// with first key 1329745752). See docs/configuration.md.
+    /// `NOTIFY`. [`Duration::ZERO`] makes every event notify on its own (use it if the
+    /// application takes two-key advisory locks with first key 1329745752).
     #[must_use]
     pub fn notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval;

@@ -57,9 +57,11 @@ pub trait OutboxExt: ConnectionTrait + Sized {
     }
 }
 
+/// The model an active model `A` saves.
+type ModelOf<A> = <<A as ActiveModelTrait>::Entity as EntityTrait>::Model;
+
 impl Outbox {
-    /// Inserts `event` into this outbox's table in `db` (the business transaction), checking
-    /// this outbox's limits: [`OutboxExt::with_event`] for this outbox.
+    /// [`OutboxExt::with_event`] into this outbox's table in `db` (the business transaction).
     ///
     /// # Errors
     /// As [`OutboxExt::with_event`], checking this outbox's limits.
@@ -80,15 +82,12 @@ impl Outbox {
         db: &C,
         model: A,
         make_event: F,
-    ) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
+    ) -> Result<(ModelOf<A>, i64), OutboxError>
     where
         C: TransactionTrait,
-        A: ActiveModelTrait
-            + ActiveModelBehavior
-            + TryIntoModel<<A::Entity as EntityTrait>::Model>
-            + Send,
-        <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
-        F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
+        A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<ModelOf<A>> + Send,
+        ModelOf<A>: IntoActiveModel<A>,
+        F: FnOnce(&ModelOf<A>) -> Result<NewEvent, OutboxError> + Send,
     {
         let txn = begin_write(db).await?;
         // On any early return `txn` is dropped, which rolls the transaction back.
@@ -160,15 +159,12 @@ pub async fn transactional_publish<C, A, F>(
     db: &C,
     model: A,
     make_event: F,
-) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
+) -> Result<(ModelOf<A>, i64), OutboxError>
 where
     C: TransactionTrait,
-    A: ActiveModelTrait
-        + ActiveModelBehavior
-        + TryIntoModel<<A::Entity as EntityTrait>::Model>
-        + Send,
-    <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
-    F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
+    A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<ModelOf<A>> + Send,
+    ModelOf<A>: IntoActiveModel<A>,
+    F: FnOnce(&ModelOf<A>) -> Result<NewEvent, OutboxError> + Send,
 {
     Outbox::default()
         .transactional_publish(db, model, make_event)

@@ -4,16 +4,14 @@
 //! request and the later publish as related.
 //!
 //! The current context is the current `tracing` span's OpenTelemetry context (with
-//! `tracing-opentelemetry`'s layer installed), else OpenTelemetry's own current context; the
-//! headers are written by OpenTelemetry's `TraceContextPropagator` (W3C Trace Context,
-//! <https://www.w3.org/TR/trace-context/>). Nothing is recorded when there is no valid span
-//! context, and a `traceparent` the caller set with [`NewEvent::header`] is kept (with the
-//! caller's `tracestate`, if any).
+//! `tracing-opentelemetry`'s layer installed), else OpenTelemetry's own current context, written
+//! by OpenTelemetry's `TraceContextPropagator` (<https://www.w3.org/TR/trace-context/>). Nothing
+//! is recorded when there is no valid span context, and a `traceparent` the caller set with
+//! [`NewEvent::header`] is kept (with the caller's `tracestate`, if any).
 //!
 //! Versions: this feature builds on `opentelemetry` / `opentelemetry_sdk` 0.33 and
 //! `tracing-opentelemetry` 0.34. The application must use the same minor versions (one copy of
-//! each crate in `cargo tree -d`): with another version its spans live in another copy of the
-//! crates, whose current context this one cannot see, and nothing is recorded.
+//! each crate in `cargo tree -d`), or its spans' context is not seen and nothing is recorded.
 //!
 //! [`OutboxExt::with_event`]: crate::OutboxExt::with_event
 //! [`NewEvent::header`]: crate::NewEvent::header

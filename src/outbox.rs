@@ -23,10 +23,9 @@ use crate::event::EventLimits;
 /// ```
 ///
 /// The table must exist with the outbox's schema: `t_event_record` by this crate's migrations,
-/// any other name by [`crate::migration::create_outbox_table`] in a migration of your own.
-///
-/// Each distinct table or schema name is kept for the life of the process (so that the handle
-/// stays `Copy`): an application uses one or two, never names made up per request.
+/// any other name by [`crate::migration::create_outbox_table`] in a migration of your own. Each
+/// distinct table or schema name is kept for the life of the process (so that the handle stays
+/// `Copy`): an application uses one or two, never names made up per request.
 ///
 /// On Postgres the relays of every table are woken by one `NOTIFY` channel
 /// (`sea_orm_outbox`): a commit to one table also wakes the relays of the others, which then

@@ -83,12 +83,11 @@ impl Wake {
         }
     }
 
-    /// Waits `delay` (±10 %), or less when a notification arrives (a burst of them wakes one
-    /// round) or a `LISTEN` connection was just (re-)established. A lost `LISTEN` connection is
-    /// re-established here with [`backoff`]; a failed self-check is retried every
-    /// [`SELF_CHECK_RETRY`]. After a notification the next waits are follow-ups
-    /// ([`crate::config::WAKE_FOLLOW_UP`], doubling while shorter than `delay`), for writers
-    /// that shared the notification ([`crate::NewEvent::notify_interval`]). Cancel-safe.
+    /// Waits `delay` (±10 %), or less when a notification arrives or a `LISTEN` connection was
+    /// just (re-)established, which it re-establishes with [`backoff`] or [`SELF_CHECK_RETRY`].
+    /// After a notification the next waits are follow-ups ([`crate::config::WAKE_FOLLOW_UP`],
+    /// doubling while shorter than `delay`), for writers that shared the notification
+    /// ([`crate::NewEvent::notify_interval`]). Cancel-safe.
     pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
         let follow_up = self.next_follow_up.take().filter(|f| *f < delay);
         let woken = match follow_up {

@@ -78,11 +78,8 @@ pub async fn retry_all_dead<C: ConnectionTrait>(
     // the loop ends even while relays keep dead-lettering.
     let mut after = i64::MIN;
     loop {
-        let ids = query_ids(
-            db,
-            &admin::dead_letter_ids_query(driver, after, RECLAIM_BATCH),
-        )
-        .await?;
+        let query = admin::dead_letter_ids_query(driver, after, RECLAIM_BATCH);
+        let ids = query_ids(db, &query).await?;
         let Some(&last) = ids.last() else { break };
         after = last;
         total += exec_by_ids(db, &admin::retry_dead_statement(driver, &ids)).await?;
