@@ -115,22 +115,8 @@ impl Wake {
     /// earlier).
     async fn wait_until(&mut self, deadline: Instant) -> Woken {
         loop {
-            match &mut self.mode {
-                Mode::Off => {
-                    tokio::time::sleep_until(deadline).await;
-                    return Woken::Timer;
-                }
-                Mode::Polling { retry_at } => {
-                    let retry_at = *retry_at;
-                    if retry_at >= deadline {
-                        tokio::time::sleep_until(deadline).await;
-                        return Woken::Timer;
-                    }
-                    tokio::time::sleep_until(retry_at).await;
-                    if self.attempt().await {
-                        return Woken::Notified;
-                    }
-                }
+            let retry_at = match &mut self.mode {
+                Mode::Polling { retry_at } if *retry_at < deadline => *retry_at,
                 Mode::Listening(listener) => {
                     let lost = match listener.wait_until(deadline).await {
                         Ok(Heard::Timer) => return Woken::Timer,
@@ -149,7 +135,17 @@ impl Wake {
                         retry_at: Instant::now(),
                     };
                     self.failures = 0;
+                    Instant::now()
                 }
+                // Off, or the next attempt is not before the deadline.
+                _ => {
+                    tokio::time::sleep_until(deadline).await;
+                    return Woken::Timer;
+                }
+            };
+            tokio::time::sleep_until(retry_at).await;
+            if self.attempt().await {
+                return Woken::Notified;
             }
         }
     }
