@@ -56,8 +56,7 @@ pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 pub use relay::{Worker, WorkerSummary};
 pub use retry::RetryPolicy;
-pub use sea_orm_outbox_entity::event_record;
-pub use sea_orm_outbox_entity::EventStatus;
+pub use sea_orm_outbox_entity::{event_record, EventStatus};
 /// The outbox's migrations (crate `sea-orm-outbox-migration`): [`migration::migrations`] for
 /// your own `Migrator`, or the standalone [`Migrator`].
 pub use sea_orm_outbox_migration as migration;

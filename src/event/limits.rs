@@ -1,5 +1,3 @@
-//! [`EventLimits`]: what a write refuses before anything reaches the database.
-
 /// Header names no event may use, whatever the publisher: the outbox's own message properties
 /// ([`crate::OutboxMessage::properties`]).
 const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];

@@ -77,10 +77,8 @@ pub async fn blocked_keys<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
 ) -> Result<BlockedKeys, OutboxError> {
-    let row = db
-        .query_one(&admin::blocked_keys_query(outbox.driver(db)?))
-        .await?;
-    let Some(row) = row else {
+    let query = admin::blocked_keys_query(outbox.driver(db)?);
+    let Some(row) = db.query_one(&query).await? else {
         return Ok(BlockedKeys::default());
     };
     let keys: i64 = row.try_get("", "blocked_keys")?;

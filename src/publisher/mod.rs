@@ -1,5 +1,4 @@
-//! Where the relay sends events: the [`Publisher`] trait and the publishers that ship with the
-//! crate. A broker's publisher lives in a crate of its own (see the README's list).
+//! Where the relay sends events: the [`Publisher`] trait and the publishers of this crate.
 mod logging;
 mod memory;
 
