@@ -1,9 +1,6 @@
-//! The consumer side: process each outbox event once although the relay delivers at least once.
-//!
-//! The relay may publish an event more than once (a send that outlived its lease is sent again
-//! by another instance, and the first send may have reached the broker too). A consumer makes
-//! that harmless by recording every processed message in `t_consumed_message` (created by the
-//! second migration) in the SAME transaction as its own writes: [`consume_once`].
+//! The consumer side: process each outbox event once although the relay may publish it more
+//! than once. [`consume_once`] records every processed message in `t_consumed_message` (created
+//! by the second migration) in the SAME transaction as the consumer's own writes.
 //!
 //! The message id to deduplicate on is the outbox event id, the `eventId` message property
 //! ([`crate::OutboxMessage::event_id`]), never the broker's own message id: a re-send by another
@@ -21,11 +18,9 @@ pub use sea_orm_outbox_entity::consumed_message;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum Consumed<T> {
-    /// First delivery: the handler ran and its writes committed together with the record of
-    /// the message id. Holds the handler's value.
+    /// First delivery: the handler ran and its writes committed; holds the handler's value.
     Processed(T),
     /// The message id was already recorded for this consumer group: the handler did not run.
-    /// Acknowledge the message to the broker.
     Duplicate,
 }
 
@@ -48,20 +43,14 @@ impl<T> Consumed<T> {
 /// `msg_id` must be the outbox event id (see the [module documentation](self)).
 ///
 /// ```no_run
-/// # async fn award_points(
-/// #     txn: &sea_orm::DatabaseTransaction,
-/// #     user_id: i64,
-/// #     points: i64,
-/// # ) -> Result<(), sea_orm::DbErr> {
-/// #     let _ = (txn, user_id, points);
-/// #     Ok(())
-/// # }
 /// # async fn demo(db: &sea_orm::DatabaseConnection, event_id: &str) -> Result<(), sea_orm_outbox::OutboxError> {
+/// use sea_orm::ConnectionTrait;
 /// use sea_orm_outbox::consumer::{consume_once, Consumed};
 ///
-/// // The consumer's own writes, in the transaction that records the message id.
 /// let outcome = consume_once(db, "points", event_id, async |txn| {
-///     award_points(txn, 7, 10).await?;
+///     // The consumer's own writes, in the transaction that records the message id.
+///     txn.execute_unprepared("UPDATE account SET points = points + 10 WHERE user_id = 7")
+///         .await?;
 ///     Ok::<_, sea_orm_outbox::OutboxError>(())
 /// })
 /// .await?;

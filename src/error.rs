@@ -35,9 +35,6 @@ pub enum EventError {
         /// The limit in bytes ([`crate::EventLimits::max_payload_bytes`]).
         max: usize,
     },
-    /// The payload bytes are not valid UTF-8 text.
-    #[error("event payload is not valid UTF-8: {0}")]
-    InvalidUtf8(String),
     /// The payload value could not be serialized to JSON.
     #[error("event payload could not be serialized to JSON: {0}")]
     Serialize(String),
@@ -79,9 +76,8 @@ pub enum OutboxError {
          t_event_record: `create_outbox_table` in a migration of your own): {0}"
     )]
     TableMissing(#[source] DbErr),
-    /// The outbox table lacks a column this version of the library reads or writes: a
-    /// migration released after the table was created has not been applied (the database
-    /// error names the column).
+    /// The outbox table lacks a column this version of the library reads or writes: a newer
+    /// migration has not been applied (the database error names the column).
     #[error(
         "the outbox table lacks a column of this sea-orm-outbox version: apply the outbox's newer \
          migration `m20261201_000003_add_event_headers` (adds `headers`): with your own \
@@ -95,10 +91,9 @@ pub enum OutboxError {
     /// id, or a zero batch size.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// A query run inside [`crate::transactional_publish`] (most likely an
-    /// `ActiveModelBehavior` hook) timed out waiting for a pool connection, usually because it
-    /// used the application's pool instead of the connection it was handed while the
-    /// transaction held one of that pool. The transaction was rolled back.
+    /// A query run inside [`crate::transactional_publish`] (most likely a hook using the
+    /// application's pool) timed out waiting for a pool connection; the transaction was rolled
+    /// back.
     #[error(
         "a query run inside transactional_publish (most likely an ActiveModelBehavior hook) \
          timed out waiting for a pool connection; if it used the application's pool instead of \
@@ -125,11 +120,9 @@ pub enum PublishErrorKind {
     Retryable,
     /// Can never succeed (message too large, bad topic name): the event goes straight to `FAIL`.
     Permanent,
-    /// The publisher's own configuration or permissions are wrong (the broker rejected the
-    /// credentials, or the user may not publish to the topic). The attempt is not counted: the
-    /// event goes back to `WAIT` with `retry_count` unchanged, due again after at most 60 s,
-    /// and the relay logs ERROR (at most one line per worker every 10 s). It is delivered once
-    /// the configuration is fixed.
+    /// The publisher's own configuration or permissions are wrong (rejected credentials, no
+    /// right to the topic). The attempt is not counted: the event goes back to `WAIT` with
+    /// `retry_count` unchanged, due again after at most 60 s.
     Configuration,
 }
 
@@ -144,29 +137,27 @@ pub struct PublishError {
 }
 
 impl PublishError {
-    /// A failure worth retrying after back-off.
-    pub fn retryable(message: impl Into<String>) -> Self {
+    fn new(kind: PublishErrorKind, message: impl Into<String>) -> Self {
         PublishError {
-            kind: PublishErrorKind::Retryable,
+            kind,
             message: message.into(),
         }
     }
 
+    /// A failure worth retrying after back-off.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self::new(PublishErrorKind::Retryable, message)
+    }
+
     /// A failure that can never succeed; the event goes to `FAIL` at once.
     pub fn permanent(message: impl Into<String>) -> Self {
-        PublishError {
-            kind: PublishErrorKind::Permanent,
-            message: message.into(),
-        }
+        Self::new(PublishErrorKind::Permanent, message)
     }
 
     /// A failure caused by the publisher's own configuration or permissions, not by the event
     /// ([`PublishErrorKind::Configuration`]): the attempt is not counted.
     pub fn configuration(message: impl Into<String>) -> Self {
-        PublishError {
-            kind: PublishErrorKind::Configuration,
-            message: message.into(),
-        }
+        Self::new(PublishErrorKind::Configuration, message)
     }
 
     /// Whether trying again may succeed, and the attempt counts toward the retry limit.
@@ -181,8 +172,7 @@ impl PublishError {
 }
 
 /// The kind of a database error ([`OutboxError::db_kind`]), judged by the code the database
-/// gave it (never by its text where a code exists): run the statement again, wait for the
-/// server, or tell a person to run the migration.
+/// gave it (never by its text where a code exists).
 ///
 /// | kind | Postgres (SQLSTATE) | MySQL / MariaDB (error number) | SQLite (result code) |
 /// | --- | --- | --- | --- |

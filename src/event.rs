@@ -66,9 +66,8 @@ impl NewEvent {
         }
     }
 
-    /// Adds the message header `name` = `value` (replacing an earlier value of that name).
-    /// The relay hands the headers to the publisher ([`crate::OutboxMessage::headers`]), which
-    /// sends each as a message property or header of its broker.
+    /// Adds the message header `name` = `value` (replacing an earlier value of that name); the
+    /// publisher sends each as a message property or header of its broker.
     ///
     /// Checked when the event is written ([`NewEvent::validate`]): the name has 1 to
     /// [`NewEvent::HEADER_NAME_MAX_LEN`] ASCII letters, digits, `_`, `-` and `.`, and is not
@@ -104,29 +103,19 @@ impl NewEvent {
         &self.headers
     }
 
-    /// Adds `name` = `value` unless a header of that name is set already (the recorded trace
-    /// context must not override what the caller set on purpose).
-    #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
-    pub(crate) fn header_if_absent(&mut self, name: &str, value: String) {
-        self.headers.entry(name.to_owned()).or_insert(value);
-    }
-
     /// The headers as stored in `t_event_record.headers`: a JSON object of strings, or `None`
     /// when there are none.
     pub(crate) fn headers_json(&self) -> Option<String> {
         if self.headers.is_empty() {
-            None
-        } else {
-            // A map of strings always serializes.
-            serde_json::to_string(&self.headers).ok()
+            return None;
         }
+        // A map of strings always serializes.
+        serde_json::to_string(&self.headers).ok()
     }
 
-    /// Whether writing this event wakes listening relays at once (default `true`).
-    ///
-    /// On Postgres the insert then also queues `pg_notify('sea_orm_outbox', '')`, delivered at
-    /// commit, and idle relays run a round at once (shared by concurrent writers:
-    /// [`NewEvent::notify_interval`]). Other backends always poll.
+    /// Whether writing this event wakes listening relays at once (default `true`): on Postgres
+    /// the insert also queues `pg_notify('sea_orm_outbox', '')`, delivered at commit (shared by
+    /// concurrent writers: [`NewEvent::notify_interval`]). Other backends always poll.
     #[must_use]
     pub fn notify_relays(mut self, on: bool) -> Self {
         self.notify = on;
@@ -142,39 +131,22 @@ impl NewEvent {
     /// [`NewEvent::DEFAULT_NOTIFY_INTERVAL`]; whole milliseconds, a fraction rounds up): per
     /// slot of `interval` by the writer's clock, only the insert that gets the slot's advisory
     /// lock without waiting (`pg_try_advisory_xact_lock(1329745752, slot)`) queues the
-    /// `NOTIFY`; the others are found by that wake-up or the poll. [`Duration::ZERO`] makes
-    /// every event notify on its own (use it if the application takes two-key advisory locks
-    /// with first key 1329745752). See docs/configuration.md.
+    /// `NOTIFY`. [`Duration::ZERO`] makes every event notify on its own (use it if the
+    /// application takes two-key advisory locks with first key 1329745752).
     #[must_use]
     pub fn notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval;
         self
     }
 
-    /// How concurrent writers share the wake-up notification (see
-    /// [`NewEvent::notify_interval`]; [`Duration::ZERO`]: every event notifies).
+    /// How concurrent writers share the wake-up notification ([`NewEvent::notify_interval`]).
     pub fn notification_interval(&self) -> Duration {
         self.notify_interval
     }
 
-    /// What the insert does about the wake-up: `None` no notification, `Some(ZERO)` a
-    /// notification of its own, `Some(interval)` shared by slots of `interval`.
+    /// The wake-up of the insert: `None` none, else its [`NewEvent::notify_interval`].
     pub(crate) fn wakeup(&self) -> Option<Duration> {
         self.notify.then_some(self.notify_interval)
-    }
-
-    /// An event whose payload arrives as bytes, for example from a queue or a file.
-    ///
-    /// # Errors
-    /// [`EventError::InvalidUtf8`] when the bytes are not UTF-8 text.
-    pub fn from_bytes(
-        biz_no: impl Into<String>,
-        event_type: impl Into<String>,
-        payload: Vec<u8>,
-    ) -> Result<Self, EventError> {
-        let payload =
-            String::from_utf8(payload).map_err(|e| EventError::InvalidUtf8(e.to_string()))?;
-        Ok(Self::raw(biz_no, event_type, payload))
     }
 
     /// The business key (message `keys`).
@@ -192,8 +164,8 @@ impl NewEvent {
         &self.payload
     }
 
-    /// Checks the event against the columns and `limits`; the write paths call it before
-    /// anything reaches the database.
+    /// Checks the event against the columns and `limits` (the write paths do, before anything
+    /// reaches the database).
     ///
     /// # Errors
     /// [`EventError::Empty`] for an empty or blank `biz_no`/`event_type`,
@@ -206,7 +178,6 @@ impl NewEvent {
         check_text("biz_no", &self.biz_no, BIZ_NO_MAX_LEN)?;
         check_text("event_type", &self.event_type, EVENT_TYPE_MAX_LEN)?;
         if self.payload.contains('\0') {
-            // Postgres text cannot hold NUL; refuse it everywhere so no backend differs.
             return Err(EventError::NulByte { field: "payload" });
         }
         if self.payload.len() > limits.max_payload_bytes {
@@ -218,13 +189,12 @@ impl NewEvent {
         for (name, value) in &self.headers {
             check_header(name, value, limits)?;
         }
-        if let Some(json) = self.headers_json() {
-            if json.len() > limits.max_headers_bytes {
-                return Err(EventError::HeadersTooLarge {
-                    size: json.len(),
-                    max: limits.max_headers_bytes,
-                });
-            }
+        let size = self.headers_json().map_or(0, |json| json.len());
+        if size > limits.max_headers_bytes {
+            return Err(EventError::HeadersTooLarge {
+                size,
+                max: limits.max_headers_bytes,
+            });
         }
         Ok(())
     }

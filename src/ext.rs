@@ -28,18 +28,14 @@ use crate::outbox::Outbox;
 /// ```
 #[async_trait]
 pub trait OutboxExt: ConnectionTrait + Sized {
-    /// Inserts `event` as a `WAIT` row due now (database clock) and returns its id. Nothing is
-    /// sent here: the relay publishes it after the transaction commits; if the transaction rolls
-    /// back, so does the event.
+    /// Inserts `event` into the default [`Outbox`] (`t_event_record`) as a `WAIT` row due now
+    /// (database clock) and returns its id. Nothing is sent here: the relay publishes it after
+    /// the transaction commits; if the transaction rolls back, so does the event.
     ///
     /// Runs `INSERT INTO t_event_record (...) VALUES (..., 'WAIT', 0, now, now, now)` with
-    /// `RETURNING id` on Postgres and SQLite, `LAST_INSERT_ID()` on MySQL.
-    ///
-    /// With the feature `opentelemetry`, the current W3C trace context is recorded as the
-    /// event's `traceparent` / `tracestate` headers first (module `sea_orm_outbox::otel`; a
-    /// `traceparent` set with [`NewEvent::header`] is kept, and then no `tracestate` is added).
-    ///
-    /// Writes to the default [`Outbox`] (`t_event_record`, [`crate::EventLimits::default`]).
+    /// `RETURNING id` on Postgres and SQLite, `LAST_INSERT_ID()` on MySQL. With the feature
+    /// `opentelemetry`, the current trace context is recorded as the event's headers first
+    /// (module `sea_orm_outbox::otel`).
     ///
     /// # Errors
     /// [`OutboxError::InvalidEvent`] before anything is written when the event breaks
@@ -55,19 +51,17 @@ pub trait OutboxExt: ConnectionTrait + Sized {
     /// As [`OutboxExt::with_event`], checking `outbox`'s limits.
     async fn with_event_in(&self, outbox: &Outbox, event: NewEvent) -> Result<i64, OutboxError> {
         #[cfg(feature = "opentelemetry")]
-        let event = {
-            let mut event = event;
-            crate::otel::record_trace_context(&mut event);
-            event
-        };
+        let event = crate::otel::record_trace_context(event);
         event.validate(&outbox.event_limits())?;
         Ok(driver::insert_event(self, outbox.table_ref(), &event).await?)
     }
 }
 
+/// The model an active model `A` saves.
+type ModelOf<A> = <<A as ActiveModelTrait>::Entity as EntityTrait>::Model;
+
 impl Outbox {
-    /// Inserts `event` into this outbox's table in `db` (the business transaction), checking
-    /// this outbox's limits: [`OutboxExt::with_event`] for this outbox.
+    /// [`OutboxExt::with_event`] into this outbox's table in `db` (the business transaction).
     ///
     /// # Errors
     /// As [`OutboxExt::with_event`], checking this outbox's limits.
@@ -88,15 +82,12 @@ impl Outbox {
         db: &C,
         model: A,
         make_event: F,
-    ) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
+    ) -> Result<(ModelOf<A>, i64), OutboxError>
     where
         C: TransactionTrait,
-        A: ActiveModelTrait
-            + ActiveModelBehavior
-            + TryIntoModel<<A::Entity as EntityTrait>::Model>
-            + Send,
-        <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
-        F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
+        A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<ModelOf<A>> + Send,
+        ModelOf<A>: IntoActiveModel<A>,
+        F: FnOnce(&ModelOf<A>) -> Result<NewEvent, OutboxError> + Send,
     {
         let txn = begin_write(db).await?;
         // On any early return `txn` is dropped, which rolls the transaction back.
@@ -117,33 +108,15 @@ impl<C: ConnectionTrait> OutboxExt for C {}
 /// Begins a transaction that will write: `BEGIN IMMEDIATE` on SQLite, the same `BEGIN` as
 /// `db.begin()` on Postgres and MySQL/MariaDB, and a `SAVEPOINT` when `db` is itself a
 /// transaction (on every backend). Use it for business transactions that read before they
-/// write (select, insert the order, [`OutboxExt::with_event`], commit);
-/// [`transactional_publish`] uses it.
-///
-/// On SQLite a `DEFERRED` transaction asks for the single write lock only at its first write,
-/// and fails at once with `database is locked` (`SQLITE_BUSY`) when another connection (a relay)
-/// holds it or committed since the transaction's snapshot, whatever the busy timeout.
-/// `BEGIN IMMEDIATE` takes the lock at the start, waiting up to the busy timeout (sqlx's
-/// default: 5 s). docs/configuration.md has the recommended connect options.
-///
-/// ```no_run
-/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
-/// use sea_orm_outbox::{begin_write, NewEvent, OutboxExt};
-///
-/// let txn = begin_write(db).await?; // BEGIN IMMEDIATE on SQLite
-/// // ... read the customer, insert the order with `txn` ...
-/// txn.with_event(NewEvent::raw("ORD-1001", "ORDER_CREATED", r#"{"amount":42}"#))
-///     .await?;
-/// txn.commit().await?;
-/// # Ok(()) }
-/// ```
+/// write (select, insert the order, [`OutboxExt::with_event`], commit), in place of
+/// `db.begin()`: on SQLite it waits up to the busy timeout for the write lock where
+/// `db.begin()` would fail with `database is locked` at the first write (docs/configuration.md).
 ///
 /// # Errors
 /// The database's error for `BEGIN`; on SQLite `database is locked` (`SQLITE_BUSY`) only when
 /// the write lock stayed taken for the whole busy timeout.
 pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, DbErr> {
-    // Postgres and MySQL ignore `sqlite_transaction_mode`, and a nested transaction (a
-    // savepoint) takes no mode: only a top-level SQLite `BEGIN` changes.
+    // Only a top-level SQLite `BEGIN` takes the mode; other backends and savepoints ignore it.
     db.begin_with_options(TransactionOptions {
         sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
         ..TransactionOptions::default()
@@ -154,12 +127,10 @@ pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, 
 /// Saves `model` and the event `make_event` derives from the saved row in ONE transaction:
 /// either both rows exist afterwards or neither does.
 ///
-/// Opens a transaction on `db` with [`begin_write`] (`BEGIN IMMEDIATE` on SQLite: a hook that
-/// reads before the insert waits for running relays instead of failing with `database is
-/// locked`), calls `ActiveModelTrait::save` (insert or update, running the model's
-/// `ActiveModelBehavior` hooks), builds the event from the saved model, inserts it with
-/// [`OutboxExt::with_event`] and commits. The default [`Outbox`]'s; for another table or
-/// limits, [`Outbox::transactional_publish`]. Returns the saved model and the event id.
+/// Opens a transaction on `db` with [`begin_write`], calls `ActiveModelTrait::save` (insert or
+/// update, running the model's `ActiveModelBehavior` hooks), builds the event from the saved
+/// model, inserts it with [`OutboxExt::with_event`] and commits. Returns the saved model and the
+/// event id. For another table or limits, [`Outbox::transactional_publish`].
 ///
 /// ```no_run
 /// # mod order { use sea_orm::entity::prelude::*;
@@ -180,32 +151,28 @@ pub async fn begin_write<C: TransactionTrait>(db: &C) -> Result<C::Transaction, 
 /// ```
 ///
 /// # Errors
-/// The error of `make_event` or of the event's validation ([`OutboxError::InvalidEvent`], with
-/// [`crate::EventLimits::default`]); [`OutboxError::PoolUsedInsideTransaction`] when a query inside it
-/// (a hook) timed out waiting for a pool connection; or a database error. In every case the transaction is rolled back and nothing is written.
+/// The error of `make_event` or of the event's validation ([`OutboxError::InvalidEvent`]);
+/// [`OutboxError::PoolUsedInsideTransaction`] when a query inside it (a hook) timed out waiting
+/// for a pool connection; or a database error. Nothing is written then (the transaction rolls
+/// back).
 pub async fn transactional_publish<C, A, F>(
     db: &C,
     model: A,
     make_event: F,
-) -> Result<(<A::Entity as EntityTrait>::Model, i64), OutboxError>
+) -> Result<(ModelOf<A>, i64), OutboxError>
 where
     C: TransactionTrait,
-    A: ActiveModelTrait
-        + ActiveModelBehavior
-        + TryIntoModel<<A::Entity as EntityTrait>::Model>
-        + Send,
-    <A::Entity as EntityTrait>::Model: IntoActiveModel<A>,
-    F: FnOnce(&<A::Entity as EntityTrait>::Model) -> Result<NewEvent, OutboxError> + Send,
+    A: ActiveModelTrait + ActiveModelBehavior + TryIntoModel<ModelOf<A>> + Send,
+    ModelOf<A>: IntoActiveModel<A>,
+    F: FnOnce(&ModelOf<A>) -> Result<NewEvent, OutboxError> + Send,
 {
     Outbox::default()
         .transactional_publish(db, model, make_event)
         .await
 }
 
-/// The error of the save inside [`transactional_publish`]: the save itself runs on the
-/// transaction, so a timeout waiting for a pool connection comes from code its hooks ran on
-/// the pool, competing with the transaction's own connection
-/// ([`OutboxError::PoolUsedInsideTransaction`]).
+/// The error of the save inside [`transactional_publish`]: the save runs on the transaction,
+/// so a pool timeout comes from a hook that used the pool.
 fn inside_transaction(e: DbErr) -> OutboxError {
     if matches!(
         e,

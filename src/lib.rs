@@ -18,6 +18,7 @@
 
 mod config;
 pub mod consumer;
+mod driver;
 mod error;
 mod event;
 mod ext;
@@ -31,13 +32,9 @@ mod pool;
 mod publisher;
 mod relay;
 mod retry;
-// The driver (every statement, every backend's SQL and behaviour) is the crate's insides;
-// its own tests (`driver/tests/`) reach it from inside the crate.
-mod driver;
 mod wake;
 
-// The unit tests share the integration suites' helpers (`tests/common`), which name this
-// crate `sea_orm_outbox` as the suites do.
+// The unit tests share the integration suites' helpers (`tests/common`), which name this crate.
 #[cfg(test)]
 extern crate self as sea_orm_outbox;
 #[cfg(test)]
@@ -59,8 +56,7 @@ pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 pub use relay::{Worker, WorkerSummary};
 pub use retry::RetryPolicy;
-pub use sea_orm_outbox_entity::event_record;
-pub use sea_orm_outbox_entity::EventStatus;
+pub use sea_orm_outbox_entity::{event_record, EventStatus};
 /// The outbox's migrations (crate `sea-orm-outbox-migration`): [`migration::migrations`] for
 /// your own `Migrator`, or the standalone [`Migrator`].
 pub use sea_orm_outbox_migration as migration;

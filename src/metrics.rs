@@ -49,8 +49,3 @@ pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 pub(crate) fn leaked_transaction() {
     metrics::counter!(LEAKED_TRANSACTIONS).increment(1);
 }
-/// Moves the wake-on-commit gauge by `delta`: +1 when a worker starts listening, -1 when it
-/// stops, 0 to register it.
-pub(crate) fn wake_listening(delta: f64) {
-    metrics::gauge!(WAKE_LISTENING).increment(delta);
-}

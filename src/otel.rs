@@ -4,16 +4,14 @@
 //! request and the later publish as related.
 //!
 //! The current context is the current `tracing` span's OpenTelemetry context (with
-//! `tracing-opentelemetry`'s layer installed), else OpenTelemetry's own current context; the
-//! headers are written by OpenTelemetry's `TraceContextPropagator` (W3C Trace Context,
-//! <https://www.w3.org/TR/trace-context/>). Nothing is recorded when there is no valid span
-//! context, and a `traceparent` the caller set with [`NewEvent::header`] is kept (with the
-//! caller's `tracestate`, if any).
+//! `tracing-opentelemetry`'s layer installed), else OpenTelemetry's own current context, written
+//! by OpenTelemetry's `TraceContextPropagator` (<https://www.w3.org/TR/trace-context/>). Nothing
+//! is recorded when there is no valid span context, and a `traceparent` the caller set with
+//! [`NewEvent::header`] is kept (with the caller's `tracestate`, if any).
 //!
 //! Versions: this feature builds on `opentelemetry` / `opentelemetry_sdk` 0.33 and
 //! `tracing-opentelemetry` 0.34. The application must use the same minor versions (one copy of
-//! each crate in `cargo tree -d`): with another version its spans live in another copy of the
-//! crates, whose current context this one cannot see, and nothing is recorded.
+//! each crate in `cargo tree -d`), or its spans' context is not seen and nothing is recorded.
 //!
 //! [`OutboxExt::with_event`]: crate::OutboxExt::with_event
 //! [`NewEvent::header`]: crate::NewEvent::header
@@ -32,34 +30,26 @@ pub const TRACEPARENT: &str = "traceparent";
 /// The W3C `tracestate` header name.
 pub const TRACESTATE: &str = "tracestate";
 
-/// The context to record: the current tracing span's, else OpenTelemetry's current one.
-fn current_context() -> opentelemetry::Context {
-    let from_span = tracing::Span::current().context();
-    if from_span.span().span_context().is_valid() {
-        from_span
-    } else {
-        opentelemetry::Context::current()
-    }
-}
-
-/// Adds the current trace context to `event` as `traceparent` (and `tracestate` when not
-/// empty), unless the event has a `traceparent` already (the caller's pair is kept whole) or
-/// there is no valid span context.
-pub(crate) fn record_trace_context(event: &mut NewEvent) {
+/// `event` with the current trace context recorded as its headers (rules: the module docs).
+pub(crate) fn record_trace_context(mut event: NewEvent) -> NewEvent {
     if event.headers().contains_key(TRACEPARENT) {
-        return;
+        return event;
     }
-    let cx = current_context();
+    let mut cx = tracing::Span::current().context();
     if !cx.span().span_context().is_valid() {
-        return;
+        cx = opentelemetry::Context::current();
     }
     let mut carrier: HashMap<String, String> = HashMap::new();
-    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    if cx.span().span_context().is_valid() {
+        TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    }
     for name in [TRACEPARENT, TRACESTATE] {
-        if let Some(value) = carrier.remove(name).filter(|v| !v.is_empty()) {
-            event.header_if_absent(name, value);
+        let value = carrier.remove(name).filter(|v| !v.is_empty());
+        if let Some(value) = value.filter(|_| !event.headers().contains_key(name)) {
+            event = event.header(name, value);
         }
     }
+    event
 }
 
 /// Links `span` (an event's send span) to the trace context recorded in `message`'s headers,

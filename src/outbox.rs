@@ -1,5 +1,3 @@
-//! [`Outbox`]: the handle naming the outbox table and the limits of its events, shared by the
-//! writer ([`Outbox::with_event`]), the relay ([`Outbox::worker`]) and [`crate::ops`].
 use sea_orm::{ConnectionTrait, DbErr};
 
 use crate::driver::{Driver, Table};
@@ -25,10 +23,9 @@ use crate::event::EventLimits;
 /// ```
 ///
 /// The table must exist with the outbox's schema: `t_event_record` by this crate's migrations,
-/// any other name by [`crate::migration::create_outbox_table`] in a migration of your own.
-///
-/// Each distinct table or schema name is kept for the life of the process (so that the handle
-/// stays `Copy`): an application uses one or two, never names made up per request.
+/// any other name by [`crate::migration::create_outbox_table`] in a migration of your own. Each
+/// distinct table or schema name is kept for the life of the process (so that the handle stays
+/// `Copy`): an application uses one or two, never names made up per request.
 ///
 /// On Postgres the relays of every table are woken by one `NOTIFY` channel
 /// (`sea_orm_outbox`): a commit to one table also wakes the relays of the others, which then
@@ -68,8 +65,7 @@ impl Outbox {
     /// (an attached database's name would serve).
     ///
     /// # Errors
-    /// [`OutboxError::InvalidConfig`] naming the rule when `name` is not 1 to 40 ASCII
-    /// letters, digits and underscores, not starting with a digit.
+    /// As [`Outbox::table`].
     pub fn schema(self, name: &str) -> Result<Outbox, OutboxError> {
         self.on(Some(name), self.table.name())
     }

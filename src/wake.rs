@@ -1,31 +1,31 @@
 //! What a worker waits on between rounds: the poll delay, and where the driver listens
 //! (Postgres) also a `LISTEN` on [`crate::driver::WAKE_CHANNEL`], notified by every committed
 //! event that keeps [`crate::NewEvent::notify_relays`] on. Polling stays as the safety net;
-//! the gauge [`crate::metrics::WAKE_LISTENING`] tells whether wake-on-commit is live.
+//! the gauge [`WAKE_LISTENING`] tells whether wake-on-commit is live.
 use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 use tokio::time::Instant;
 
 use crate::driver::{Driver, Heard, ListenFailure, Listener};
+use crate::metrics::WAKE_LISTENING;
 
 /// After a failed self-check, how long the worker polls before it checks again (at DEBUG).
-pub(crate) const SELF_CHECK_RETRY: Duration = Duration::from_secs(300);
+const SELF_CHECK_RETRY: Duration = Duration::from_secs(300);
 
 /// Pause before the second attempt to re-establish a lost `LISTEN` connection (the first is
 /// immediate), doubled after each failed attempt.
-pub(crate) const RECONNECT_BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_BACKOFF_FIRST: Duration = Duration::from_millis(500);
 
 /// Longest pause between attempts to re-establish a lost `LISTEN` connection.
-pub(crate) const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Why the wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Woken {
     /// The poll delay passed.
     Timer,
-    /// A transaction that wrote events committed, or the `LISTEN` connection was just
-    /// (re-)established (events committed before it may not have notified anyone).
+    /// A transaction that wrote events committed, or a `LISTEN` connection was just set up.
     Notified,
     /// The follow-up after a wake-up by notification passed (see [`Wake::wait`]).
     FollowUp,
@@ -35,33 +35,26 @@ pub(crate) enum Woken {
 enum Mode {
     /// Wake-on-commit is off, or the backend cannot notify: the poll delay only.
     Off,
-    /// A `LISTEN` connection whose self-check passed.
+    /// A `LISTEN` connection whose self-check passed (counted in [`WAKE_LISTENING`]).
     Listening(Listener),
     /// Polling until the next attempt to listen, at `retry_at`.
-    Polling {
-        /// When the next attempt may start.
-        retry_at: Instant,
-    },
+    Polling { retry_at: Instant },
 }
 
 /// The between-rounds wait of one worker.
 pub(crate) struct Wake {
-    /// The pool to listen through: `Some` where the driver listens and wake-on-commit is on.
-    db: Option<DatabaseConnection>,
+    /// The pool to listen through.
+    db: DatabaseConnection,
     mode: Mode,
-    /// Failed attempts since the connection was last lost (or since the start): sets the
-    /// back-off, and only the first of an outage is logged at WARN.
+    /// Failed attempts since the connection was last lost (or since the start).
     failures: u32,
-    /// Whether a `LISTEN` connection was ever up (to log "re-established" rather than nothing).
+    /// Whether a `LISTEN` connection was ever up.
     listened: bool,
-    /// Whether a failed self-check was logged at WARN already (it is, once per worker run).
+    /// Whether a failed self-check was logged at WARN already (once per worker run).
     check_warned: bool,
-    /// Whether the self-check failed last time (so that a later pass is logged at INFO).
+    /// Whether the self-check failed last time.
     check_failed: bool,
-    /// Whether this wait counts in the [`crate::metrics::WAKE_LISTENING`] gauge now.
-    live: bool,
-    /// The next wait when it is a follow-up: [`crate::config::WAKE_FOLLOW_UP`] after a
-    /// notification, doubled after each follow-up.
+    /// The next wait when it is a follow-up (see [`Wake::wait`]).
     next_follow_up: Option<Duration>,
 }
 
@@ -70,33 +63,31 @@ impl Wake {
     /// first wait connects (one connection of `db`'s pool), so the first round is not delayed.
     pub(crate) fn new(db: &DatabaseConnection, enabled: bool) -> Self {
         let listens = Driver::of(db.get_database_backend()).is_some_and(Driver::listens);
-        let db = (enabled && listens).then(|| db.clone());
-        let mode = match db {
-            Some(_) => Mode::Polling {
+        let mode = if enabled && listens {
+            Mode::Polling {
                 retry_at: Instant::now(),
-            },
-            None => Mode::Off,
+            }
+        } else {
+            Mode::Off
         };
         // Registers the gauge at 0, so that "not listening" is visible from the start.
-        crate::metrics::wake_listening(0.0);
+        metrics::gauge!(WAKE_LISTENING).increment(0.0);
         Wake {
-            db,
+            db: db.clone(),
             mode,
             failures: 0,
             listened: false,
             check_warned: false,
             check_failed: false,
-            live: false,
             next_follow_up: None,
         }
     }
 
-    /// Waits `delay` (±10 %), or less when a notification arrives (a burst of them wakes one
-    /// round) or a `LISTEN` connection was just (re-)established. A lost `LISTEN` connection is
-    /// re-established here with [`backoff`]; a failed self-check is retried every
-    /// [`SELF_CHECK_RETRY`]. After a notification the next waits are follow-ups
-    /// ([`crate::config::WAKE_FOLLOW_UP`], doubling while shorter than `delay`), for writers
-    /// that shared the notification ([`crate::NewEvent::notify_interval`]). Cancel-safe.
+    /// Waits `delay` (±10 %), or less when a notification arrives or a `LISTEN` connection was
+    /// just (re-)established, which it re-establishes with [`backoff`] or [`SELF_CHECK_RETRY`].
+    /// After a notification the next waits are follow-ups ([`crate::config::WAKE_FOLLOW_UP`],
+    /// doubling while shorter than `delay`), for writers that shared the notification
+    /// ([`crate::NewEvent::notify_interval`]). Cancel-safe.
     pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
         let follow_up = self.next_follow_up.take().filter(|f| *f < delay);
         let woken = match follow_up {
@@ -108,8 +99,7 @@ impl Wake {
                 }
                 other => other,
             },
-            // Spread so that workers started together do not poll in lockstep (which would
-            // give several instances the latency of one).
+            // Spread so that workers started together do not poll in lockstep.
             None => {
                 self.wait_until(Instant::now() + crate::retry::jitter(delay))
                     .await
@@ -125,22 +115,8 @@ impl Wake {
     /// earlier).
     async fn wait_until(&mut self, deadline: Instant) -> Woken {
         loop {
-            match &mut self.mode {
-                Mode::Off => {
-                    tokio::time::sleep_until(deadline).await;
-                    return Woken::Timer;
-                }
-                Mode::Polling { retry_at } => {
-                    let retry_at = *retry_at;
-                    if retry_at >= deadline {
-                        tokio::time::sleep_until(deadline).await;
-                        return Woken::Timer;
-                    }
-                    tokio::time::sleep_until(retry_at).await;
-                    if self.attempt().await {
-                        return Woken::Notified;
-                    }
-                }
+            let retry_at = match &mut self.mode {
+                Mode::Polling { retry_at } if *retry_at < deadline => *retry_at,
                 Mode::Listening(listener) => {
                     let lost = match listener.wait_until(deadline).await {
                         Ok(Heard::Timer) => return Woken::Timer,
@@ -152,18 +128,24 @@ impl Wake {
                         "LISTEN connection lost: wake-on-commit is down; re-connecting, \
                          polling meanwhile"
                     );
-                    self.set_live(false);
-                    // Dropping the listener closes its dead connection.
+                    metrics::gauge!(WAKE_LISTENING).increment(-1.0);
+                    // Dropping the listener closes its dead connection. The first retry is
+                    // immediate: after a failover the database is usually reachable.
                     self.mode = Mode::Polling {
                         retry_at: Instant::now(),
                     };
                     self.failures = 0;
-                    // The first retry is immediate: a terminated backend or a failover usually
-                    // leaves the database reachable.
-                    if self.attempt().await {
-                        return Woken::Notified;
-                    }
+                    Instant::now()
                 }
+                // Off, or the next attempt is not before the deadline.
+                _ => {
+                    tokio::time::sleep_until(deadline).await;
+                    return Woken::Timer;
+                }
+            };
+            tokio::time::sleep_until(retry_at).await;
+            if self.attempt().await {
+                return Woken::Notified;
             }
         }
     }
@@ -171,10 +153,7 @@ impl Wake {
     /// One attempt to listen (connect, `LISTEN`, self-check); logs and records its outcome and
     /// sets the mode. Returns whether the worker listens now.
     async fn attempt(&mut self) -> bool {
-        let Some(db) = &self.db else {
-            return false;
-        };
-        match Listener::open(db).await {
+        let pause = match Listener::open(&self.db).await {
             Ok(listener) => {
                 if self.check_failed {
                     tracing::info!(
@@ -191,11 +170,11 @@ impl Wake {
                     tracing::debug!("listening for committed events");
                 }
                 self.mode = Mode::Listening(listener);
+                metrics::gauge!(WAKE_LISTENING).increment(1.0);
                 self.failures = 0;
                 self.listened = true;
                 self.check_failed = false;
-                self.set_live(true);
-                true
+                return true;
             }
             Err(ListenFailure::Unreachable(error)) => {
                 self.failures += 1;
@@ -214,12 +193,9 @@ impl Wake {
                         "cannot LISTEN for committed events yet"
                     );
                 }
-                self.mode = Mode::Polling {
-                    retry_at: Instant::now() + pause,
-                };
-                false
+                pause
             }
-            Err(failure @ (ListenFailure::NotDelivered | ListenFailure::SharedSessions)) => {
+            Err(failure) => {
                 let reason = match failure {
                     ListenFailure::SharedSessions => {
                         "two connections of the pool shared one server session: a pooler in \
@@ -247,28 +223,22 @@ impl Wake {
                 }
                 self.check_failed = true;
                 self.failures = 0;
-                self.mode = Mode::Polling {
-                    retry_at: Instant::now() + SELF_CHECK_RETRY,
-                };
-                false
+                SELF_CHECK_RETRY
             }
-        }
-    }
-
-    /// Moves the [`crate::metrics::WAKE_LISTENING`] gauge when this wait starts or stops
-    /// listening.
-    fn set_live(&mut self, live: bool) {
-        if self.live != live {
-            self.live = live;
-            crate::metrics::wake_listening(if live { 1.0 } else { -1.0 });
-        }
+        };
+        self.mode = Mode::Polling {
+            retry_at: Instant::now() + pause,
+        };
+        false
     }
 }
 
 impl Drop for Wake {
     /// A stopped worker no longer counts as listening.
     fn drop(&mut self) {
-        self.set_live(false);
+        if matches!(self.mode, Mode::Listening(_)) {
+            metrics::gauge!(WAKE_LISTENING).increment(-1.0);
+        }
     }
 }
 

@@ -1,15 +1,11 @@
-//! [`EventLimits`]: what a write refuses before anything reaches the database.
-
 /// Header names no event may use, whatever the publisher: the outbox's own message properties
 /// ([`crate::OutboxMessage::properties`]).
 const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
 
-/// Limits checked before an event is written.
+/// Limits checked before an event is written ([`crate::NewEvent::validate`]).
 ///
-/// The default is broker-neutral: payloads up to [`EventLimits::DEFAULT_MAX_PAYLOAD_BYTES`], headers up to
-/// [`EventLimits::DEFAULT_MAX_HEADERS_BYTES`], and no reserved header names beyond
-/// the outbox's own properties (`eventId`, `eventType`, `bizNo`). A publisher crate supplies the limits of its broker (its message
-/// size, the property names the broker keeps for itself); give them to the [`crate::Outbox`]
+/// The default is broker-neutral. A publisher crate supplies the limits of its broker (its
+/// message size, the property names it keeps for itself); give them to the [`crate::Outbox`]
 /// that writes the events ([`crate::Outbox::limits`]) so that an event the broker can never
 /// take is refused at write time.
 ///
@@ -26,14 +22,12 @@ const OUTBOX_PROPERTY_NAMES: &[&str] = &["eventId", "eventType", "bizNo"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EventLimits {
-    /// Largest payload in bytes (default [`EventLimits::DEFAULT_MAX_PAYLOAD_BYTES`]). Set it to the
-    /// broker's message size limit so an event that can never be sent is refused at write time.
+    /// Largest payload in bytes (default [`EventLimits::DEFAULT_MAX_PAYLOAD_BYTES`]).
     pub max_payload_bytes: usize,
     /// Largest size of an event's headers together, in bytes of their JSON form (default
     /// [`EventLimits::DEFAULT_MAX_HEADERS_BYTES`]).
     pub max_headers_bytes: usize,
-    /// Header names the broker keeps for itself, refused besides the outbox's own
-    /// (default none).
+    /// Header names the broker keeps for itself, refused besides the outbox's own (default none).
     pub reserved_header_names: &'static [&'static str],
     /// Prefixes of header names the broker keeps for itself (default none).
     pub reserved_header_prefixes: &'static [&'static str],

@@ -4,16 +4,13 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
 use sea_orm_outbox_entity::event_record::Model;
 
-use crate::driver::is_transient;
-use crate::driver::{admin, exec_by_ids, query_events, query_ids, RECLAIM_BATCH};
+use crate::driver::{admin, exec_by_ids, query_events, query_ids, retry_transient, RECLAIM_BATCH};
 use crate::error::OutboxError;
 use crate::outbox::Outbox;
 
-/// The dead letters (`FAIL` rows), oldest id first, at most `limit`.
+/// The dead letters (`FAIL` rows), oldest id first, at most `limit` (0 returns nothing).
 ///
 /// SQL: `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
-///
-/// A `limit` of 0 returns nothing.
 ///
 /// # Errors
 /// [`OutboxError::InvalidArgument`] when `limit` is over `i64::MAX` (no database takes it);
@@ -76,19 +73,17 @@ pub async fn retry_all_dead<C: ConnectionTrait>(
     db: &C,
 ) -> Result<u64, OutboxError> {
     let driver = outbox.driver(db)?;
-    let batch = RECLAIM_BATCH;
     let mut total = 0;
     // Paged by id: a retried event that fails again while this runs is not retried twice, and
     // the loop ends even while relays keep dead-lettering.
     let mut after = i64::MIN;
     loop {
-        let ids = query_ids(db, &admin::dead_letter_ids_query(driver, after, batch)).await?;
+        let query = admin::dead_letter_ids_query(driver, after, RECLAIM_BATCH);
+        let ids = query_ids(db, &query).await?;
         let Some(&last) = ids.last() else { break };
         after = last;
-        let n = ids.len() as u64;
-        let update = admin::retry_dead_statement(driver, &ids);
-        total += exec_by_ids(db, &update).await?;
-        if n < batch {
+        total += exec_by_ids(db, &admin::retry_dead_statement(driver, &ids)).await?;
+        if (ids.len() as u64) < RECLAIM_BATCH {
             break;
         }
     }
@@ -111,10 +106,6 @@ pub async fn discard_dead<C: ConnectionTrait>(
     Ok(outcome(exec_by_ids(db, &delete).await?))
 }
 
-/// Attempts [`purge_delivered`] makes at one batch that meets a transient conflict (deadlock,
-/// SQLite busy) before it returns the error.
-const PURGE_BATCH_ATTEMPTS: u32 = 4;
-
 /// One purge batch in its own transaction: how many ids were selected, how many rows deleted.
 /// A failed batch rolls back (the transaction is dropped) and may simply run again.
 async fn purge_batch<C>(
@@ -127,8 +118,7 @@ where
     C: ConnectionTrait + TransactionTrait,
 {
     let driver = outbox.driver(db)?;
-    // Reads, then deletes: `BEGIN IMMEDIATE` on SQLite, or the delete fails at once with
-    // `database is locked` whenever a relay or writer committed since the read.
+    // Reads, then deletes: on SQLite only `BEGIN IMMEDIATE` waits for the write lock.
     let txn = crate::ext::begin_write(db).await?;
     let ids = query_ids(&txn, &admin::purge_ids_query(driver, older_than, batch)).await?;
     let selected = ids.len() as u64;
@@ -156,19 +146,17 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// `SENDING` and `FAIL` rows are never touched.
 ///
 /// Each batch is its own short transaction, so locks are held briefly and a long purge does
-/// not block the relay:
-/// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
-/// ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN (:ids) AND status =
-/// 'SUCCESS'` through the primary key (`exec_by_ids`: on MySQL/MariaDB a scan would wait on
-/// rows of open business transactions), commit; repeated until a batch comes back short. (Two
-/// statements because MariaDB allows no `LIMIT` inside `IN (subquery)`.)
+/// not block the relay: `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND
+/// update_time < now - :older_than ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record
+/// WHERE id IN (:ids) AND status = 'SUCCESS'` through the primary key (as [`retry_all_dead`]),
+/// commit; repeated until a batch comes back short. (Two statements because MariaDB allows no
+/// `LIMIT` inside `IN (subquery)`.)
 ///
 /// # Errors
-/// [`OutboxError::InvalidArgument`] when `batch` is 0 or over
-/// 10,000 (its ids are bound as statement parameters);
-/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise. A batch
-/// meeting a transient conflict (deadlock, SQLite busy) runs again up to 4 times first.
-/// Batches committed before an error stay deleted.
+/// [`OutboxError::InvalidArgument`] when `batch` is 0 or over 10,000 (its ids are bound as
+/// statement parameters); [`OutboxError::TableMissing`] without the migration;
+/// [`OutboxError::Db`] otherwise. A batch meeting a transient conflict (deadlock, SQLite busy)
+/// is tried up to 4 times first. Batches committed before an error stay deleted.
 pub async fn purge_delivered<C>(
     outbox: &Outbox,
     db: &C,
@@ -186,17 +174,8 @@ where
     }
     let mut total = 0;
     loop {
-        let mut attempt = 1;
-        let (selected, deleted) = loop {
-            match purge_batch(outbox, db, older_than, batch).await {
-                Err(e) if attempt < PURGE_BATCH_ATTEMPTS && is_transient(&e) => {
-                    tracing::debug!(error = %e, attempt, "transient conflict; purging the batch again");
-                    tokio::time::sleep(Duration::from_millis(10 << attempt)).await;
-                    attempt += 1;
-                }
-                other => break other?,
-            }
-        };
+        let (selected, deleted) =
+            retry_transient(|| purge_batch(outbox, db, older_than, batch)).await?;
         total += deleted;
         if selected > 0 {
             tracing::debug!(deleted, total, "purged a batch of delivered events");

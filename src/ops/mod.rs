@@ -43,10 +43,7 @@ pub struct OutboxStats {
     pub sending_over_lease: u64,
     /// The lease the `sending_over_lease` count was judged by, in seconds.
     pub lease_seconds: f64,
-    /// Keys (`biz_no`) with `WAIT` events behind a dead letter of the same key: what relays
-    /// in ordered mode with [`crate::OrderedPolicy::Block`] hold back until the dead letter is
-    /// retried or discarded (with `Skip`, or unordered, those events go on). See
-    /// [`blocked_keys`].
+    /// Keys (`biz_no`) with `WAIT` events behind a dead letter of the same key ([`blocked_keys`]).
     pub blocked_keys: u64,
     /// Age in seconds (database clock) of the oldest `WAIT` event behind a dead letter of its
     /// key (now − its `create_time`); `None` when no key is blocked.
@@ -80,10 +77,8 @@ pub async fn blocked_keys<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
 ) -> Result<BlockedKeys, OutboxError> {
-    let row = db
-        .query_one(&admin::blocked_keys_query(outbox.driver(db)?))
-        .await?;
-    let Some(row) = row else {
+    let query = admin::blocked_keys_query(outbox.driver(db)?);
+    let Some(row) = db.query_one(&query).await? else {
         return Ok(BlockedKeys::default());
     };
     let keys: i64 = row.try_get("", "blocked_keys")?;
@@ -118,18 +113,16 @@ pub async fn stats<C: ConnectionTrait>(
     lease: Duration,
 ) -> Result<OutboxStats, OutboxError> {
     let driver = outbox.driver(db)?;
-    let counts = StatusCounts(admin::count_by_status(db, driver, None).await?);
-    let count = |status: EventStatus| counts.get(status);
+    let count = by_status(admin::count_by_status(db, driver, None).await?);
     let oldest_wait_age_seconds = oldest_wait_age(db, outbox, Column::CreateTime).await?;
     let sending_over_lease = admin::count_sending_over_lease(db, driver, lease).await?;
-    let fail = count(EventStatus::Fail);
     let blocked = blocked_keys(outbox, db).await?;
     Ok(OutboxStats {
         wait: count(EventStatus::Wait),
         sending: count(EventStatus::Sending),
         success: count(EventStatus::Success),
-        fail,
-        dead_letters: fail,
+        fail: count(EventStatus::Fail),
+        dead_letters: count(EventStatus::Fail),
         oldest_wait_age_seconds,
         sending_over_lease,
         lease_seconds: lease.as_secs_f64(),
@@ -163,9 +156,7 @@ pub struct Backlog {
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn backlog<C: ConnectionTrait>(outbox: &Outbox, db: &C) -> Result<Backlog, OutboxError> {
     let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
-    let counts = StatusCounts(admin::count_by_status(db, outbox.driver(db)?, Some(&open)).await?);
-    let count = |status: EventStatus| counts.get(status);
-    // MIN over the index (status, next_retry_time): one index probe, however long the backlog.
+    let count = by_status(admin::count_by_status(db, outbox.driver(db)?, Some(&open)).await?);
     let oldest_wait_age_seconds = oldest_wait_age(db, outbox, Column::NextRetryTime)
         .await?
         .unwrap_or(0.0);
@@ -177,39 +168,31 @@ pub async fn backlog<C: ConnectionTrait>(outbox: &Outbox, db: &C) -> Result<Back
     })
 }
 
-/// Row counts per status, from one `GROUP BY status` query.
-struct StatusCounts(Vec<(String, i64)>);
-
-impl StatusCounts {
-    fn get(&self, status: EventStatus) -> u64 {
-        self.0
-            .iter()
+/// The count of a status in the rows of one `GROUP BY status` query (0 when absent).
+fn by_status(rows: Vec<(String, i64)>) -> impl Fn(EventStatus) -> u64 {
+    move |status| {
+        rows.iter()
             .filter(|(s, _)| s == status.as_str())
             .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
             .sum()
     }
 }
 
-/// Seconds between the database's now and the smallest `column` of the `WAIT` rows
-/// (`SELECT MIN(column), now FROM t_event_record WHERE status = 'WAIT'`); `None` when nothing
-/// waits.
+/// Seconds from the smallest `column` of the `WAIT` rows to the database's now; `None` when
+/// nothing waits.
 async fn oldest_wait_age<C: ConnectionTrait>(
     db: &C,
     outbox: &Outbox,
     column: Column,
 ) -> Result<Option<f64>, OutboxError> {
     let oldest = admin::oldest_wait(db, outbox.driver(db)?, column).await?;
-    Ok(match oldest {
-        Some((Some(oldest), now)) => Some(seconds_between(oldest, now)),
-        _ => None,
-    })
+    Ok(oldest.and_then(|(oldest, now)| Some(seconds_between(oldest?, now))))
 }
 
 /// Fails with [`OutboxError::TableMissing`] unless `outbox`'s table exists (reads at most one
-/// id: `SELECT id FROM t_event_record LIMIT 1`). For tools that should refuse to start, like
-/// the relay, whose loop would otherwise log the error every round. On Postgres it is sent as
-/// one simple-protocol query (its value inlined), so that it also passes a transaction-mode
-/// pooler (PgBouncer < 1.21; see [`crate::StatementProtocol::Simple`]).
+/// id: `SELECT id FROM t_event_record LIMIT 1`), for tools that should refuse to start. On
+/// Postgres it is one simple-protocol query, so that it also passes a transaction-mode pooler
+/// ([`crate::StatementProtocol::Simple`]).
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.

@@ -1,5 +1,4 @@
-//! Where the relay sends events: the [`Publisher`] trait and the publishers that ship with the
-//! crate. A broker's publisher lives in a crate of its own (see the README's list).
+//! Where the relay sends events: the [`Publisher`] trait and the publishers of this crate.
 mod logging;
 mod memory;
 
@@ -26,20 +25,16 @@ pub struct OutboxMessage {
     pub payload: String,
     /// Failed attempts before this one (`retry_count`).
     pub retry_count: i32,
-    /// The event's headers (`t_event_record.headers`, see [`crate::NewEvent::header`]) in name
-    /// order, including the recorded trace context (`traceparent`, `tracestate`) when there is
-    /// one; a publisher sends each as a message property or header of its broker.
+    /// The event's headers ([`crate::NewEvent::header`]) in name order, including a recorded
+    /// trace context; a publisher sends each as a message property or header of its broker.
     pub headers: Vec<(String, String)>,
-    /// The relay runs in ordered mode ([`crate::WorkerConfig::ordered`]): the message is one
-    /// of its key's events sent in id order, and a publisher that can keep one key's messages
-    /// in order must do so (e.g. by sending every message of one `biz_no` to one partition or
-    /// queue). `false` by default and for every message of an unordered relay.
+    /// The relay runs in ordered mode ([`crate::WorkerConfig::ordered`]): a publisher that can
+    /// keep one key's messages in order must do so (e.g. one `biz_no` to one partition).
     pub ordered: bool,
 }
 
 impl OutboxMessage {
-    /// A message for event `event_id` on its first attempt (`retry_count` 0), for example to
-    /// probe a publisher.
+    /// A message for event `event_id` on its first attempt (`retry_count` 0).
     pub fn new(
         event_id: i64,
         biz_no: impl Into<String>,
@@ -98,9 +93,7 @@ impl TryFrom<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
     /// # Errors
     /// A permanent [`PublishError`] when the row's `headers` is not a JSON object of strings or
     /// holds a header [`crate::NewEvent::header`] refuses under the default
-    /// [`crate::EventLimits`] (possible only for a row written or edited outside the library):
-    /// sending the event without them would drop them silently. A publisher checks its broker's
-    /// own reserved names itself.
+    /// [`crate::EventLimits`] (only a row written or edited outside the library can).
     fn try_from(m: &sea_orm_outbox_entity::event_record::Model) -> Result<Self, PublishError> {
         let headers = m.header_pairs().map_err(|e| {
             PublishError::permanent(format!(
@@ -113,13 +106,9 @@ impl TryFrom<&sea_orm_outbox_entity::event_record::Model> for OutboxMessage {
                 .map_err(|e| PublishError::permanent(format!("event {}: {e}", m.id)))?;
         }
         Ok(OutboxMessage {
-            event_id: m.id,
-            biz_no: m.biz_no.clone(),
-            event_type: m.event_type.clone(),
-            payload: m.payload.clone(),
             retry_count: m.retry_count,
             headers,
-            ordered: false,
+            ..OutboxMessage::new(m.id, &m.biz_no, &m.event_type, &m.payload)
         })
     }
 }
@@ -140,26 +129,21 @@ pub trait Publisher: Send + Sync {
     async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError>;
 
     /// Publishes `messages` together, in as few broker requests as the broker allows, and
-    /// returns one result per message, in the order given (a result missing from the returned
-    /// `Vec` counts as a retryable failure of its message). Each result is recorded as
-    /// [`Publisher::publish`]'s would be: `Ok` marks the event `SUCCESS`, an error puts it back
-    /// with back-off or makes it a dead letter, per event.
-    ///
-    /// The relay calls it (instead of `publish`) with up to `batch_size` events of one claim
-    /// when [`Publisher::batches`] says so, within one send timeout for the whole call. The
-    /// default sends the messages one after another with [`Publisher::publish`].
+    /// returns one result per message, in the order given (a missing result counts as a
+    /// retryable failure), each recorded as [`Publisher::publish`]'s would be. The relay calls
+    /// it with up to `batch_size` events of one claim when [`Publisher::batches`] says so,
+    /// within one send timeout for the whole call. The default sends them one after another
+    /// with [`Publisher::publish`].
     ///
     /// A batch the broker refused for good because of one of its messages must not fail the
-    /// others for good: send them alone, or return a retryable error for them.
-    ///
-    /// In ordered mode (messages with [`OutboxMessage::ordered`], one key's run in id order) a
-    /// publisher must not send a key's messages after a failed one (return a retryable error
-    /// for them, as the default does): a later event that reached the broker would overtake
-    /// the retried earlier one at the consumer.
+    /// others for good: send them alone, or return a retryable error for them. In ordered mode
+    /// ([`OutboxMessage::ordered`]) no message of a key may be sent after a failed one of that
+    /// key (return a retryable error for it, as the default does), or it would overtake the
+    /// retried one at the consumer.
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let mut results = Vec::with_capacity(messages.len());
-        // Ordered mode: the keys whose message failed; their later messages must not overtake it.
-        let mut failed: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        // Ordered mode: the keys whose message failed.
+        let mut failed = std::collections::HashSet::new();
         for message in messages {
             if message.ordered && failed.contains(message.biz_no.as_str()) {
                 results.push(Err(PublishError::retryable(format!(
@@ -177,11 +161,9 @@ pub trait Publisher: Send + Sync {
         results
     }
 
-    /// Whether [`Publisher::publish_batch`] carries several messages per broker request. Only
-    /// then does the relay hand it a claim's events in one call; otherwise it calls
-    /// [`Publisher::publish`] once per event, `send_concurrency` at a time. `false` unless the
-    /// publisher overrides it. A publisher that wraps another must forward both this and
-    /// [`Publisher::publish_batch`], or the relay stops batching through it.
+    /// Whether [`Publisher::publish_batch`] carries several messages per broker request (only
+    /// then does the relay call it); `false` unless overridden. A publisher that wraps another
+    /// must forward both this and [`Publisher::publish_batch`].
     fn batches(&self) -> bool {
         false
     }
