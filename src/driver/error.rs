@@ -55,11 +55,18 @@ fn sqlx_kind(err: &DbErr) -> DbErrorKind {
 /// anything else is read as a Postgres SQLSTATE.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 fn database_kind(db_err: &dyn sea_orm::sqlx::error::DatabaseError) -> DbErrorKind {
-    if let Some(kind) = super::mysql::error::of(db_err) {
-        return kind;
+    #[cfg(feature = "mysql")]
+    if let Some(e) = db_err.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>() {
+        return super::mysql::error::kind(e.number());
     }
-    if let Some(kind) = super::sqlite::error::of(db_err) {
-        return kind;
+    #[cfg(feature = "sqlite")]
+    if db_err
+        .try_downcast_ref::<sea_orm::sqlx::sqlite::SqliteError>()
+        .is_some()
+    {
+        // sqlx gives SQLite's extended result code as the error's code.
+        let code = db_err.code().and_then(|c| c.parse().ok()).unwrap_or(0);
+        return super::sqlite::error::kind(code, db_err.message());
     }
     super::postgres::error::kind(db_err.code().as_deref().unwrap_or_default())
 }

@@ -80,9 +80,7 @@ pub async fn blocked_keys<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
 ) -> Result<BlockedKeys, OutboxError> {
-    let row = db
-        .query_one(&admin::blocked_keys_query(outbox.driver(db)?))
-        .await?;
+    let row = db.query_one(&outbox.driver(db)?.blocked_keys()).await?;
     let Some(row) = row else {
         return Ok(BlockedKeys::default());
     };

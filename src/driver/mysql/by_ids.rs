@@ -3,12 +3,12 @@
 use std::fmt::Write as _;
 
 use sea_orm::sea_query::{
-    Condition, Expr, IntoIden, MysqlQueryBuilder, QueryBuilder, QuotedBuilder, SqlWriterValues,
-    TableName, TableRefBuilder,
+    Condition, Expr, InsertStatement, IntoIden, MysqlQueryBuilder, QueryBuilder, QuotedBuilder,
+    SqlWriterValues, TableName, TableRefBuilder,
 };
 use sea_orm::{DbBackend, Statement};
 
-use crate::driver::{ByIds, InsertIfAbsent};
+use crate::driver::ByIds;
 
 /// `stmt` written to read the table through the primary key alone: `UPDATE t FORCE INDEX
 /// (PRIMARY) SET ... WHERE ...`, or `DELETE t FROM t FORCE INDEX (PRIMARY) WHERE ...` (a
@@ -19,7 +19,7 @@ use crate::driver::{ByIds, InsertIfAbsent};
 pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
     let q = MysqlQueryBuilder;
     let mut sql = writer();
-    let table = TableName::from(stmt.table());
+    let table = TableName::from(stmt.driver.table());
     match stmt.set.as_deref() {
         Some(set) => {
             push(&mut sql, "UPDATE ");
@@ -57,27 +57,10 @@ pub(crate) fn through_primary_key(stmt: &ByIds) -> Statement {
 /// polyfill of `ON CONFLICT DO NOTHING` counts a duplicate as 1 row under `CLIENT_FOUND_ROWS`
 /// (which sqlx sets). `INSERT IGNORE` also turns other errors (over-long values, NULLs) into
 /// warnings: callers validate the values first.
-pub(crate) fn insert_ignore(insert: &InsertIfAbsent) -> Statement {
-    let q = MysqlQueryBuilder;
-    let mut sql = writer();
-    push(&mut sql, "INSERT IGNORE INTO ");
-    q.prepare_iden(&insert.table, &mut sql);
-    push(&mut sql, " (");
-    for (i, column) in insert.columns.iter().enumerate() {
-        if i > 0 {
-            push(&mut sql, ", ");
-        }
-        q.prepare_iden(column, &mut sql);
-    }
-    push(&mut sql, ") VALUES (");
-    for (i, value) in insert.values.iter().enumerate() {
-        if i > 0 {
-            push(&mut sql, ", ");
-        }
-        q.prepare_expr(value, &mut sql);
-    }
-    push(&mut sql, ")");
-    statement(sql)
+pub(crate) fn insert_ignore(insert: &InsertStatement) -> Statement {
+    let mut stmt = DbBackend::MySql.build(insert);
+    stmt.sql = stmt.sql.replacen("INSERT ", "INSERT IGNORE ", 1);
+    stmt
 }
 
 /// Appends `text` to `sql` (a writer in memory: it cannot fail).
