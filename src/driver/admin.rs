@@ -194,11 +194,11 @@ pub async fn count_sending_over_lease<C: ConnectionTrait>(
         .expr(Expr::cust("COUNT(*)"))
         .from_subquery(driver.sending_over_lease(lease), "sub_query")
         .to_owned();
-    let n: Option<i64> = match db.query_one(&count).await? {
-        Some(r) => Some(r.try_get_by_index(0)?),
-        None => None,
+    let n: i64 = match db.query_one(&count).await? {
+        Some(r) => r.try_get_by_index(0)?,
+        None => 0,
     };
-    Ok(n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
 /// Runs [`Driver::check_table`], on Postgres as one simple-protocol query ([`Driver::inline`])

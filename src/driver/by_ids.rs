@@ -15,9 +15,9 @@ pub struct ByIds {
     /// The backend and table it is written for.
     pub(super) driver: Driver,
     /// `Some(assignments)` for an `UPDATE`, in order; `None` for a `DELETE`.
-    pub(super) set: Option<Vec<(Column, Expr)>>,
+    set: Option<Vec<(Column, Expr)>>,
     /// The conditions joined by `AND`, in order.
-    pub(super) filter: Vec<Expr>,
+    filter: Vec<Expr>,
     /// Whether its id list is empty: it names no row, and [`super::exec_by_ids`] skips it.
     pub(super) names_none: bool,
 }
@@ -69,11 +69,8 @@ impl ByIds {
     /// The statement as sent, reading the table through the primary key alone: on MySQL/MariaDB
     /// with `FORCE INDEX (PRIMARY)` (`mysql/by_ids.rs`), elsewhere by its status guard.
     pub fn build(&self) -> Statement {
-        if self.driver.backend == Backend::MySql {
-            return mysql::by_ids::through_primary_key(self);
-        }
         let table = self.driver.table();
-        match &self.set {
+        let mut stmt = match &self.set {
             Some(set) => {
                 let mut update = Query::update();
                 update.table(table);
@@ -93,7 +90,11 @@ impl ByIds {
                 }
                 self.driver.build(&delete)
             }
+        };
+        if self.driver.backend == Backend::MySql {
+            mysql::by_ids::through_primary_key(&mut stmt, table);
         }
+        stmt
     }
 }
 

@@ -29,49 +29,44 @@ pub(super) const WINDOW: &str = "w";
 /// stops at the nearest earlier event; for `FAIL` `NOT EXISTS (...)`.
 pub fn no_blocking_predecessor(driver: Driver, policy: OrderedPolicy) -> Expr {
     let (e, p) = (Alias::new(CANDIDATE), Alias::new(PREDECESSOR));
-    let mut all: Option<Expr> = None;
-    for status in policy.blocking_statuses() {
-        if *status == EventStatus::Sending {
-            continue; // no_event_of_the_key_out
-        }
-        let mut pred = Query::select();
-        pred.expr(Expr::col((p.clone(), Column::Id)).max())
-            .from_as(driver.table(), p.clone())
-            .and_where(Expr::col((p.clone(), Column::BizNo)).equals((e.clone(), Column::BizNo)))
-            .and_where(Expr::col((p.clone(), Column::Status)).eq(status.as_str()))
-            .and_where(Expr::col((p.clone(), Column::Id)).lt(Expr::col((e.clone(), Column::Id))));
-        let none = if *status == EventStatus::Wait {
-            Expr::SubQuery(
-                None,
-                Box::new(sea_orm::sea_query::QueryStatementBuilder::into_sub_query_statement(pred)),
-            )
-            .is_null()
-        } else {
-            pred.clear_selects().expr(Expr::val(1));
-            Expr::exists(pred).not()
-        };
-        all = Some(match all {
-            None => none,
-            Some(so_far) => so_far.and(none),
+    let statuses = policy.blocking_statuses().iter();
+    let none = statuses
+        .filter(|s| **s != EventStatus::Sending)
+        .map(|status| {
+            let mut pred = Query::select();
+            pred.expr(Expr::col((p.clone(), Column::Id)).max())
+                .from_as(driver.table(), p.clone())
+                .and_where(Expr::col((p.clone(), Column::BizNo)).equals((e.clone(), Column::BizNo)))
+                .and_where(Expr::col((p.clone(), Column::Status)).eq(status.as_str()))
+                .and_where(
+                    Expr::col((p.clone(), Column::Id)).lt(Expr::col((e.clone(), Column::Id))),
+                );
+            if *status == EventStatus::Wait {
+                Expr::SubQuery(
+                    None,
+                    Box::new(
+                        sea_orm::sea_query::QueryStatementBuilder::into_sub_query_statement(pred),
+                    ),
+                )
+                .is_null()
+            } else {
+                pred.clear_selects().expr(Expr::val(1));
+                Expr::exists(pred).not()
+            }
         });
-    }
-    all.expect("every policy blocks on WAIT")
+    none.reduce(ExprTrait::and)
+        .expect("every policy blocks on WAIT")
 }
 
 /// "No event of the key is out": no `SENDING` event of `e`'s key, earlier or later (a dead
 /// letter retried under `Skip`, or an event committed after a later one of its key, waits until
 /// that one is done). Postgres reads the keys out once per statement (`postgres/ordered.rs`);
-/// the others test `NOT EXISTS` per candidate.
+/// the others test per candidate: `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.status
+/// = 'SENDING' AND s.biz_no = e.biz_no)`.
 pub fn no_event_of_the_key_out(driver: Driver) -> Expr {
-    match driver.backend {
-        Backend::Postgres => postgres::ordered::no_event_of_the_key_out(driver),
-        Backend::MySql | Backend::Sqlite => no_sending_event_of_the_key(driver),
+    if driver.backend == Backend::Postgres {
+        return postgres::ordered::no_event_of_the_key_out(driver);
     }
-}
-
-/// `NOT EXISTS (SELECT 1 FROM t_event_record AS s WHERE s.status = 'SENDING' AND s.biz_no =
-/// e.biz_no)`.
-fn no_sending_event_of_the_key(driver: Driver) -> Expr {
     let (e, out) = (Alias::new(CANDIDATE), Alias::new(OUT));
     let mut q = Query::select();
     q.from_as(driver.table(), out.clone())
