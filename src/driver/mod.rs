@@ -145,9 +145,9 @@ impl Driver {
             )));
         };
         let (feature, built) = match driver.backend {
-            Backend::Postgres => postgres::FEATURE,
-            Backend::MySql => mysql::FEATURE,
-            Backend::Sqlite => sqlite::FEATURE,
+            Backend::Postgres => ("postgres", cfg!(feature = "postgres")),
+            Backend::MySql => ("mysql", cfg!(feature = "mysql")),
+            Backend::Sqlite => ("sqlite", cfg!(feature = "sqlite")),
         };
         if built {
             Ok(driver)

@@ -125,13 +125,9 @@ impl Driver {
     ) -> SelectStatement {
         let e = Alias::new(CANDIDATE);
         let now = self.now();
-        let window = match scan {
-            HeadScan::Window(window) => Some(window),
-            HeadScan::Deep => None,
-        };
         let mut c = Query::select();
-        match window {
-            Some(window) => {
+        match scan {
+            HeadScan::Window(window) => {
                 c.column(Column::Id)
                     .from(self.table())
                     .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
@@ -139,7 +135,7 @@ impl Driver {
                     .order_by(Column::NextRetryTime, Order::Asc)
                     .limit(window);
             }
-            None => {
+            HeadScan::Deep => {
                 c.expr_as(Expr::col(Column::Id).min(), Alias::new("id"))
                     .from(self.table())
                     .and_where(
@@ -150,7 +146,7 @@ impl Driver {
             }
         }
         let mut q = Query::select();
-        let windowed = window.is_some();
+        let windowed = scan != HeadScan::Deep;
         let from = match self.backend {
             Backend::Postgres => {
                 postgres::ordered::from_candidates(self, &mut q, c, windowed, policy, n)

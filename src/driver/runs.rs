@@ -139,24 +139,19 @@ async fn claim_runs(
         return Ok(HashMap::new());
     }
     let ids: Vec<i64> = runs.iter().map(|e| e.id).collect();
-    let taken = match db.run(|d| d.claim_run(&ids, owner)).await {
-        Ok(n) => n,
+    let taken = async {
+        if db.run(|d| d.claim_run(&ids, owner)).await? == ids.len() as u64 {
+            return Ok(ids.clone());
+        }
+        db.query_ids(|d| d.owned_ids(&ids, owner)).await
+    };
+    let owned: HashSet<i64> = match taken.await {
+        Ok(owned) => owned.into_iter().collect(),
         Err(e) => {
-            // The update may have applied with its reply lost: hand every follower back.
+            // The update may have applied with its reply lost, or which followers are ours is
+            // unknown: hand every one back.
             hand_back(db, &ids, owner).await;
             return Err(e);
-        }
-    };
-    let owned: HashSet<i64> = if taken == ids.len() as u64 {
-        ids.iter().copied().collect()
-    } else {
-        match db.query_ids(|d| d.owned_ids(&ids, owner)).await {
-            Ok(owned) => owned.into_iter().collect(),
-            Err(e) => {
-                // Which followers are ours is unknown: hand every one back.
-                hand_back(db, &ids, owner).await;
-                return Err(e);
-            }
         }
     };
     // Each key's run ends at its first follower not taken; the ones taken after it go back.

@@ -10,9 +10,6 @@ pub(super) mod pool;
 
 use std::time::Duration;
 
-/// The crate feature serving MySQL/MariaDB, and whether this build has it.
-pub(super) const FEATURE: (&str, bool) = ("mysql", cfg!(feature = "mysql"));
-
 /// `UTC_TIMESTAMP(6)` (whatever the connection's time zone; sqlx sets `+00:00`, other clients the
 /// server's zone), or `(UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND)`.
 pub(super) fn now_sql(offset: Option<(char, Duration)>) -> String {

@@ -18,9 +18,6 @@ use sea_orm::sea_query::{Expr, ExprTrait};
 
 pub use notify::WAKE_CHANNEL;
 
-/// The crate feature serving Postgres, and whether this build has it.
-pub(super) const FEATURE: (&str, bool) = ("postgres", cfg!(feature = "postgres"));
-
 /// `CURRENT_TIMESTAMP` (`timestamptz`, microseconds), or `(CURRENT_TIMESTAMP ± INTERVAL 'n
 /// microseconds')`. `CURRENT_TIMESTAMP` is the start of the transaction; the relay's
 /// statements run alone (autocommit), where it equals the statement's time.
