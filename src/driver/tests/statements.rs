@@ -1,5 +1,5 @@
 //! Every statement of the outbox's driver, rendered for Postgres, MySQL and SQLite side by side
-//! as it is sent (statements that name rows by id as `Driver::by_ids` writes them), kept as
+//! as it is sent (statements that name rows by id as `ByIds::build` writes them), kept as
 //! insta snapshots in `snapshots/`: a change to the SQL of any backend shows in review.
 //! Under CI=true a snapshot that differs fails the test; `cargo insta review` (or
 //! `INSTA_UPDATE=always cargo test --lib driver::tests::statements`) accepts a deliberate
@@ -88,7 +88,7 @@ fn claim_batch() {
 
 /// Ordered mode (`WorkerConfig::ordered`): the heads of their keys (Postgres and SQLite: one
 /// `UPDATE ... RETURNING`, Postgres with `FOR UPDATE SKIP LOCKED`; MySQL/MariaDB: the locking
-/// select, then `claim_locked_statement` as in the batch claim), per policy; then the runs
+/// select, then `Driver::claim_locked` as in the batch claim), per policy; then the runs
 /// behind the heads (a read and the guarded update by ids).
 #[test]
 fn claim_ordered() {
