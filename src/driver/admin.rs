@@ -10,103 +10,181 @@ use super::{event_columns, ByIds, Driver};
 
 type DateTimeUtc = sea_orm::prelude::DateTimeUtc;
 
-/// `SELECT status, COUNT(id) AS n FROM t_event_record [WHERE status IN (:only)] GROUP BY
-/// status`.
-pub fn count_by_status_query(driver: Driver, only: Option<&[EventStatus]>) -> SelectStatement {
-    let mut q = Query::select();
-    q.column(Column::Status)
-        .expr_as(Expr::col(Column::Id).count(), "n")
-        .from(driver.table());
-    if let Some(only) = only {
-        q.and_where(Expr::col(Column::Status).is_in(only.iter().map(|s| s.as_str())));
+impl Driver {
+    /// `SELECT status, COUNT(id) AS n FROM t_event_record [WHERE status IN (:only)] GROUP BY
+    /// status`.
+    pub fn count_by_status(self, only: Option<&[EventStatus]>) -> SelectStatement {
+        let mut q = Query::select();
+        q.column(Column::Status)
+            .expr_as(Expr::col(Column::Id).count(), "n")
+            .from(self.table());
+        if let Some(only) = only {
+            q.and_where(Expr::col(Column::Status).is_in(only.iter().map(|s| s.as_str())));
+        }
+        q.group_by_col(Column::Status).to_owned()
     }
-    q.group_by_col(Column::Status).to_owned()
+
+    /// `SELECT MIN(column) AS oldest, now AS now FROM t_event_record WHERE status = 'WAIT'`: the
+    /// oldest waiting row's `column` and the database clock, read together.
+    pub fn oldest_wait(self, column: Column) -> SelectStatement {
+        Query::select()
+            .expr_as(Expr::col(column).min(), "oldest")
+            .expr_as(self.now(), "now")
+            .from(self.table())
+            .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
+            .to_owned()
+    }
+
+    /// `SELECT COUNT(DISTINCT w.biz_no) AS blocked_keys, MIN(w.create_time) AS oldest, now AS now
+    /// FROM (SELECT biz_no, MIN(id) AS first_fail FROM t_event_record WHERE status = 'FAIL' GROUP
+    /// BY biz_no) AS f JOIN t_event_record AS w ON w.biz_no = f.biz_no AND w.status = 'WAIT' AND
+    /// w.id > f.first_fail`: the keys whose waiting events sit behind a dead letter (held back by
+    /// `Block`), the oldest such event, and the database clock. Starts from the few dead letters.
+    pub fn blocked_keys(self) -> SelectStatement {
+        let (w, f, first) = (Alias::new("w"), Alias::new("f"), Alias::new("first_fail"));
+        let dead = Query::select()
+            .column(Column::BizNo)
+            .expr_as(Expr::col(Column::Id).min(), first.clone())
+            .from(self.table())
+            .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
+            .group_by_col(Column::BizNo)
+            .to_owned();
+        Query::select()
+            .expr_as(
+                Func::count_distinct(Expr::col((w.clone(), Column::BizNo))),
+                "blocked_keys",
+            )
+            .expr_as(Expr::col((w.clone(), Column::CreateTime)).min(), "oldest")
+            .expr_as(self.now(), "now")
+            .from_subquery(dead, f.clone())
+            .join_as(
+                sea_orm::sea_query::JoinType::InnerJoin,
+                self.table(),
+                w.clone(),
+                Expr::col((w.clone(), Column::BizNo))
+                    .equals((f.clone(), Column::BizNo))
+                    .and(Expr::col((w.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
+                    .and(Expr::col((w, Column::Id)).gt(Expr::col((f, first)))),
+            )
+            .to_owned()
+    }
+
+    /// `SELECT ... FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease`
+    /// (counted by the caller): leases older than `lease`.
+    pub fn sending_over_lease(self, lease: Duration) -> SelectStatement {
+        Query::select()
+            .columns(event_columns(self))
+            .from(self.table())
+            .and_where(Expr::col(Column::Status).eq(EventStatus::Sending.as_str()))
+            .and_where(Expr::col(Column::ClaimedAt).lt(self.now_minus(lease)))
+            .to_owned()
+    }
+
+    /// `SELECT id FROM t_event_record LIMIT 1`: whether the table exists.
+    pub fn check_table(self) -> SelectStatement {
+        Query::select()
+            .column(Column::Id)
+            .from(self.table())
+            .limit(1)
+            .to_owned()
+    }
+
+    /// `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
+    pub fn dead_letters(self, limit: u64) -> SelectStatement {
+        Query::select()
+            .columns(event_columns(self))
+            .from(self.table())
+            .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
+            .order_by(Column::Id, Order::Asc)
+            .limit(limit)
+            .to_owned()
+    }
+
+    /// `SELECT id FROM t_event_record WHERE status = 'FAIL' AND id > :after ORDER BY id LIMIT
+    /// :batch`: one page of dead letters by id.
+    pub fn dead_letter_ids(self, after: i64, batch: u64) -> SelectStatement {
+        Query::select()
+            .column(Column::Id)
+            .from(self.table())
+            .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
+            .and_where(Expr::col(Column::Id).gt(after))
+            .order_by(Column::Id, Order::Asc)
+            .limit(batch)
+            .to_owned()
+    }
+
+    /// `UPDATE t_event_record SET status = 'WAIT', retry_count = 0, next_retry_time = now,
+    /// claim_owner = NULL, claimed_at = NULL, update_time = now WHERE id IN (:ids) AND status =
+    /// 'FAIL'`: dead letters given a fresh start (run through the primary key).
+    pub fn retry_dead(self, ids: &[i64]) -> ByIds {
+        let now = self.now();
+        ByIds::update(self)
+            .set(Column::Status, Expr::val(EventStatus::Wait.as_str()))
+            .set(Column::RetryCount, Expr::val(0))
+            .set(Column::NextRetryTime, now.clone())
+            .free_lease()
+            .set(Column::UpdateTime, now)
+            .ids(ids)
+            .filter(self.status_guard(Expr::val(EventStatus::Fail.as_str())))
+    }
+
+    /// `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'` (run through the primary
+    /// key).
+    pub fn discard_dead(self, id: i64) -> ByIds {
+        ByIds::delete(self)
+            .id(id)
+            .filter(self.status_guard(Expr::val(EventStatus::Fail.as_str())))
+    }
+
+    /// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
+    /// ORDER BY id LIMIT :batch`: one purge batch.
+    pub fn purge_ids(self, older_than: Duration, batch: u64) -> SelectStatement {
+        Query::select()
+            .column(Column::Id)
+            .from(self.table())
+            .and_where(Expr::col(Column::Status).eq(EventStatus::Success.as_str()))
+            .and_where(Expr::col(Column::UpdateTime).lt(self.now_minus(older_than)))
+            .order_by(Column::Id, Order::Asc)
+            .limit(batch)
+            .to_owned()
+    }
+
+    /// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SUCCESS'` (run through the
+    /// primary key).
+    pub fn purge(self, ids: &[i64]) -> ByIds {
+        ByIds::delete(self)
+            .ids(ids)
+            .filter(self.status_guard(Expr::val(EventStatus::Success.as_str())))
+    }
 }
 
-/// The rows of [`count_by_status_query`]: `(status, count)`.
+/// The rows of [`Driver::count_by_status`]: `(status, count)`.
 pub async fn count_by_status<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
     only: Option<&[EventStatus]>,
 ) -> Result<Vec<(String, i64)>, DbErr> {
-    db.query_all(&count_by_status_query(driver, only))
+    db.query_all(&driver.count_by_status(only))
         .await?
         .iter()
         .map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?)))
         .collect()
 }
 
-/// `SELECT MIN(column) AS oldest, now AS now FROM t_event_record WHERE status = 'WAIT'`: the
-/// oldest waiting row's `column` and the database clock, read together.
-pub fn oldest_wait_query(driver: Driver, column: Column) -> SelectStatement {
-    Query::select()
-        .expr_as(Expr::col(column).min(), "oldest")
-        .expr_as(driver.now(), "now")
-        .from(driver.table())
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Wait.as_str()))
-        .to_owned()
-}
-
-/// The row of [`oldest_wait_query`]: the oldest `column` (`None` when nothing waits) and the
+/// The row of [`Driver::oldest_wait`]: the oldest `column` (`None` when nothing waits) and the
 /// database's now.
 pub async fn oldest_wait<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
     column: Column,
 ) -> Result<Option<(Option<DateTimeUtc>, DateTimeUtc)>, DbErr> {
-    match db.query_one(&oldest_wait_query(driver, column)).await? {
+    match db.query_one(&driver.oldest_wait(column)).await? {
         Some(r) => Ok(Some((r.try_get_by_index(0)?, r.try_get_by_index(1)?))),
         None => Ok(None),
     }
 }
 
-/// `SELECT COUNT(DISTINCT w.biz_no) AS blocked_keys, MIN(w.create_time) AS oldest, now AS now
-/// FROM (SELECT biz_no, MIN(id) AS first_fail FROM t_event_record WHERE status = 'FAIL' GROUP
-/// BY biz_no) AS f JOIN t_event_record AS w ON w.biz_no = f.biz_no AND w.status = 'WAIT' AND
-/// w.id > f.first_fail`: the keys whose waiting events sit behind a dead letter (held back by
-/// `Block`), the oldest such event, and the database clock. Starts from the few dead letters.
-pub fn blocked_keys_query(driver: Driver) -> SelectStatement {
-    let (w, f, first) = (Alias::new("w"), Alias::new("f"), Alias::new("first_fail"));
-    let dead = Query::select()
-        .column(Column::BizNo)
-        .expr_as(Expr::col(Column::Id).min(), first.clone())
-        .from(driver.table())
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
-        .group_by_col(Column::BizNo)
-        .to_owned();
-    Query::select()
-        .expr_as(
-            Func::count_distinct(Expr::col((w.clone(), Column::BizNo))),
-            "blocked_keys",
-        )
-        .expr_as(Expr::col((w.clone(), Column::CreateTime)).min(), "oldest")
-        .expr_as(driver.now(), "now")
-        .from_subquery(dead, f.clone())
-        .join_as(
-            sea_orm::sea_query::JoinType::InnerJoin,
-            driver.table(),
-            w.clone(),
-            Expr::col((w.clone(), Column::BizNo))
-                .equals((f.clone(), Column::BizNo))
-                .and(Expr::col((w.clone(), Column::Status)).eq(EventStatus::Wait.as_str()))
-                .and(Expr::col((w, Column::Id)).gt(Expr::col((f, first)))),
-        )
-        .to_owned()
-}
-
-/// `SELECT ... FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - :lease`
-/// (counted by the caller): leases older than `lease`.
-pub fn sending_over_lease_query(driver: Driver, lease: Duration) -> SelectStatement {
-    Query::select()
-        .columns(event_columns(driver))
-        .from(driver.table())
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Sending.as_str()))
-        .and_where(Expr::col(Column::ClaimedAt).lt(driver.now_minus(lease)))
-        .to_owned()
-}
-
-/// `SELECT COUNT(*) FROM (<sending_over_lease_query>) AS sub_query`: the leases older than
-/// `lease`.
+/// `SELECT COUNT(*) FROM (<sending_over_lease>) AS sub_query`: the leases older than `lease`.
 pub async fn count_sending_over_lease<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -114,102 +192,24 @@ pub async fn count_sending_over_lease<C: ConnectionTrait>(
 ) -> Result<u64, DbErr> {
     let count = Query::select()
         .expr(Expr::cust("COUNT(*)"))
-        .from_subquery(sending_over_lease_query(driver, lease), "sub_query")
+        .from_subquery(driver.sending_over_lease(lease), "sub_query")
         .to_owned();
-    let n: Option<i64> = match db.query_one(&count).await? {
-        Some(r) => Some(r.try_get_by_index(0)?),
-        None => None,
+    let n: i64 = match db.query_one(&count).await? {
+        Some(r) => r.try_get_by_index(0)?,
+        None => 0,
     };
-    Ok(n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// `SELECT id FROM t_event_record LIMIT 1`: whether the table exists.
-pub fn check_table_query(driver: Driver) -> SelectStatement {
-    Query::select()
-        .column(Column::Id)
-        .from(driver.table())
-        .limit(1)
-        .to_owned()
-}
-
-/// Runs [`check_table_query`], on Postgres as one simple-protocol query ([`Driver::inline`]) so
-/// that it also passes a transaction-mode pooler.
+/// Runs [`Driver::check_table`], on Postgres as one simple-protocol query ([`Driver::inline`])
+/// so that it also passes a transaction-mode pooler.
 ///
 /// # Errors
 /// Any database error (a missing table among them).
 pub async fn check_table<C: ConnectionTrait>(db: &C, driver: Driver) -> Result<(), DbErr> {
-    let stmt = driver.build(&check_table_query(driver));
+    let stmt = driver.build(&driver.check_table());
     match driver.inline(&stmt) {
         Some(sql) => db.execute_unprepared(&sql).await.map(drop),
         None => db.query_one_raw(stmt).await.map(drop),
     }
-}
-
-/// `SELECT * FROM t_event_record WHERE status = 'FAIL' ORDER BY id LIMIT :limit`.
-pub fn dead_letters_query(driver: Driver, limit: u64) -> SelectStatement {
-    Query::select()
-        .columns(event_columns(driver))
-        .from(driver.table())
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
-        .order_by(Column::Id, Order::Asc)
-        .limit(limit)
-        .to_owned()
-}
-
-/// `SELECT id FROM t_event_record WHERE status = 'FAIL' AND id > :after ORDER BY id LIMIT
-/// :batch`: one page of dead letters by id.
-pub fn dead_letter_ids_query(driver: Driver, after: i64, batch: u64) -> SelectStatement {
-    Query::select()
-        .column(Column::Id)
-        .from(driver.table())
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Fail.as_str()))
-        .and_where(Expr::col(Column::Id).gt(after))
-        .order_by(Column::Id, Order::Asc)
-        .limit(batch)
-        .to_owned()
-}
-
-/// `UPDATE t_event_record SET status = 'WAIT', retry_count = 0, next_retry_time = now,
-/// claim_owner = NULL, claimed_at = NULL, update_time = now WHERE id IN (:ids) AND status =
-/// 'FAIL'`: dead letters given a fresh start (run through the primary key).
-pub fn retry_dead_statement(driver: Driver, ids: &[i64]) -> ByIds {
-    let now = driver.now();
-    ByIds::update(driver.table())
-        .set(Column::Status, Expr::val(EventStatus::Wait.as_str()))
-        .set(Column::RetryCount, Expr::val(0))
-        .set(Column::NextRetryTime, now.clone())
-        .set(Column::ClaimOwner, Expr::cust("NULL"))
-        .set(Column::ClaimedAt, Expr::cust("NULL"))
-        .set(Column::UpdateTime, now)
-        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
-        .filter(driver.status_guard(Expr::val(EventStatus::Fail.as_str())))
-}
-
-/// `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'` (run through the primary
-/// key).
-pub fn discard_dead_statement(driver: Driver, id: i64) -> ByIds {
-    ByIds::delete(driver.table())
-        .filter(Expr::col(Column::Id).eq(id))
-        .filter(driver.status_guard(Expr::val(EventStatus::Fail.as_str())))
-}
-
-/// `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time < now - :older_than
-/// ORDER BY id LIMIT :batch`: one purge batch.
-pub fn purge_ids_query(driver: Driver, older_than: Duration, batch: u64) -> SelectStatement {
-    Query::select()
-        .column(Column::Id)
-        .from(driver.table())
-        .and_where(Expr::col(Column::Status).eq(EventStatus::Success.as_str()))
-        .and_where(Expr::col(Column::UpdateTime).lt(driver.now_minus(older_than)))
-        .order_by(Column::Id, Order::Asc)
-        .limit(batch)
-        .to_owned()
-}
-
-/// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SUCCESS'` (run through the
-/// primary key).
-pub fn purge_statement(driver: Driver, ids: &[i64]) -> ByIds {
-    ByIds::delete(driver.table())
-        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
-        .filter(driver.status_guard(Expr::val(EventStatus::Success.as_str())))
 }

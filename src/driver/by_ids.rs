@@ -1,48 +1,44 @@
-//! Statements whose form the driver chooses per backend: [`ByIds`] and [`InsertIfAbsent`] keep
-//! their parts as sea-query expressions until [`Driver::by_ids`] or
-//! [`Driver::insert_if_absent`] writes the statement of one backend.
-use sea_orm::sea_query::{DynIden, Expr, IntoIden, OnConflict, Query};
-use sea_orm::{DbBackend, Statement};
+//! [`ByIds`]: the statements that name their rows by id, kept as sea-query expressions until
+//! [`ByIds::build`] writes them for one backend.
+use sea_orm::sea_query::{Expr, ExprTrait, Query};
+use sea_orm::Statement;
 use sea_orm_outbox_entity::event_record::Column;
 
-use super::{Driver, Table};
+use super::{mysql, Backend, Driver};
 
 /// An `UPDATE` (or `DELETE`) of the outbox table whose `WHERE` names its rows by id: every
 /// guarded transition, the reclaim, the dead-letter and purge statements. Sent through the
-/// primary key alone ([`Driver::by_ids`]), so that it never reads, locks or waits on rows it
+/// primary key alone ([`ByIds::build`]), so that it never reads, locks or waits on rows it
 /// does not name; its status guard is built by [`Driver::status_guard`].
 #[derive(Debug, Clone)]
 pub struct ByIds {
-    /// The outbox table.
-    table: Table,
+    /// The backend and table it is written for.
+    pub(super) driver: Driver,
     /// `Some(assignments)` for an `UPDATE`, in order; `None` for a `DELETE`.
-    pub(super) set: Option<Vec<(Column, Expr)>>,
+    set: Option<Vec<(Column, Expr)>>,
     /// The conditions joined by `AND`, in order.
-    pub(super) filter: Vec<Expr>,
+    filter: Vec<Expr>,
+    /// Whether its id list is empty: it names no row, and [`super::exec_by_ids`] skips it.
+    pub(super) names_none: bool,
 }
 
 impl ByIds {
-    /// An `UPDATE` of `table`, of no column yet.
-    pub fn update(table: Table) -> Self {
+    /// An `UPDATE` of `driver`'s table, of no column yet.
+    pub fn update(driver: Driver) -> Self {
         ByIds {
-            table,
+            driver,
             set: Some(Vec::new()),
             filter: Vec::new(),
+            names_none: false,
         }
     }
 
-    /// A `DELETE` from `table`.
-    pub fn delete(table: Table) -> Self {
+    /// A `DELETE` from `driver`'s table.
+    pub fn delete(driver: Driver) -> Self {
         ByIds {
-            table,
             set: None,
-            filter: Vec::new(),
+            ..ByIds::update(driver)
         }
-    }
-
-    /// The table.
-    pub fn table(&self) -> Table {
-        self.table
     }
 
     /// `SET column = value` (ignored by a `DELETE`).
@@ -59,133 +55,79 @@ impl ByIds {
         self
     }
 
-    /// The statement as `driver` sends it.
-    pub fn build(&self, driver: Driver) -> Statement {
-        driver.by_ids(self)
+    /// `AND id = :id`.
+    pub fn id(self, id: i64) -> Self {
+        self.filter(Expr::col(Column::Id).eq(id))
     }
 
-    /// The statement as sea-query writes it for `backend`.
-    pub(super) fn plain(&self, backend: DbBackend) -> Statement {
-        match &self.set {
+    /// `AND id IN (:ids)`.
+    pub fn ids(mut self, ids: &[i64]) -> Self {
+        self.names_none = ids.is_empty();
+        self.filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
+    }
+
+    /// The statement as sent, reading the table through the primary key alone: on MySQL/MariaDB
+    /// with `FORCE INDEX (PRIMARY)` (`mysql/by_ids.rs`), elsewhere by its status guard.
+    pub fn build(&self) -> Statement {
+        let table = self.driver.table();
+        let mut stmt = match &self.set {
             Some(set) => {
                 let mut update = Query::update();
-                update.table(self.table);
+                update.table(table);
                 for (column, value) in set {
                     update.value(*column, value.clone());
                 }
                 for condition in &self.filter {
                     update.and_where(condition.clone());
                 }
-                backend.build(&update)
+                self.driver.build(&update)
             }
             None => {
                 let mut delete = Query::delete();
-                delete.from_table(self.table);
+                delete.from_table(table);
                 for condition in &self.filter {
                     delete.and_where(condition.clone());
                 }
-                backend.build(&delete)
+                self.driver.build(&delete)
             }
+        };
+        if self.driver.backend == Backend::MySql {
+            mysql::by_ids::through_primary_key(&mut stmt, table);
         }
-    }
-}
-
-/// An `INSERT` of one row into a table with a unique key, which [`Driver::insert_if_absent`]
-/// writes so that a row whose key is taken is skipped.
-#[derive(Debug, Clone)]
-pub struct InsertIfAbsent {
-    pub(super) table: DynIden,
-    pub(super) columns: Vec<DynIden>,
-    /// In the columns' order.
-    pub(super) values: Vec<Expr>,
-    key: Vec<DynIden>,
-}
-
-impl InsertIfAbsent {
-    /// One row of `values` for `columns` into `table`, whose unique key is `key`.
-    pub fn new<T, C, K>(table: T, columns: C, values: Vec<Expr>, key: K) -> Self
-    where
-        T: IntoIden,
-        C: IntoIterator,
-        C::Item: IntoIden,
-        K: IntoIterator,
-        K::Item: IntoIden,
-    {
-        InsertIfAbsent {
-            table: table.into_iden(),
-            columns: columns.into_iter().map(IntoIden::into_iden).collect(),
-            values,
-            key: key.into_iter().map(IntoIden::into_iden).collect(),
-        }
-    }
-
-    /// `INSERT ... ON CONFLICT (key) DO NOTHING` (Postgres, SQLite 3.24+).
-    pub(super) fn on_conflict_do_nothing(&self, backend: DbBackend) -> Statement {
-        let mut insert = Query::insert();
-        insert
-            .into_table(self.table.clone())
-            .columns(self.columns.iter().cloned())
-            .values_panic(self.values.iter().cloned())
-            .on_conflict(
-                OnConflict::columns(self.key.iter().cloned())
-                    .do_nothing()
-                    .to_owned(),
-            );
-        backend.build(&insert)
+        stmt
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sea_orm::sea_query::Alias;
-
-    #[test]
-    fn insert_if_absent_per_backend() {
-        let insert = InsertIfAbsent::new(
-            Alias::new("t"),
-            [Alias::new("k"), Alias::new("v")],
-            vec![Expr::val(1), Expr::val(2)],
-            [Alias::new("k")],
-        );
-        assert_eq!(
-            Driver::MySql.insert_if_absent(&insert).sql,
-            "INSERT IGNORE INTO `t` (`k`, `v`) VALUES (?, ?)"
-        );
-        assert_eq!(
-            Driver::Postgres.insert_if_absent(&insert).sql,
-            r#"INSERT INTO "t" ("k", "v") VALUES ($1, $2) ON CONFLICT ("k") DO NOTHING"#
-        );
-        assert_eq!(
-            Driver::Sqlite.insert_if_absent(&insert).sql,
-            r#"INSERT INTO "t" ("k", "v") VALUES (?, ?) ON CONFLICT ("k") DO NOTHING"#
-        );
-    }
+    use crate::driver::Table;
 
     #[test]
     fn by_ids_per_backend() {
-        use sea_orm::sea_query::ExprTrait;
-        let update = ByIds::update(Table::DEFAULT)
-            .set(Column::RetryCount, Expr::val(0))
-            .filter(Expr::col(Column::Id).is_in([1_i64, 2]));
+        let update = |d: Driver| {
+            ByIds::update(d)
+                .set(Column::RetryCount, Expr::val(0))
+                .ids(&[1, 2])
+        };
         assert_eq!(
-            update.build(Driver::MySql).sql,
+            update(Driver::MySql).build().sql,
             "UPDATE `t_event_record` FORCE INDEX (PRIMARY) SET `retry_count` = ? WHERE `id` IN \
              (?, ?)"
         );
         assert_eq!(
-            update.build(Driver::Postgres).sql,
+            update(Driver::Postgres).build().sql,
             r#"UPDATE "t_event_record" SET "retry_count" = $1 WHERE "id" IN ($2, $3)"#
         );
         let app = Table::new(Some("app"), "outbox_events").expect("valid");
-        let delete = ByIds::delete(app).filter(Expr::col(Column::Id).is_in([1_i64, 2]));
+        let delete = |d: Driver| ByIds::delete(d.with_table(app)).ids(&[1, 2]);
         assert_eq!(
-            delete.build(Driver::MySql).sql,
+            delete(Driver::MySql).build().sql,
             "DELETE `app`.`outbox_events` FROM `app`.`outbox_events` FORCE INDEX (PRIMARY) \
              WHERE `id` IN (?, ?)"
         );
         assert_eq!(
-            delete.build(Driver::Sqlite).sql,
+            delete(Driver::Sqlite).build().sql,
             r#"DELETE FROM "app"."outbox_events" WHERE "id" IN (?, ?)"#
         );
     }

@@ -1,24 +1,30 @@
 //! Statements on `t_consumed_message`, the idempotent consumer's record of processed messages
 //! (used by [`crate::consumer::consume_once`]).
+use sea_orm::sea_query::{Expr, OnConflict, Query};
 use sea_orm::{ConnectionTrait, DbErr, Statement};
 use sea_orm_outbox_entity::consumed_message::{Column, Entity};
 
-use super::{Driver, InsertIfAbsent};
+use super::{mysql, Backend, Driver};
 
-/// `INSERT INTO t_consumed_message (consumer_group, msg_id, consumed_at) VALUES (:group,
-/// :msg_id, now)` that skips an existing (consumer_group, msg_id) instead of failing
-/// ([`Driver::insert_if_absent`]: `ON CONFLICT DO NOTHING`, MySQL `INSERT IGNORE`).
-pub fn record_statement(driver: Driver, consumer_group: &str, msg_id: &str) -> Statement {
-    driver.insert_if_absent(&InsertIfAbsent::new(
-        Entity,
-        [Column::ConsumerGroup, Column::MsgId, Column::ConsumedAt],
-        vec![
-            sea_orm::sea_query::Expr::val(consumer_group),
-            sea_orm::sea_query::Expr::val(msg_id),
-            driver.now(),
-        ],
-        [Column::ConsumerGroup, Column::MsgId],
-    ))
+impl Driver {
+    /// `INSERT INTO t_consumed_message (consumer_group, msg_id, consumed_at) VALUES (:group,
+    /// :msg_id, now) ON CONFLICT (consumer_group, msg_id) DO NOTHING`, on MySQL/MariaDB `INSERT
+    /// IGNORE`: an existing row is skipped with 0 rows affected instead of failing (which on
+    /// Postgres would abort the transaction).
+    pub fn record_consumed(self, consumer_group: &str, msg_id: &str) -> Statement {
+        let mut insert = Query::insert();
+        insert
+            .into_table(Entity)
+            .columns([Column::ConsumerGroup, Column::MsgId, Column::ConsumedAt])
+            .values_panic([Expr::val(consumer_group), Expr::val(msg_id), self.now()]);
+        match self.backend {
+            Backend::MySql => mysql::by_ids::insert_ignore(&insert),
+            Backend::Postgres | Backend::Sqlite => {
+                let key = [Column::ConsumerGroup, Column::MsgId];
+                self.build(insert.on_conflict(OnConflict::columns(key).do_nothing().to_owned()))
+            }
+        }
+    }
 }
 
 /// Records that `consumer_group` processed `msg_id`: `true` when the row was written, `false`
@@ -33,6 +39,6 @@ pub async fn record_consumed<C: ConnectionTrait>(
     consumer_group: &str,
     msg_id: &str,
 ) -> Result<bool, DbErr> {
-    let stmt = record_statement(Driver::of_db(db)?, consumer_group, msg_id);
+    let stmt = Driver::of_db(db)?.record_consumed(consumer_group, msg_id);
     Ok(db.execute_raw(stmt).await?.rows_affected() == 1)
 }

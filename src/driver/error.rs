@@ -10,17 +10,14 @@ use crate::error::{DbErrorKind, OutboxError};
 /// timeout is recognised ([`DbErrorKind::ConnectionLost`]).
 pub fn db_error_kind(err: &DbErr) -> DbErrorKind {
     #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-    {
-        sqlx_kind(err)
-    }
-    #[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
-    {
-        match err {
-            DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout) => {
-                DbErrorKind::ConnectionLost
-            }
-            _ => DbErrorKind::Other,
+    use sea_orm::RuntimeErr::SqlxError;
+    match err {
+        DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout) => DbErrorKind::ConnectionLost,
+        #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+        DbErr::Conn(SqlxError(e)) | DbErr::Exec(SqlxError(e)) | DbErr::Query(SqlxError(e)) => {
+            sqlx_kind(e)
         }
+        _ => DbErrorKind::Other,
     }
 }
 
@@ -28,17 +25,9 @@ pub fn db_error_kind(err: &DbErr) -> DbErrorKind {
 /// "permission denied" or invalid input) and a pool that found no connection in time are
 /// [`DbErrorKind::ConnectionLost`] on every backend; a database's error is judged by its code.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-fn sqlx_kind(err: &DbErr) -> DbErrorKind {
+fn sqlx_kind(e: &sea_orm::sqlx::Error) -> DbErrorKind {
     use sea_orm::sqlx::Error as SqlxErr;
-    use sea_orm::{ConnAcquireErr, RuntimeErr};
-    let e = match err {
-        DbErr::ConnectionAcquire(ConnAcquireErr::Timeout) => return DbErrorKind::ConnectionLost,
-        DbErr::Conn(RuntimeErr::SqlxError(e))
-        | DbErr::Exec(RuntimeErr::SqlxError(e))
-        | DbErr::Query(RuntimeErr::SqlxError(e)) => e,
-        _ => return DbErrorKind::Other,
-    };
-    match e.as_ref() {
+    match e {
         SqlxErr::Io(io) => match io.kind() {
             std::io::ErrorKind::PermissionDenied
             | std::io::ErrorKind::InvalidInput
@@ -55,11 +44,18 @@ fn sqlx_kind(err: &DbErr) -> DbErrorKind {
 /// anything else is read as a Postgres SQLSTATE.
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 fn database_kind(db_err: &dyn sea_orm::sqlx::error::DatabaseError) -> DbErrorKind {
-    if let Some(kind) = super::mysql::error::of(db_err) {
-        return kind;
+    #[cfg(feature = "mysql")]
+    if let Some(e) = db_err.try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>() {
+        return super::mysql::error::kind(e.number());
     }
-    if let Some(kind) = super::sqlite::error::of(db_err) {
-        return kind;
+    #[cfg(feature = "sqlite")]
+    if db_err
+        .try_downcast_ref::<sea_orm::sqlx::sqlite::SqliteError>()
+        .is_some()
+    {
+        // sqlx gives SQLite's extended result code as the error's code.
+        let code = db_err.code().and_then(|c| c.parse().ok()).unwrap_or(0);
+        return super::sqlite::error::kind(code, db_err.message());
     }
     super::postgres::error::kind(db_err.code().as_deref().unwrap_or_default())
 }

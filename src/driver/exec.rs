@@ -1,41 +1,14 @@
 //! What every statement shares: running a guarded statement again on a transient conflict,
-//! running a statement by ids, the outcomes of the claim and the transitions, and the check of
-//! the table's columns.
+//! running statements by ids and reads, the outcomes of the claim and the transitions, and the
+//! check of the table's columns.
 use std::time::Duration;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, FromQueryResult};
+use sea_orm::sea_query::{Expr, ExprTrait, Query, SelectStatement};
+use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
 use sea_orm_outbox_entity::event_record;
 
 use super::is_transient;
 use super::{ByIds, Driver, RelayDb};
-
-/// A connection the driver runs statements on, and the driver they are built for (the default
-/// table, except for a [`RelayDb`], which carries the relay's).
-pub trait OutboxConnection: ConnectionTrait {
-    /// The driver of this connection's statements.
-    ///
-    /// # Errors
-    /// [`DbErr::Custom`] for a backend this crate does not know.
-    fn driver(&self) -> Result<Driver, DbErr>;
-}
-
-impl OutboxConnection for DatabaseConnection {
-    fn driver(&self) -> Result<Driver, DbErr> {
-        Driver::of_db(self)
-    }
-}
-
-impl OutboxConnection for DatabaseTransaction {
-    fn driver(&self) -> Result<Driver, DbErr> {
-        Driver::of_db(self)
-    }
-}
-
-impl OutboxConnection for RelayDb {
-    fn driver(&self) -> Result<Driver, DbErr> {
-        RelayDb::driver(self)
-    }
-}
 
 /// Attempts a guarded statement makes when it meets a transient conflict (deadlock,
 /// serialization failure, SQLite busy) before the error is returned.
@@ -76,16 +49,53 @@ pub(crate) fn truncate_reason(reason: &str) -> &str {
     &reason[..end]
 }
 
-/// Runs `stmt` through the primary key alone ([`Driver::by_ids`]) and returns
-/// `rows_affected`; transient conflicts are retried ([`TRANSIENT_ATTEMPTS`]).
+/// Runs `stmt` ([`ByIds::build`]) and returns `rows_affected`; transient conflicts are
+/// retried ([`TRANSIENT_ATTEMPTS`]). A statement with an empty id list is not sent: 0.
 pub async fn exec_by_ids<C: ConnectionTrait>(db: &C, stmt: &ByIds) -> Result<u64, DbErr> {
-    let stmt = stmt.build(Driver::of_db(db)?.with_table(stmt.table()));
+    if stmt.names_none {
+        return Ok(0);
+    }
+    let stmt = stmt.build();
     Ok(retry_transient(|| db.execute_raw(stmt.clone()))
         .await?
         .rows_affected())
 }
 
-/// Outcome of [`super::claim()`].
+/// The runners of the relay's statements, each statement built by `stmt` for the relay's
+/// driver.
+impl RelayDb {
+    /// Runs the statement by ids ([`exec_by_ids`]) and returns `rows_affected` (a [`Claim`] by
+    /// `Claim::from`).
+    pub async fn run(&self, stmt: impl FnOnce(Driver) -> ByIds) -> Result<u64, DbErr> {
+        exec_by_ids(self, &stmt(self.driver())).await
+    }
+
+    /// [`RelayDb::run`] of an owner-guarded transition of one claimed row.
+    pub async fn transition(
+        &self,
+        stmt: impl FnOnce(Driver) -> ByIds,
+    ) -> Result<Transition, DbErr> {
+        Ok(Transition::from(self.run(stmt).await?))
+    }
+
+    /// The events the read returns ([`query_events`]).
+    pub async fn query_events(
+        &self,
+        stmt: impl FnOnce(Driver) -> SelectStatement,
+    ) -> Result<Vec<event_record::Model>, DbErr> {
+        query_events(self, &stmt(self.driver())).await
+    }
+
+    /// The ids the read returns ([`query_ids`]).
+    pub async fn query_ids(
+        &self,
+        stmt: impl FnOnce(Driver) -> SelectStatement,
+    ) -> Result<Vec<i64>, DbErr> {
+        query_ids(self, &stmt(self.driver())).await
+    }
+}
+
+/// Outcome of a per-row claim ([`Driver::claim`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Claim {
@@ -96,8 +106,18 @@ pub enum Claim {
     Lost,
 }
 
-/// Outcome of an owner-guarded transition ([`super::mark_success`],
-/// [`super::release_for_retry`], [`super::mark_fail`]).
+impl From<u64> for Claim {
+    fn from(rows: u64) -> Self {
+        if rows == 1 {
+            Claim::Won
+        } else {
+            Claim::Lost
+        }
+    }
+}
+
+/// Outcome of an owner-guarded transition ([`Driver::mark_success`],
+/// [`Driver::release_for_retry`], [`Driver::mark_fail`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum Transition {
@@ -108,8 +128,8 @@ pub enum Transition {
     LeaseLost,
 }
 
-impl Transition {
-    pub(super) fn from_rows(rows: u64) -> Self {
+impl From<u64> for Transition {
+    fn from(rows: u64) -> Self {
         if rows == 1 {
             Transition::Applied
         } else {
@@ -130,7 +150,7 @@ pub(crate) fn event_columns(driver: Driver) -> Vec<(&'static str, event_record::
 /// The events `stmt` reads (every column of the table, by name).
 pub(crate) async fn query_events<C: ConnectionTrait>(
     db: &C,
-    stmt: &sea_orm::sea_query::SelectStatement,
+    stmt: &SelectStatement,
 ) -> Result<Vec<event_record::Model>, DbErr> {
     db.query_all(stmt)
         .await?
@@ -142,7 +162,7 @@ pub(crate) async fn query_events<C: ConnectionTrait>(
 /// The ids `stmt` reads (its first column).
 pub(crate) async fn query_ids<C: ConnectionTrait>(
     db: &C,
-    stmt: &sea_orm::sea_query::SelectStatement,
+    stmt: &SelectStatement,
 ) -> Result<Vec<i64>, DbErr> {
     db.query_all(stmt)
         .await?
@@ -151,27 +171,24 @@ pub(crate) async fn query_ids<C: ConnectionTrait>(
         .collect()
 }
 
-/// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails
-/// when the table lacks a column of a later migration (`headers`,
-/// `m20261201_000003_add_event_headers`); qualified as in `event_columns`.
-pub fn schema_probe_statement(driver: Driver) -> sea_orm::sea_query::SelectStatement {
-    use sea_orm::sea_query::{Expr, ExprTrait, Query};
-    let table = driver.table();
-    Query::select()
-        .column((table.name(), event_record::Column::Headers))
-        .from(table)
-        .and_where(Expr::val(1).eq(0))
-        .to_owned()
+impl Driver {
+    /// `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`: reads no row, and fails
+    /// when the table lacks a column of a later migration (`headers`,
+    /// `m20261201_000003_add_event_headers`); qualified as in `event_columns`.
+    pub fn schema_probe(self) -> SelectStatement {
+        Query::select()
+            .column((self.table().name(), event_record::Column::Headers))
+            .from(self.table())
+            .and_where(Expr::val(1).eq(0))
+            .to_owned()
+    }
 }
 
 /// Checks that the outbox table has every column this version reads and writes.
 ///
 /// # Errors
-/// The database error of [`schema_probe_statement`]: as an [`crate::OutboxError`],
+/// The database error of [`Driver::schema_probe`]: as an [`crate::OutboxError`],
 /// `SchemaOutdated` for the missing column, `TableMissing` without the table.
-pub async fn check_schema<C: OutboxConnection>(db: &C) -> Result<(), DbErr> {
-    let driver = db.driver()?;
-    db.query_all(&schema_probe_statement(driver))
-        .await
-        .map(drop)
+pub async fn check_schema(db: &RelayDb) -> Result<(), DbErr> {
+    db.query_all(&db.driver().schema_probe()).await.map(drop)
 }

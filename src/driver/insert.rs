@@ -9,38 +9,40 @@ use sea_orm_outbox_entity::EventStatus;
 use super::{Driver, Table};
 use crate::event::NewEvent;
 
-/// `INSERT` of a new `WAIT` event due now (database clock), `retry_count` 0.
-pub fn insert_statement(driver: Driver, event: &NewEvent) -> InsertStatement {
-    let now = driver.now();
-    let mut insert = Query::insert();
-    insert
-        .into_table(driver.table())
-        .columns([
-            Column::BizNo,
-            Column::EventType,
-            Column::Payload,
-            Column::Status,
-            Column::RetryCount,
-            Column::NextRetryTime,
-            Column::CreateTime,
-            Column::UpdateTime,
-            Column::Headers,
-        ])
-        .values_panic([
-            Expr::val(event.biz_no()),
-            Expr::val(event.event_type()),
-            Expr::val(event.payload()),
-            Expr::val(EventStatus::Wait.as_str()),
-            Expr::val(0),
-            now.clone(),
-            now.clone(),
-            now,
-            Expr::val(event.headers_json()),
-        ]);
-    if driver.returning() {
-        insert.returning_col(Column::Id);
+impl Driver {
+    /// `INSERT` of a new `WAIT` event due now (database clock), `retry_count` 0.
+    pub fn insert(self, event: &NewEvent) -> InsertStatement {
+        let now = self.now();
+        let mut insert = Query::insert();
+        insert
+            .into_table(self.table())
+            .columns([
+                Column::BizNo,
+                Column::EventType,
+                Column::Payload,
+                Column::Status,
+                Column::RetryCount,
+                Column::NextRetryTime,
+                Column::CreateTime,
+                Column::UpdateTime,
+                Column::Headers,
+            ])
+            .values_panic([
+                Expr::val(event.biz_no()),
+                Expr::val(event.event_type()),
+                Expr::val(event.payload()),
+                Expr::val(EventStatus::Wait.as_str()),
+                Expr::val(0),
+                now.clone(),
+                now.clone(),
+                now,
+                Expr::val(event.headers_json()),
+            ]);
+        if self.returning() {
+            insert.returning_col(Column::Id);
+        }
+        insert
     }
-    insert
 }
 
 /// Inserts `event` into `table` as a `WAIT` row due now and returns its id; on Postgres the
@@ -55,7 +57,7 @@ pub async fn insert_event<C: ConnectionTrait>(
     event: &NewEvent,
 ) -> Result<i64, DbErr> {
     let driver = Driver::of_db(db)?.with_table(table);
-    let stmt = insert_statement(driver, event);
+    let stmt = driver.insert(event);
     if driver.returning() {
         let wakeup = event.wakeup();
         let started = Instant::now();

@@ -6,8 +6,12 @@
 //!
 //! Every time the outbox compares comes from the database clock ([`Driver::now`]), so that
 //! skewed application clocks cannot steal or keep leases. Durations reach the SQL as numbers
-//! formatted from a [`Duration`], never as user text. Each statement is built by one function
-//! and run by another, so `tests/statements.rs` (under this directory) renders it per backend without a database.
+//! formatted from a [`Duration`], never as user text.
+//!
+//! Each statement is a method of [`Driver`] that builds it, its SQL in its doc; a few runners
+//! send them ([`exec_by_ids`], [`query_events`], [`query_ids`], and on the relay's connection
+//! [`RelayDb::run`] and its kin), so that `tests/statements.rs` renders every statement per
+//! backend without a database.
 pub mod admin;
 mod by_ids;
 mod claim;
@@ -38,21 +42,20 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, 
 use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
-pub use by_ids::{ByIds, InsertIfAbsent};
-pub use claim::*;
+pub use by_ids::ByIds;
+pub use claim::{claim_batch, mark_success_and_claim_batch};
 pub use error::db_error_kind;
 pub(crate) use error::is_transient;
 pub use exec::*;
-pub use insert::*;
+pub use insert::insert_event;
 pub(crate) use listen::{Heard, ListenFailure, Listener};
-pub use marks::*;
-pub use ordered::*;
+pub use ordered::{HeadScan, HEAD_SCAN_DEEP_EVERY_MIN};
 // The channel the docs of the write path and the wake-up name.
 #[allow(unused_imports)]
 pub use postgres::WAKE_CHANNEL;
-pub use reclaim::*;
+pub use reclaim::{reclaim_stuck, Reclaimed, RECLAIM_BATCH};
 pub use relay_db::RelayDb;
-pub use runs::*;
+pub use runs::claim_ordered;
 pub use table::Table;
 
 use crate::error::OutboxError;
@@ -142,9 +145,9 @@ impl Driver {
             )));
         };
         let (feature, built) = match driver.backend {
-            Backend::Postgres => postgres::FEATURE,
-            Backend::MySql => mysql::FEATURE,
-            Backend::Sqlite => sqlite::FEATURE,
+            Backend::Postgres => ("postgres", cfg!(feature = "postgres")),
+            Backend::MySql => ("mysql", cfg!(feature = "mysql")),
+            Backend::Sqlite => ("sqlite", cfg!(feature = "sqlite")),
         };
         if built {
             Ok(driver)
@@ -171,14 +174,11 @@ impl Driver {
         self.backend().build(stmt)
     }
 
-    /// Whether `INSERT ... RETURNING` and `UPDATE ... RETURNING` exist (Postgres, SQLite);
-    /// MySQL and MariaDB report a new row's id as `LAST_INSERT_ID()`.
+    /// Whether `INSERT ... RETURNING` and `UPDATE ... RETURNING` exist (Postgres, SQLite 3.35+);
+    /// MySQL and MariaDB report a new row's id as `LAST_INSERT_ID()` (sea-orm's
+    /// `mariadb-use-returning` must stay off).
     pub fn returning(self) -> bool {
-        match self.backend {
-            Backend::Postgres => postgres::RETURNING,
-            Backend::MySql => mysql::RETURNING,
-            Backend::Sqlite => sqlite::RETURNING,
-        }
+        self.backend != Backend::MySql
     }
 
     /// Whether relays can be woken by `LISTEN`/`NOTIFY` on commit in this build (Postgres with
@@ -228,25 +228,6 @@ impl Driver {
         }
     }
 
-    /// `stmt` as sent: read through the primary key alone (MySQL/MariaDB `FORCE INDEX
-    /// (PRIMARY)`; elsewhere [`Driver::status_guard`] did it).
-    pub fn by_ids(self, stmt: &ByIds) -> Statement {
-        match self.backend {
-            Backend::MySql => mysql::by_ids::through_primary_key(stmt),
-            Backend::Postgres | Backend::Sqlite => stmt.plain(self.backend()),
-        }
-    }
-
-    /// `insert` as a statement that skips a row whose unique key is already taken instead of
-    /// failing (which on Postgres aborts the transaction), reporting 0 rows affected (1 when
-    /// written): `INSERT ... ON CONFLICT (key) DO NOTHING`, on MySQL/MariaDB `INSERT IGNORE`.
-    pub fn insert_if_absent(self, insert: &InsertIfAbsent) -> Statement {
-        match self.backend {
-            Backend::MySql => mysql::by_ids::insert_ignore(insert),
-            Backend::Postgres | Backend::Sqlite => insert.on_conflict_do_nothing(self.backend()),
-        }
-    }
-
     /// The event insert made to also wake listening relays at commit when `notify` says so
     /// (Postgres: `postgres/notify.rs`); the other backends poll and get `insert` unchanged.
     pub fn with_wakeup(self, insert: InsertStatement, notify: Option<Duration>) -> InsertStatement {
@@ -281,8 +262,13 @@ impl Driver {
     }
 
     /// A pool like `db`'s with every connection checked for a leaked transaction (see
-    /// [`crate::guarded_pool`]), at most `max` connections, Postgres' named `name`; SQLite
-    /// keeps `db` itself. `None` when this build lacks the backend's feature.
+    /// [`crate::guarded_pool`], each backend's `pool.rs`), at most `max` connections, Postgres'
+    /// named `name`; SQLite keeps `db` itself. `None` when this build lacks the backend's
+    /// feature.
+    #[cfg_attr(
+        not(all(feature = "postgres", feature = "mysql")),
+        allow(unused_variables)
+    )]
     pub(crate) fn guarded_pool(
         self,
         db: &DatabaseConnection,
@@ -290,18 +276,25 @@ impl Driver {
         name: Option<&str>,
     ) -> Option<DatabaseConnection> {
         match self.backend {
-            Backend::Postgres => postgres::guarded_pool(db, max, name),
-            Backend::MySql => mysql::guarded_pool(db, max),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => Some(postgres::pool::pool(db, max, name)),
+            #[cfg(feature = "mysql")]
+            Backend::MySql => Some(mysql::pool::pool(db, max)),
             Backend::Sqlite => Some(db.clone()),
+            #[allow(unreachable_patterns)]
+            _ => None,
         }
     }
 
     /// The most connections `db`'s pool opens, where the relay's wake-up needs to know
-    /// (Postgres, whose `LISTEN` holds one); `None` elsewhere.
+    /// (Postgres, whose `LISTEN` holds one); `None` elsewhere, for a mock connection, or
+    /// without the `postgres` feature.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub(crate) fn pool_size(self, db: &DatabaseConnection) -> Option<u32> {
         match self.backend {
-            Backend::Postgres => postgres::pool_size(db),
-            Backend::MySql | Backend::Sqlite => None,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => postgres::pool::size(db),
+            _ => None,
         }
     }
 }

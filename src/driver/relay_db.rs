@@ -1,8 +1,6 @@
 //! The relay's connection: [`RelayDb`].
 use sea_orm::{
-    AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr,
-    ExecResult, IsolationLevel, QueryResult, Statement, TransactionError, TransactionOptions,
-    TransactionTrait,
+    ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
 };
 
 use super::postgres::simple;
@@ -12,12 +10,14 @@ use crate::error::OutboxError;
 
 /// A connection of the relay: `db`, with its statements sent as simple-protocol queries with
 /// inlined values when `simple` (Postgres only, so that a transaction-mode pooler passes them;
-/// `postgres/simple.rs`), and the outbox table they name. Otherwise every call is `db`'s.
+/// `postgres/simple.rs`), and the driver of its statements, on the outbox table they name.
+/// Otherwise every call is `db`'s; a transaction (the MySQL/MariaDB claim's) is opened on
+/// [`RelayDb::inner`], with prepared statements.
 #[derive(Debug, Clone)]
 pub struct RelayDb {
     db: DatabaseConnection,
     simple: bool,
-    table: Table,
+    driver: Driver,
 }
 
 impl RelayDb {
@@ -25,7 +25,8 @@ impl RelayDb {
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`] for [`StatementProtocol::Simple`] on a backend other
-    /// than Postgres (MySQL/MariaDB and SQLite have no transaction-mode pooler to pass).
+    /// than Postgres (MySQL/MariaDB and SQLite have no transaction-mode pooler to pass);
+    /// [`OutboxError::Db`] for a backend this crate does not know.
     pub fn new(db: DatabaseConnection, protocol: StatementProtocol) -> Result<Self, OutboxError> {
         let simple = match protocol {
             StatementProtocol::Extended => false,
@@ -34,40 +35,30 @@ impl RelayDb {
                 true
             }
         };
-        Ok(RelayDb {
-            db,
-            simple,
-            table: Table::DEFAULT,
-        })
+        let driver = Driver::of_db(&db)?;
+        Ok(RelayDb { db, simple, driver })
     }
 
-    #[cfg(test)]
     /// `db` unchanged (prepared statements).
     #[cfg(test)]
     pub(crate) fn extended(db: DatabaseConnection) -> Self {
-        RelayDb {
-            db,
-            simple: false,
-            table: Table::DEFAULT,
-        }
+        RelayDb::new(db, StatementProtocol::Extended).expect("a known backend")
     }
 
     /// This connection with its statements naming `table` (`t_event_record` by default).
     pub fn with_table(self, table: Table) -> Self {
-        RelayDb { table, ..self }
+        let driver = self.driver.with_table(table);
+        RelayDb { driver, ..self }
     }
 
     /// The outbox table its statements name.
     pub fn table(&self) -> Table {
-        self.table
+        self.driver.table()
     }
 
     /// The driver of this connection's statements: its backend's, on its table.
-    ///
-    /// # Errors
-    /// [`DbErr::Custom`] for a backend this crate does not know.
-    pub fn driver(&self) -> Result<Driver, DbErr> {
-        Ok(Driver::of_db(&self.db)?.with_table(self.table))
+    pub fn driver(&self) -> Driver {
+        self.driver
     }
 
     /// The connection underneath.
@@ -109,10 +100,7 @@ impl ConnectionTrait for RelayDb {
 
     async fn query_one_raw(&self, stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
         if self.simple {
-            Ok(simple::fetch(&self.db, simple::inline(&stmt))
-                .await?
-                .into_iter()
-                .next())
+            Ok(self.query_all_raw(stmt).await?.into_iter().next())
         } else {
             self.db.query_one_raw(stmt).await
         }
@@ -128,67 +116,6 @@ impl ConnectionTrait for RelayDb {
 
     fn support_returning(&self) -> bool {
         self.db.support_returning()
-    }
-}
-
-/// Transactions are the inner connection's, with prepared statements: only the MySQL/MariaDB
-/// claim opens one, and [`StatementProtocol::Simple`] is Postgres only.
-#[async_trait::async_trait]
-impl TransactionTrait for RelayDb {
-    type Transaction = DatabaseTransaction;
-
-    async fn begin(&self) -> Result<DatabaseTransaction, DbErr> {
-        self.db.begin().await
-    }
-
-    async fn begin_with_config(
-        &self,
-        isolation_level: Option<IsolationLevel>,
-        access_mode: Option<AccessMode>,
-    ) -> Result<DatabaseTransaction, DbErr> {
-        self.db
-            .begin_with_config(isolation_level, access_mode)
-            .await
-    }
-
-    async fn begin_with_options(
-        &self,
-        options: TransactionOptions,
-    ) -> Result<DatabaseTransaction, DbErr> {
-        self.db.begin_with_options(options).await
-    }
-
-    async fn transaction<F, T, E>(&self, callback: F) -> Result<T, TransactionError<E>>
-    where
-        F: for<'c> FnOnce(
-                &'c DatabaseTransaction,
-            ) -> std::pin::Pin<
-                Box<dyn std::future::Future<Output = Result<T, E>> + Send + 'c>,
-            > + Send,
-        T: Send,
-        E: std::fmt::Display + std::fmt::Debug + Send,
-    {
-        self.db.transaction(callback).await
-    }
-
-    async fn transaction_with_config<F, T, E>(
-        &self,
-        callback: F,
-        isolation_level: Option<IsolationLevel>,
-        access_mode: Option<AccessMode>,
-    ) -> Result<T, TransactionError<E>>
-    where
-        F: for<'c> FnOnce(
-                &'c DatabaseTransaction,
-            ) -> std::pin::Pin<
-                Box<dyn std::future::Future<Output = Result<T, E>> + Send + 'c>,
-            > + Send,
-        T: Send,
-        E: std::fmt::Display + std::fmt::Debug + Send,
-    {
-        self.db
-            .transaction_with_config(callback, isolation_level, access_mode)
-            .await
     }
 }
 

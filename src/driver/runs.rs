@@ -3,50 +3,43 @@
 use std::collections::{HashMap, HashSet};
 
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
-use sea_orm::{DbErr, TransactionTrait};
+use sea_orm::DbErr;
 use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use super::claim::{claim_returning, sort_by_due};
-use super::{event_columns, exec_by_ids, mysql, owned_ids, query_events};
-use super::{ordered_heads_query, ordered_heads_statement, release_unsent, sqlite};
-use super::{Backend, ByIds, Driver, HeadScan, OutboxConnection};
+use super::{event_columns, mysql, sqlite};
+use super::{Backend, ByIds, Driver, HeadScan, RelayDb};
 use crate::config::OrderedPolicy;
 
-/// `SELECT * FROM t_event_record WHERE biz_no IN (:keys) AND id > :after AND status IN
-/// ('WAIT', 'SENDING', 'FAIL') ORDER BY id LIMIT :limit`: the unfinished events that may
-/// follow the claimed heads of `keys` (step 2), read without locks.
-pub fn run_candidates_query(
-    driver: Driver,
-    keys: &[String],
-    after: i64,
-    limit: u64,
-) -> SelectStatement {
-    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
-    Query::select()
-        .columns(event_columns(driver))
-        .from(driver.table())
-        .and_where(Expr::col(Column::BizNo).is_in(keys.iter().map(String::as_str)))
-        .and_where(Expr::col(Column::Id).gt(after))
-        .and_where(Expr::col(Column::Status).is_in(open.iter().map(|s| s.as_str())))
-        .order_by(Column::Id, Order::Asc)
-        .limit(limit)
-        .to_owned()
-}
+impl Driver {
+    /// `SELECT * FROM t_event_record WHERE biz_no IN (:keys) AND id > :after AND status IN
+    /// ('WAIT', 'SENDING', 'FAIL') ORDER BY id LIMIT :limit`: the unfinished events that may
+    /// follow the claimed heads of `keys` (step 2), read without locks.
+    pub fn run_candidates(self, keys: &[String], after: i64, limit: u64) -> SelectStatement {
+        let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+        Query::select()
+            .columns(event_columns(self))
+            .from(self.table())
+            .and_where(Expr::col(Column::BizNo).is_in(keys.iter().map(String::as_str)))
+            .and_where(Expr::col(Column::Id).gt(after))
+            .and_where(Expr::col(Column::Status).is_in(open.iter().map(|s| s.as_str())))
+            .order_by(Column::Id, Order::Asc)
+            .limit(limit)
+            .to_owned()
+    }
 
-/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
-/// update_time = now WHERE id IN (:ids) AND status = 'WAIT' AND next_retry_time <= now`: the
-/// followers of this claim's heads (step 2; run through the primary key).
-pub fn claim_run_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
-    let now = driver.now();
-    ByIds::update(driver.table())
-        .set(Column::Status, Expr::val(EventStatus::Sending.as_str()))
-        .set(Column::ClaimOwner, Expr::val(owner))
-        .set(Column::ClaimedAt, now.clone())
-        .set(Column::UpdateTime, now.clone())
-        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
-        .filter(driver.status_guard(Expr::val(EventStatus::Wait.as_str())))
-        .filter(Expr::col(Column::NextRetryTime).lte(now))
+    /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = now,
+    /// update_time = now WHERE id IN (:ids) AND status = 'WAIT' AND next_retry_time <= now`: the
+    /// followers of this claim's heads (step 2; run through the primary key).
+    pub fn claim_run(self, ids: &[i64], owner: &str) -> ByIds {
+        let now = self.now();
+        ByIds::update(self)
+            .claimed_by(owner, now.clone())
+            .ids(ids)
+            .filter(self.status_guard(Expr::val(EventStatus::Wait.as_str())))
+            .filter(Expr::col(Column::NextRetryTime).lte(now))
+    }
 }
 
 /// Claims up to `heads` heads of their keys for `owner` (step 1, through the rows `scan` says)
@@ -57,30 +50,27 @@ pub fn claim_run_statement(driver: Driver, ids: &[i64], owner: &str) -> ByIds {
 /// Any database error of step 1 (transient conflicts are retried first). When step 2 fails,
 /// the heads stay claimed and the error is logged: they are returned alone (followers it had
 /// taken are handed back).
-pub async fn claim_ordered<C>(
-    db: &C,
+pub async fn claim_ordered(
+    db: &RelayDb,
     owner: &str,
     policy: OrderedPolicy,
     heads: u64,
     total: u64,
     scan: HeadScan,
-) -> Result<Vec<Model>, DbErr>
-where
-    C: OutboxConnection + TransactionTrait,
-{
-    let driver = db.driver()?;
+) -> Result<Vec<Model>, DbErr> {
+    let driver = db.driver();
     let mut claimed = match driver.backend {
         Backend::Postgres => {
-            let claim = ordered_heads_statement(driver, owner, policy, heads, scan);
+            let claim = driver.ordered_heads(owner, policy, heads, scan);
             claim_returning(db, &claim).await?
         }
         Backend::MySql => {
-            let locking = ordered_heads_query(driver, policy, heads, true, scan);
-            mysql::claim::claim(db, driver, owner, &locking).await?
+            let locking = driver.ordered_heads_query(policy, heads, true, scan);
+            mysql::claim::claim(db, owner, &locking).await?
         }
         Backend::Sqlite => {
-            let claim = ordered_heads_statement(driver, owner, policy, heads, scan);
-            sqlite::claim::claim_if_due(db, driver, &claim).await?
+            let claim = driver.ordered_heads(owner, policy, heads, scan);
+            sqlite::claim::claim_if_due(db, &claim).await?
         }
     };
     sort_by_due(&mut claimed);
@@ -106,19 +96,20 @@ where
 }
 
 /// Step 2: the runs behind `heads` (claimed under `owner`), at most `budget` events, by key.
-async fn claim_runs<C: OutboxConnection>(
-    db: &C,
+async fn claim_runs(
+    db: &RelayDb,
     owner: &str,
     policy: OrderedPolicy,
     heads: &[Model],
     budget: u64,
 ) -> Result<HashMap<String, Vec<Model>>, DbErr> {
-    let driver = db.driver()?;
     let head_of: HashMap<&str, &Model> = heads.iter().map(|h| (h.biz_no.as_str(), h)).collect();
     let keys: Vec<String> = heads.iter().map(|h| h.biz_no.clone()).collect();
     let after = heads.iter().map(|h| h.id).min().unwrap_or(i64::MAX);
     let limit = budget + keys.len() as u64;
-    let rows = query_events(db, &run_candidates_query(driver, &keys, after, limit)).await?;
+    let rows = db
+        .query_events(|d| d.run_candidates(&keys, after, limit))
+        .await?;
     let mut stopped: HashSet<&str> = HashSet::new();
     let mut runs: Vec<Model> = Vec::new();
     for row in rows {
@@ -148,24 +139,19 @@ async fn claim_runs<C: OutboxConnection>(
         return Ok(HashMap::new());
     }
     let ids: Vec<i64> = runs.iter().map(|e| e.id).collect();
-    let taken = match exec_by_ids(db, &claim_run_statement(driver, &ids, owner)).await {
-        Ok(n) => n,
+    let taken = async {
+        if db.run(|d| d.claim_run(&ids, owner)).await? == ids.len() as u64 {
+            return Ok(ids.clone());
+        }
+        db.query_ids(|d| d.owned_ids(&ids, owner)).await
+    };
+    let owned: HashSet<i64> = match taken.await {
+        Ok(owned) => owned.into_iter().collect(),
         Err(e) => {
-            // The update may have applied with its reply lost: hand every follower back.
+            // The update may have applied with its reply lost, or which followers are ours is
+            // unknown: hand every one back.
             hand_back(db, &ids, owner).await;
             return Err(e);
-        }
-    };
-    let owned: HashSet<i64> = if taken == ids.len() as u64 {
-        ids.iter().copied().collect()
-    } else {
-        match owned_ids(db, &ids, owner).await {
-            Ok(owned) => owned.into_iter().collect(),
-            Err(e) => {
-                // Which followers are ours is unknown: hand every one back.
-                hand_back(db, &ids, owner).await;
-                return Err(e);
-            }
         }
     };
     // Each key's run ends at its first follower not taken; the ones taken after it go back.
@@ -189,19 +175,15 @@ async fn claim_runs<C: OutboxConnection>(
             ..row
         });
     }
-    if !back.is_empty() {
-        // Already cut from the runs: if the hand-back fails they wait for the reclaim.
-        if let Err(e) = release_unsent(db, &back, owner).await {
-            tracing::warn!(error = %e, event_ids = ?back, "handing back the end of a cut run failed; the reclaim will");
-        }
-    }
+    // Already cut from the runs: if the hand-back fails they wait for the reclaim.
+    hand_back(db, &back, owner).await;
     Ok(by_key)
 }
 
 /// Hands the followers `ids` back (a no-op for rows not ours), so that their key is not held
 /// until the lease expires; a failure is logged and left to the reclaim.
-async fn hand_back<C: OutboxConnection>(db: &C, ids: &[i64], owner: &str) {
-    if let Err(e) = release_unsent(db, ids, owner).await {
-        tracing::warn!(error = %e, "handing back a run failed; the reclaim will");
+async fn hand_back(db: &RelayDb, ids: &[i64], owner: &str) {
+    if let Err(e) = db.run(|d| d.release_unsent(ids, owner)).await {
+        tracing::warn!(error = %e, event_ids = ?ids, "handing back a run failed; the reclaim will");
     }
 }

@@ -95,12 +95,6 @@ impl Table {
     }
 }
 
-impl Default for Table {
-    fn default() -> Self {
-        Table::DEFAULT
-    }
-}
-
 impl From<Table> for TableName {
     fn from(table: Table) -> Self {
         match table.schema {

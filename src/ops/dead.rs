@@ -4,7 +4,7 @@ use std::time::Duration;
 use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
 use sea_orm_outbox_entity::event_record::Model;
 
-use crate::driver::{admin, exec_by_ids, query_events, query_ids, retry_transient, RECLAIM_BATCH};
+use crate::driver::{exec_by_ids, query_events, query_ids, retry_transient, RECLAIM_BATCH};
 use crate::error::OutboxError;
 use crate::outbox::Outbox;
 
@@ -26,7 +26,7 @@ pub async fn dead_letters<C: ConnectionTrait>(
             i64::MAX
         )));
     }
-    let query = admin::dead_letters_query(outbox.driver(db)?, limit);
+    let query = outbox.driver(db)?.dead_letters(limit);
     Ok(query_events(db, &query).await?)
 }
 
@@ -54,7 +54,7 @@ pub async fn retry_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let update = admin::retry_dead_statement(outbox.driver(db)?, &[id]);
+    let update = outbox.driver(db)?.retry_dead(&[id]);
     Ok(outcome(exec_by_ids(db, &update).await?))
 }
 
@@ -78,11 +78,10 @@ pub async fn retry_all_dead<C: ConnectionTrait>(
     // the loop ends even while relays keep dead-lettering.
     let mut after = i64::MIN;
     loop {
-        let query = admin::dead_letter_ids_query(driver, after, RECLAIM_BATCH);
-        let ids = query_ids(db, &query).await?;
+        let ids = query_ids(db, &driver.dead_letter_ids(after, RECLAIM_BATCH)).await?;
         let Some(&last) = ids.last() else { break };
         after = last;
-        total += exec_by_ids(db, &admin::retry_dead_statement(driver, &ids)).await?;
+        total += exec_by_ids(db, &driver.retry_dead(&ids)).await?;
         if (ids.len() as u64) < RECLAIM_BATCH {
             break;
         }
@@ -102,7 +101,7 @@ pub async fn discard_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let delete = admin::discard_dead_statement(outbox.driver(db)?, id);
+    let delete = outbox.driver(db)?.discard_dead(id);
     Ok(outcome(exec_by_ids(db, &delete).await?))
 }
 
@@ -120,14 +119,14 @@ where
     let driver = outbox.driver(db)?;
     // Reads, then deletes: on SQLite only `BEGIN IMMEDIATE` waits for the write lock.
     let txn = crate::ext::begin_write(db).await?;
-    let ids = query_ids(&txn, &admin::purge_ids_query(driver, older_than, batch)).await?;
+    let ids = query_ids(&txn, &driver.purge_ids(older_than, batch)).await?;
     let selected = ids.len() as u64;
     let deleted = if ids.is_empty() {
         0
     } else {
-        let delete = admin::purge_statement(driver, &ids);
+        let delete = driver.purge(&ids);
         // Not retried inside the transaction (a MySQL deadlock ends it): the whole batch is.
-        txn.execute_raw(delete.build(driver)).await?.rows_affected()
+        txn.execute_raw(delete.build()).await?.rows_affected()
     };
     txn.commit().await?;
     Ok((selected, deleted))

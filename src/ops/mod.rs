@@ -77,8 +77,8 @@ pub async fn blocked_keys<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
 ) -> Result<BlockedKeys, OutboxError> {
-    let query = admin::blocked_keys_query(outbox.driver(db)?);
-    let Some(row) = db.query_one(&query).await? else {
+    let row = db.query_one(&outbox.driver(db)?.blocked_keys()).await?;
+    let Some(row) = row else {
         return Ok(BlockedKeys::default());
     };
     let keys: i64 = row.try_get("", "blocked_keys")?;

@@ -235,7 +235,11 @@ impl<'w> Claimer<'w> {
                 if read {
                     break;
                 }
-                let got = match driver::select_candidates(&w.db, w.config.batch_size).await {
+                let got = match w
+                    .db
+                    .query_events(|d| d.candidates(w.config.batch_size))
+                    .await
+                {
                     Ok(got) => got,
                     Err(e) if !events.is_empty() => {
                         w.observer.error(
@@ -265,7 +269,12 @@ impl<'w> Claimer<'w> {
                 }
                 continue;
             };
-            match driver::claim(&w.db, event.id, event.retry_count, owner).await {
+            match w
+                .db
+                .run(|d| d.claim(event.id, event.retry_count, owner))
+                .await
+                .map(Claim::from)
+            {
                 Ok(Claim::Won) => events.push(Model {
                     status: sea_orm_outbox_entity::EventStatus::Sending,
                     claim_owner: Some(owner.to_owned()),

@@ -9,7 +9,7 @@ use tracing::Instrument;
 use super::inflight::owner_of;
 use super::send::{Done, Sent};
 use super::{Inflight, Op, Worker, WorkerSummary};
-use crate::driver::{self, Driver, Transition};
+use crate::driver::{Driver, Transition};
 use crate::error::{DbErrorKind, OutboxError, PublishError};
 use crate::retry::RetryDecision;
 use sea_orm_outbox_entity::event_record::Model;
@@ -96,7 +96,7 @@ impl<'w> Recorder<'w> {
         while let Some((owner, events)) = groups.next() {
             let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-            let (unmarked, e) = match driver::mark_success_many(&w.db, &ids, &owner).await {
+            let (unmarked, e) = match w.db.run(|d| d.mark_success_many(&ids, &owner)).await {
                 Ok(applied) => {
                     self.marked(&owner, &ids, applied, s);
                     continue;
@@ -136,7 +136,11 @@ impl<'w> Recorder<'w> {
         let w = self.worker;
         let mut rest = events.into_iter();
         while let Some(event) = rest.next() {
-            match driver::mark_success(&w.db, event.id, owner_of(&event)).await {
+            match w
+                .db
+                .transition(|d| d.mark_success(event.id, owner_of(&event)))
+                .await
+            {
                 Ok(t) => {
                     self.finish(&event);
                     let applied = u64::from(t == Transition::Applied);
@@ -207,7 +211,7 @@ impl<'w> Recorder<'w> {
         for (owner, events) in by_claim(events) {
             let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-            let released = driver::release_unsent(&w.db, &ids, &owner).await;
+            let released = w.db.run(|d| d.release_unsent(&ids, &owner)).await;
             self.finish_all(&owner, &ids);
             match released {
                 Ok(n) => {
@@ -252,7 +256,10 @@ impl<'w> Recorder<'w> {
             // The publisher's own fault, not the event's: back to WAIT, the attempt uncounted.
             let delay = w.config.retry.max_backoff.min(MAX_CONFIG_FAULT_DELAY);
             let owner = owner_of(event);
-            let t = driver::release_uncounted(&w.db, event.id, owner, delay, &err.message).await?;
+            let t = w
+                .db
+                .transition(|d| d.release_for_retry(event.id, owner, delay, &err.message, false))
+                .await?;
             match t {
                 Transition::Applied => w.observer.config_fault(s, event, delay, &err.message),
                 Transition::LeaseLost => {
@@ -271,7 +278,10 @@ impl<'w> Recorder<'w> {
         let t = match decision {
             RetryDecision::Retry(backoff) => {
                 let owner = owner_of(event);
-                let t = driver::release_for_retry(&w.db, event.id, owner, backoff, &err.message)
+                let t =
+                    w.db.transition(|d| {
+                        d.release_for_retry(event.id, owner, backoff, &err.message, true)
+                    })
                     .await?;
                 if t == Transition::Applied {
                     w.observer.retried(s, event, n, backoff, &err.message);
@@ -279,7 +289,9 @@ impl<'w> Recorder<'w> {
                 t
             }
             RetryDecision::DeadLetter => {
-                let t = driver::mark_fail(&w.db, event.id, owner_of(event), &err.message).await?;
+                let t =
+                    w.db.transition(|d| d.mark_fail(event.id, owner_of(event), &err.message))
+                        .await?;
                 if t == Transition::Applied {
                     w.observer
                         .dead_lettered(s, event, n, !err.is_retryable(), &err.message);

@@ -1,58 +1,54 @@
 //! The MySQL/MariaDB batch claim: no `UPDATE ... RETURNING` and no `LIMIT` in an `IN`
 //! subquery, so one short `READ COMMITTED` transaction: a locking read, then the update by ids.
-use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, SelectStatement};
+use sea_orm::sea_query::{Expr, LockBehavior, LockType, SelectStatement};
 use sea_orm::{
-    ConnectionTrait, DbErr, FromQueryResult, IsolationLevel, Statement, TransactionSession,
-    TransactionTrait,
+    ConnectionTrait, DbErr, FromQueryResult, IsolationLevel, Statement, TransactionTrait,
 };
-use sea_orm_outbox_entity::event_record::{Column, Model};
+use sea_orm_outbox_entity::event_record::Model;
 use sea_orm_outbox_entity::EventStatus;
 
-use crate::driver::{candidates_query, retry_transient, ByIds, Driver};
+use crate::driver::{retry_transient, ByIds, Driver, RelayDb};
 
-/// The MySQL/MariaDB claim over the locking read `locking` ([`locking_candidates_query`] or
-/// the ordered claim's heads, [`crate::driver::ordered_heads_query`]): [`claim_locked`], run
-/// again on a transient conflict. InnoDB locks the outer rows only: the predecessor subqueries
-/// read committed rows, so a predecessor being claimed right now still reads as `WAIT`.
-pub(crate) async fn claim<C>(
-    db: &C,
-    driver: Driver,
+/// The MySQL/MariaDB claim over the locking read `locking` ([`Driver::locking_candidates`] or
+/// the ordered claim's heads, [`Driver::ordered_heads_query`]): [`claim_locked`], run again on a
+/// transient conflict. InnoDB locks the outer rows only: the predecessor subqueries read
+/// committed rows, so a predecessor being claimed right now still reads as `WAIT`.
+pub(crate) async fn claim(
+    db: &RelayDb,
     owner: &str,
     locking: &SelectStatement,
-) -> Result<Vec<Model>, DbErr>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
+) -> Result<Vec<Model>, DbErr> {
+    let driver = db.driver();
     let locking = driver.build(locking);
-    retry_transient(|| claim_locked(db, driver, owner, locking.clone())).await
+    retry_transient(|| claim_locked(db.inner(), driver, owner, locking.clone())).await
 }
 
-/// `SELECT *, <now> AS claim_now FROM t_event_record WHERE status = 'WAIT' AND next_retry_time
-/// <= now ORDER BY next_retry_time LIMIT :n FOR UPDATE SKIP LOCKED`: the first statement of the
-/// MySQL/MariaDB batch claim.
-pub fn locking_candidates_query(driver: Driver, n: u64) -> SelectStatement {
-    candidates_query(driver, n)
-        .expr_as(driver.now(), "claim_now")
-        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
-        .to_owned()
-}
+impl Driver {
+    /// `SELECT *, <now> AS claim_now FROM t_event_record WHERE status = 'WAIT' AND
+    /// next_retry_time <= now ORDER BY next_retry_time LIMIT :n FOR UPDATE SKIP LOCKED`: the first
+    /// statement of the MySQL/MariaDB batch claim.
+    pub fn locking_candidates(self, n: u64) -> SelectStatement {
+        self.candidates(n)
+            .expr_as(self.now(), "claim_now")
+            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+            .to_owned()
+    }
 
-/// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = :now,
-/// update_time = :now WHERE id IN (:ids) AND status = 'WAIT'`: the second statement of the
-/// MySQL/MariaDB batch claim, over the rows the first one locked (`now` is the clock it read).
-pub fn claim_locked_statement(
-    driver: Driver,
-    ids: &[i64],
-    owner: &str,
-    now: sea_orm::prelude::DateTimeUtc,
-) -> ByIds {
-    ByIds::update(driver.table())
-        .set(Column::Status, Expr::val(EventStatus::Sending.as_str()))
-        .set(Column::ClaimOwner, Expr::val(owner))
-        .set(Column::ClaimedAt, Expr::val(now))
-        .set(Column::UpdateTime, Expr::val(now))
-        .filter(Expr::col(Column::Id).is_in(ids.iter().copied()))
-        .filter(driver.status_guard(Expr::val(EventStatus::Wait.as_str())))
+    /// `UPDATE t_event_record SET status = 'SENDING', claim_owner = :owner, claimed_at = :now,
+    /// update_time = :now WHERE id IN (:ids) AND status = 'WAIT'`: the second statement of the
+    /// MySQL/MariaDB batch claim, over the rows the first one locked (`now` is the clock it
+    /// read).
+    pub fn claim_locked(
+        self,
+        ids: &[i64],
+        owner: &str,
+        now: sea_orm::prelude::DateTimeUtc,
+    ) -> ByIds {
+        ByIds::update(self)
+            .claimed_by(owner, Expr::val(now))
+            .ids(ids)
+            .filter(self.status_guard(Expr::val(EventStatus::Wait.as_str())))
+    }
 }
 
 /// A row locked by the MySQL/MariaDB batch claim, with the database's clock read in the same
@@ -72,18 +68,15 @@ impl FromQueryResult for LockedRow {
 }
 
 /// The MySQL/MariaDB claim, one short `READ COMMITTED` transaction: the locking read
-/// `locking` (with the database clock as `claim_now`), then [`claim_locked_statement`], commit.
+/// `locking` (with the database clock as `claim_now`), then [`Driver::claim_locked`], commit.
 /// The rows stay locked until the commit, so the claimed models are the read ones with the
 /// claim applied (the columns are `DATETIME(6)`, so the values equal the stored ones).
-async fn claim_locked<C>(
-    db: &C,
+async fn claim_locked(
+    db: &sea_orm::DatabaseConnection,
     driver: Driver,
     owner: &str,
     locking: Statement,
-) -> Result<Vec<Model>, DbErr>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
+) -> Result<Vec<Model>, DbErr> {
     // READ COMMITTED: no gap locks, so the claim never blocks inserts of new events.
     let txn = db
         .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
@@ -96,7 +89,7 @@ where
     let ids: Vec<i64> = locked.iter().map(|r| r.model.id).collect();
     // Not retried here: a failure ends the whole transaction.
     let updated = txn
-        .execute_raw(claim_locked_statement(driver, &ids, owner, now).build(driver))
+        .execute_raw(driver.claim_locked(&ids, owner, now).build())
         .await?
         .rows_affected();
     if updated != ids.len() as u64 {

@@ -1,30 +1,11 @@
 //! MySQL/MariaDB errors by error number (MariaDB's and MySQL's server error reference).
 use crate::error::DbErrorKind;
 
-/// The kind of `db_err` when it is a MySQL/MariaDB error; `None` for another backend's (or
-/// in a build without the `mysql` feature).
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-pub(crate) fn of(
-    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))]
-    db_err: &dyn sea_orm::sqlx::error::DatabaseError,
-) -> Option<DbErrorKind> {
-    #[cfg(feature = "mysql")]
-    {
-        db_err
-            .try_downcast_ref::<sea_orm::sqlx::mysql::MySqlDatabaseError>()
-            .map(|m| kind(m.number()))
-    }
-    #[cfg(not(feature = "mysql"))]
-    {
-        None
-    }
-}
-
 /// The kind of MySQL/MariaDB error `number`. Judged by number, not SQLSTATE: MySQL's class
 /// `08` also holds failures that never heal (1043 bad handshake, 1251 unsupported
 /// authentication protocol), and a deadlock (1213) carries SQLSTATE `40001`.
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-fn kind(number: u16) -> DbErrorKind {
+pub(crate) fn kind(number: u16) -> DbErrorKind {
     match number {
         1213 => DbErrorKind::Deadlock,
         1205 => DbErrorKind::LockTimeout,

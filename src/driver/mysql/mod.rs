@@ -6,16 +6,9 @@ pub(super) mod claim;
 pub(super) mod error;
 pub(super) mod ordered;
 #[cfg(feature = "mysql")]
-mod pool;
+pub(super) mod pool;
 
 use std::time::Duration;
-
-use sea_orm::DatabaseConnection;
-
-/// The crate feature serving MySQL/MariaDB, and whether this build has it.
-pub(super) const FEATURE: (&str, bool) = ("mysql", cfg!(feature = "mysql"));
-/// No `RETURNING` (sea-orm's `mariadb-use-returning` must stay off).
-pub(super) const RETURNING: bool = false;
 
 /// `UTC_TIMESTAMP(6)` (whatever the connection's time zone; sqlx sets `+00:00`, other clients the
 /// server's zone), or `(UTC_TIMESTAMP(6) ± INTERVAL n MICROSECOND)`.
@@ -26,21 +19,6 @@ pub(super) fn now_sql(offset: Option<(char, Duration)>) -> String {
             "(UTC_TIMESTAMP(6) {sign} INTERVAL {} MICROSECOND)",
             d.as_micros()
         ),
-    }
-}
-
-/// See [`super::Driver::guarded_pool`].
-pub(super) fn guarded_pool(
-    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))] db: &DatabaseConnection,
-    #[cfg_attr(not(feature = "mysql"), allow(unused_variables))] max: u32,
-) -> Option<DatabaseConnection> {
-    #[cfg(feature = "mysql")]
-    {
-        Some(pool::pool(db, max))
-    }
-    #[cfg(not(feature = "mysql"))]
-    {
-        None
     }
 }
 

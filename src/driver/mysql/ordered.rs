@@ -2,30 +2,25 @@
 //! derived table read first (`STRAIGHT_JOIN` for a window, in its order) and joined to `e`,
 //! the checks on `e` row by row; InnoDB skips locked rows while reading, so the `LIMIT` needs
 //! no slack.
-use sea_orm::sea_query::{
-    Alias, Expr, ExprTrait, JoinType, LockBehavior, LockType, SelectStatement,
-};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, SelectStatement};
 use sea_orm_outbox_entity::event_record::Column;
 
 use crate::driver::ordered::{HeadsFrom, CANDIDATE, WINDOW};
 use crate::driver::Driver;
 
-/// The window's columns after `id`: `next_retry_time`, which orders the heads.
-pub(crate) fn window_columns(c: &mut SelectStatement) {
-    c.column(Column::NextRetryTime);
-}
-
 /// `FROM (<c>) AS w STRAIGHT_JOIN t_event_record AS e ON e.id = w.id ... ORDER BY
-/// w.next_retry_time` for a window (the derived table is sorted first and joined in that
-/// order), `INNER JOIN` and `ORDER BY e.next_retry_time` for the deep candidates.
+/// w.next_retry_time` for a window, which also reads `next_retry_time` (the derived table is
+/// sorted first and joined in that order), `INNER JOIN` and `ORDER BY e.next_retry_time` for
+/// the deep candidates.
 pub(crate) fn from_candidates(
     driver: Driver,
     q: &mut SelectStatement,
-    c: SelectStatement,
+    mut c: SelectStatement,
     window: bool,
 ) -> HeadsFrom {
     let (e, w) = (Alias::new(CANDIDATE), Alias::new(WINDOW));
     let (join, ordered_by) = if window {
+        c.column(Column::NextRetryTime);
         (JoinType::StraightJoin, w.clone())
     } else {
         (JoinType::InnerJoin, e.clone())
@@ -42,21 +37,14 @@ pub(crate) fn from_candidates(
     }
 }
 
-/// `FOR UPDATE SKIP LOCKED`: MariaDB has no `OF`, and its materialized derived table is not
-/// locked (a non-locking read), so the rows of `e` alone are.
-pub(crate) fn lock_heads(q: &mut SelectStatement) {
-    q.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
-}
-
 #[cfg(test)]
 mod tests {
     use crate::config::OrderedPolicy;
-    use crate::driver::{ordered_heads_query, Driver, HeadScan};
+    use crate::driver::{Driver, HeadScan};
 
     #[test]
     fn the_window_is_read_first_in_its_order() {
-        let q = ordered_heads_query(
-            Driver::MySql,
+        let q = Driver::MySql.ordered_heads_query(
             OrderedPolicy::Block,
             1,
             true,

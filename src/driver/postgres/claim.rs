@@ -9,7 +9,6 @@ use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use super::{now_sql, primary_key_only};
-use crate::driver::claim::claim_update;
 use crate::driver::{retry_transient, Driver};
 
 /// `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND "id" = ANY(ARRAY(SELECT "id" FROM
@@ -29,8 +28,7 @@ pub(crate) fn claim_batch_statement(driver: Driver, owner: &str, n: u64) -> Upda
         now = now_sql(None),
         bucket = claim_limit_bucket(n),
     );
-    let mut update = claim_update(
-        driver,
+    let mut update = driver.claim_update(
         owner,
         wait_guard(),
         Expr::cust_with_values(
@@ -57,11 +55,11 @@ pub(crate) fn claim_of(driver: Driver, owner: &str, due: SelectStatement) -> Upd
         r#""id" = ANY(ARRAY($1))"#,
         Expr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(due))),
     );
-    claim_update(driver, owner, wait_guard(), ids)
+    driver.claim_update(owner, wait_guard(), ids)
 }
 
 /// The columns the Postgres batch claim returns, decoded by position: those whose values the
-/// relay does not know. [`claimed_model`] fills in the other three (`status`, `claim_owner`,
+/// relay does not know. [`claimed_models`] fills in the other three (`status`, `claim_owner`,
 /// and `update_time`, set to the same `CURRENT_TIMESTAMP` as `claimed_at`), assuming no
 /// `BEFORE UPDATE` trigger rewrites them.
 pub(crate) const CLAIM_RETURNING: [Column; 10] = [
@@ -77,46 +75,37 @@ pub(crate) const CLAIM_RETURNING: [Column; 10] = [
     Column::Headers,
 ];
 
-/// The [`Model`] of a row claimed by `owner`, read by position from the [`CLAIM_RETURNING`]
-/// columns starting at column `first`; `None` for the `LEFT JOIN`'s empty side. The columns the
-/// claim set are filled in: `status` `SENDING`, `claim_owner` `owner`, `update_time` =
-/// `claimed_at`.
-pub(crate) fn claimed_model(
-    row: &sea_orm::QueryResult,
-    first: usize,
-    owner: &str,
-) -> Result<Option<Model>, DbErr> {
-    let Some(id) = row.try_get_by_index::<Option<i64>>(first)? else {
-        return Ok(None);
-    };
-    let at = |k: usize| first + k;
-    let claimed_at: sea_orm::prelude::DateTimeUtc = row.try_get_by_index(at(6))?;
-    Ok(Some(Model {
-        id,
-        biz_no: row.try_get_by_index(at(1))?,
-        event_type: row.try_get_by_index(at(2))?,
-        payload: row.try_get_by_index(at(3))?,
-        status: EventStatus::Sending,
-        retry_count: row.try_get_by_index(at(4))?,
-        next_retry_time: row.try_get_by_index(at(5))?,
-        claim_owner: Some(owner.to_owned()),
-        claimed_at: Some(claimed_at),
-        last_error: row.try_get_by_index(at(7))?,
-        create_time: row.try_get_by_index(at(8))?,
-        update_time: claimed_at,
-        headers: row.try_get_by_index(at(9))?,
-    }))
-}
-
-/// [`claimed_model`] of every row of `rows` that holds a claimed event, in order.
+/// The [`Model`]s of the rows claimed by `owner`, read by position from the
+/// [`CLAIM_RETURNING`] columns starting at column `first`; a row of the `LEFT JOIN`'s empty side
+/// holds none. The columns the claim set are filled in: `status` `SENDING`, `claim_owner`
+/// `owner`, `update_time` = `claimed_at`.
 pub(crate) fn claimed_models(
     rows: &[sea_orm::QueryResult],
     first: usize,
     owner: &str,
 ) -> Result<Vec<Model>, DbErr> {
     let mut claimed = Vec::with_capacity(rows.len());
-    for r in rows {
-        claimed.extend(claimed_model(r, first, owner)?);
+    for row in rows {
+        let Some(id) = row.try_get_by_index::<Option<i64>>(first)? else {
+            continue;
+        };
+        let at = |k: usize| first + k;
+        let claimed_at: sea_orm::prelude::DateTimeUtc = row.try_get_by_index(at(6))?;
+        claimed.push(Model {
+            id,
+            biz_no: row.try_get_by_index(at(1))?,
+            event_type: row.try_get_by_index(at(2))?,
+            payload: row.try_get_by_index(at(3))?,
+            status: EventStatus::Sending,
+            retry_count: row.try_get_by_index(at(4))?,
+            next_retry_time: row.try_get_by_index(at(5))?,
+            claim_owner: Some(owner.to_owned()),
+            claimed_at: Some(claimed_at),
+            last_error: row.try_get_by_index(at(7))?,
+            create_time: row.try_get_by_index(at(8))?,
+            update_time: claimed_at,
+            headers: row.try_get_by_index(at(9))?,
+        });
     }
     Ok(claimed)
 }
@@ -142,16 +131,8 @@ pub(crate) async fn claim_batch<C: ConnectionTrait>(
 /// `ids` as a Postgres array literal, `{1,2,3}`, cast to `bigint[]` in the statement, so the
 /// statement's text is the same for any number of ids.
 fn bigint_array(ids: &[i64]) -> String {
-    let mut s = String::with_capacity(ids.len() * 8 + 2);
-    s.push('{');
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push_str(&id.to_string());
-    }
-    s.push('}');
-    s
+    let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+    format!("{{{}}}", ids.join(","))
 }
 
 /// One statement that marks one claim's deliveries `SUCCESS` and claims the next batch (see
@@ -220,7 +201,7 @@ mod tests {
             sql.contains("LIMIT 32 FOR UPDATE SKIP LOCKED) AS \"due\" LIMIT 20)"),
             "{sql}"
         );
-        // `claimed_model` fills `update_time` in from `claimed_at`: both must be set from the
+        // `claimed_models` fills `update_time` in from `claimed_at`: both must be set from the
         // one transaction-stable `CURRENT_TIMESTAMP`.
         assert!(
             sql.contains(

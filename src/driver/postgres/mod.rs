@@ -9,20 +9,14 @@ pub(super) mod listen;
 pub(super) mod notify;
 pub(super) mod ordered;
 #[cfg(feature = "postgres")]
-mod pool;
+pub(super) mod pool;
 pub(super) mod simple;
 
 use std::time::Duration;
 
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::DatabaseConnection;
 
 pub use notify::WAKE_CHANNEL;
-
-/// The crate feature serving Postgres, and whether this build has it.
-pub(super) const FEATURE: (&str, bool) = ("postgres", cfg!(feature = "postgres"));
-/// `INSERT`/`UPDATE ... RETURNING` exist.
-pub(super) const RETURNING: bool = true;
 
 /// `CURRENT_TIMESTAMP` (`timestamptz`, microseconds), or `(CURRENT_TIMESTAMP ± INTERVAL 'n
 /// microseconds')`. `CURRENT_TIMESTAMP` is the start of the transaction; the relay's
@@ -44,36 +38,6 @@ pub(super) fn now_sql(offset: Option<(char, Duration)>) -> String {
 /// no index serves the boolean test (Postgres has no index hints).
 pub(super) fn primary_key_only(guard: Expr) -> Expr {
     guard.is(Expr::Constant(true.into()))
-}
-
-/// See [`super::Driver::guarded_pool`].
-pub(super) fn guarded_pool(
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] db: &DatabaseConnection,
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] max: u32,
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] name: Option<&str>,
-) -> Option<DatabaseConnection> {
-    #[cfg(feature = "postgres")]
-    {
-        Some(pool::pool(db, max, name))
-    }
-    #[cfg(not(feature = "postgres"))]
-    {
-        None
-    }
-}
-
-/// See [`super::Driver::pool_size`]; `None` for a mock connection or without the feature.
-pub(super) fn pool_size(
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))] db: &DatabaseConnection,
-) -> Option<u32> {
-    #[cfg(feature = "postgres")]
-    {
-        pool::size(db)
-    }
-    #[cfg(not(feature = "postgres"))]
-    {
-        None
-    }
 }
 
 #[cfg(test)]

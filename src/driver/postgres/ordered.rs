@@ -17,27 +17,22 @@ use crate::driver::Driver;
 /// taken since this statement's snapshot; a claim left short makes a deep claim or claims again.
 pub const HEAD_LOCK_SLACK: u64 = 16;
 
-/// The window's columns after `id`: `biz_no` and `next_retry_time`, which the checks on the
-/// window's own rows read.
-pub(crate) fn window_columns(c: &mut SelectStatement) {
-    c.column(Column::BizNo).column(Column::NextRetryTime);
-}
-
-/// `FROM t_event_record AS e WHERE e.id = ANY(ARRAY(<c>))`. For a window `c` the checks run on
-/// its own rows, in its order: `c` becomes `SELECT e.id FROM (<window>) AS e WHERE <checks>
+/// `FROM t_event_record AS e WHERE e.id = ANY(ARRAY(<c>))`. For a window `c` (which also reads
+/// `biz_no` and `next_retry_time`) the checks run on its own rows, in its order: `c` becomes `SELECT e.id FROM (<window>) AS e WHERE <checks>
 /// ORDER BY e.next_retry_time LIMIT :n + max(HEAD_LOCK_SLACK, n)` (a subquery with a `LIMIT` is
 /// never flattened, so its filter runs row by row over the window's ordered index scan and
 /// stops at its `LIMIT`).
 pub(crate) fn from_candidates(
     driver: Driver,
     q: &mut SelectStatement,
-    c: SelectStatement,
+    mut c: SelectStatement,
     window: bool,
     policy: OrderedPolicy,
     n: u64,
 ) -> HeadsFrom {
     let e = Alias::new(CANDIDATE);
     let candidates = if window {
+        c.column(Column::BizNo).column(Column::NextRetryTime);
         let mut heads = Query::select();
         heads
             .column((e.clone(), Column::Id))
@@ -92,18 +87,13 @@ mod tests {
     use sea_orm::sea_query::PostgresQueryBuilder;
 
     use crate::config::OrderedPolicy;
-    use crate::driver::{ordered_heads_query, ordered_heads_statement, Driver, HeadScan};
+    use crate::driver::{Driver, HeadScan};
 
     #[test]
     fn heads_sql_checks_the_predecessors() {
-        let sql = ordered_heads_statement(
-            Driver::Postgres,
-            "me",
-            OrderedPolicy::Block,
-            20,
-            HeadScan::Deep,
-        )
-        .to_string(PostgresQueryBuilder);
+        let sql = Driver::Postgres
+            .ordered_heads("me", OrderedPolicy::Block, 20, HeadScan::Deep)
+            .to_string(PostgresQueryBuilder);
         assert!(
             sql.contains(r#"(SELECT MAX("p"."id") FROM "t_event_record" AS "p""#),
             "{sql}"
@@ -125,8 +115,7 @@ mod tests {
 
     #[test]
     fn the_window_is_checked_in_its_own_order() {
-        let q = ordered_heads_query(
-            Driver::Postgres,
+        let q = Driver::Postgres.ordered_heads_query(
             OrderedPolicy::Block,
             1,
             false,

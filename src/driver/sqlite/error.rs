@@ -3,35 +3,9 @@
 //! `SQLITE_ERROR`.
 use crate::error::DbErrorKind;
 
-/// The kind of `db_err` when it is a SQLite error; `None` for another backend's (or in a build
-/// without the `sqlite` feature).
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-pub(crate) fn of(
-    #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
-    db_err: &dyn sea_orm::sqlx::error::DatabaseError,
-) -> Option<DbErrorKind> {
-    #[cfg(feature = "sqlite")]
-    {
-        db_err
-            .try_downcast_ref::<sea_orm::sqlx::sqlite::SqliteError>()
-            .map(|_| {
-                // sqlx gives SQLite's extended result code as the error's code.
-                let code = db_err
-                    .code()
-                    .and_then(|c| c.parse::<i32>().ok())
-                    .unwrap_or(0);
-                kind(code, db_err.message())
-            })
-    }
-    #[cfg(not(feature = "sqlite"))]
-    {
-        None
-    }
-}
-
 /// The kind of SQLite (extended) result `code` with `message`.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-fn kind(code: i32, message: &str) -> DbErrorKind {
+pub(crate) fn kind(code: i32, message: &str) -> DbErrorKind {
     match code & 0xff {
         5 | 6 => DbErrorKind::LockTimeout,
         1 if message.starts_with("no such table") => DbErrorKind::MissingTable,

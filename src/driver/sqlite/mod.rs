@@ -7,11 +7,6 @@ pub(super) mod ordered;
 
 use std::time::Duration;
 
-/// The crate feature serving SQLite, and whether this build has it.
-pub(super) const FEATURE: (&str, bool) = ("sqlite", cfg!(feature = "sqlite"));
-/// `INSERT`/`UPDATE ... RETURNING` exist (3.35+).
-pub(super) const RETURNING: bool = true;
-
 /// `strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')`, with a `'±s.ffffff seconds'` modifier for
 /// an offset: every value has one fixed width, so text order is time order (RFC 3339).
 pub(super) fn now_sql(offset: Option<(char, Duration)>) -> String {

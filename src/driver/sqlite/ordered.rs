@@ -1,15 +1,13 @@
 //! The ordered claim's heads on SQLite (see `driver/ordered.rs`): `e.id IN (<candidates>)`
 //! for both scans, the checks on `e`; one writer at a time, so nothing to lock.
-use sea_orm::sea_query::{Alias, Expr, ExprTrait, LockBehavior, LockType, SelectStatement};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, SelectStatement};
 use sea_orm_outbox_entity::event_record::Column;
 
 use crate::driver::ordered::{HeadsFrom, CANDIDATE};
 use crate::driver::Driver;
 
-/// The window reads `id` alone.
-pub(crate) fn window_columns(_c: &mut SelectStatement) {}
-
-/// `FROM t_event_record AS e WHERE e.id IN (<c>) ... ORDER BY e.next_retry_time`.
+/// `FROM t_event_record AS e WHERE e.id IN (<c>) ... ORDER BY e.next_retry_time` (a window reads
+/// `id` alone).
 pub(crate) fn from_candidates(
     driver: Driver,
     q: &mut SelectStatement,
@@ -22,9 +20,4 @@ pub(crate) fn from_candidates(
         checks_here: true,
         ordered_by: e,
     }
-}
-
-/// `FOR UPDATE SKIP LOCKED`, which sea-query leaves out for SQLite (one writer at a time).
-pub(crate) fn lock_heads(q: &mut SelectStatement) {
-    q.lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
 }

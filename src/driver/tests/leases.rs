@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
+use super::relay;
 use crate::common::{age_many, count, event, insert_many, TestContext};
 use crate::driver::{self, Transition};
 use crate::event_record::{Column, Entity as Events};
@@ -18,8 +19,12 @@ crate::backend_tests!(
 async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     let db = &ctx.db;
     let ids = insert_many(&ctx.db, "ORD", 30).await;
-    let a = driver::claim_batch(db, "a", 20).await.expect("claim a");
-    let b = driver::claim_batch(db, "b", 20).await.expect("claim b");
+    let a = driver::claim_batch(&relay(db), "a", 20)
+        .await
+        .expect("claim a");
+    let b = driver::claim_batch(&relay(db), "b", 20)
+        .await
+        .expect("claim b");
     assert_eq!((a.len(), b.len()), (20, 10));
     // Oldest due first, disjoint, each row SENDING under its owner.
     assert_eq!(
@@ -37,18 +42,22 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
             assert_eq!(e, &event(db, e.id).await);
         }
     }
-    assert!(driver::claim_batch(db, "c", 20)
+    assert!(driver::claim_batch(&relay(db), "c", 20)
         .await
         .expect("claim c")
         .is_empty());
     // Owner guards hold for batch-claimed rows.
     let first = a[0].id;
     assert_eq!(
-        driver::mark_success(db, first, "b").await.expect("ack"),
+        relay(db)
+            .transition(|d| d.mark_success(first, "b"))
+            .await
+            .expect("ack"),
         Transition::LeaseLost
     );
     assert_eq!(
-        driver::mark_success_many(db, &[first, b[0].id], "a")
+        relay(db)
+            .run(|d| d.mark_success_many(&[first, b[0].id], "a"))
             .await
             .expect("ack"),
         1
@@ -58,25 +67,37 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     // Expired batch leases are reclaimed like per-row ones.
     let a_ids: Vec<i64> = a[1..].iter().map(|e| e.id).collect();
     age_many(db, &a_ids, Column::ClaimedAt, Duration::from_secs(60)).await;
-    let r = driver::reclaim_stuck(db, Duration::from_secs(30), 3, driver::RECLAIM_BATCH)
-        .await
-        .expect("reclaim");
+    let r = driver::reclaim_stuck(
+        &relay(db),
+        Duration::from_secs(30),
+        3,
+        driver::RECLAIM_BATCH,
+    )
+    .await
+    .expect("reclaim");
     assert_eq!((r.requeued, r.dead_lettered), (19, 0));
     // A reclaimed row is claimable again, and A's late ack changes nothing.
-    let again = driver::claim_batch(db, "c", 50).await.expect("claim c");
+    let again = driver::claim_batch(&relay(db), "c", 50)
+        .await
+        .expect("claim c");
     assert_eq!(again.len(), 19);
     assert_eq!(
-        driver::mark_success_many(db, &a_ids, "a")
+        relay(db)
+            .run(|d| d.mark_success_many(&a_ids, "a"))
             .await
             .expect("late"),
         0
     );
     assert_eq!(
-        driver::release_unsent(db, &a_ids, "a").await.expect("late"),
+        relay(db)
+            .run(|d| d.release_unsent(&a_ids, "a"))
+            .await
+            .expect("late"),
         0
     );
     assert_eq!(
-        driver::release_unsent(db, &a_ids, "c")
+        relay(db)
+            .run(|d| d.release_unsent(&a_ids, "c"))
             .await
             .expect("hand back"),
         19
@@ -89,7 +110,9 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
 async fn reclaim_works_in_bounded_batches(ctx: &TestContext) {
     let db = &ctx.db;
     let ids = insert_many(&ctx.db, "EXPIRED", 7).await;
-    let claimed = driver::claim_batch(db, "died", 8).await.expect("claim");
+    let claimed = driver::claim_batch(&relay(db), "died", 8)
+        .await
+        .expect("claim");
     assert_eq!(claimed.len(), 7);
     // Six leases expired, two of them with their retries used up; the seventh is fresh.
     age_many(db, &ids[..6], Column::ClaimedAt, Duration::from_secs(60)).await;
@@ -99,14 +122,16 @@ async fn reclaim_works_in_bounded_batches(ctx: &TestContext) {
         .exec(db)
         .await
         .expect("used up");
-    let r = driver::reclaim_stuck(db, Duration::from_secs(30), 3, 4)
+    let r = driver::reclaim_stuck(&relay(db), Duration::from_secs(30), 3, 4)
         .await
         .expect("reclaim");
     assert_eq!((r.requeued, r.dead_lettered), (4, 2));
     assert_eq!(count(db, EventStatus::Wait).await, 4);
     assert_eq!(count(db, EventStatus::Fail).await, 2);
     assert_eq!(event(db, ids[6]).await.status, EventStatus::Sending);
-    assert!(driver::reclaim_stuck(db, Duration::from_secs(30), 3, 0)
-        .await
-        .is_err());
+    assert!(
+        driver::reclaim_stuck(&relay(db), Duration::from_secs(30), 3, 0)
+            .await
+            .is_err()
+    );
 }

@@ -43,15 +43,20 @@ async fn simple_protocol_rows_decode(ctx: &TestContext) {
     }
     let (a, b, c) = (&claimed[0], &claimed[1], &claimed[2]);
     let reason = "it's \\ 'quoted'\n\ttabbed, ünïcode";
-    let t = driver::release_for_retry(&simple, a.id, "decode#01", Duration::from_millis(1), reason)
+    let t = simple
+        .transition(|d| {
+            d.release_for_retry(a.id, "decode#01", Duration::from_millis(1), reason, true)
+        })
         .await
         .expect("release");
     assert_eq!(t, driver::Transition::Applied);
-    let t = driver::mark_success(&simple, b.id, "decode#01")
+    let t = simple
+        .transition(|d| d.mark_success(b.id, "decode#01"))
         .await
         .expect("success");
     assert_eq!(t, driver::Transition::Applied);
-    let t = driver::mark_success(&simple, c.id, "someone-else#02")
+    let t = simple
+        .transition(|d| d.mark_success(c.id, "someone-else#02"))
         .await
         .expect("guarded");
     assert_eq!(

@@ -10,3 +10,8 @@ mod outbox;
 mod plans;
 mod render;
 mod statements;
+
+/// `db` as the relay's connection, prepared statements, on the default table.
+fn relay(db: &sea_orm::DatabaseConnection) -> crate::driver::RelayDb {
+    crate::driver::RelayDb::extended(db.clone())
+}

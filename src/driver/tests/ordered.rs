@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sea_orm::ConnectionTrait;
 
+use super::relay;
 use crate::common::ordered::{flaky, ordered_config};
 use crate::common::{count, insert_keys, wait_until, Fleet, TestContext};
 use crate::driver::HeadScan;
@@ -45,7 +46,7 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
             for round in 0.. {
                 let owner = format!("racer-{c}#{round}");
                 let got = driver::claim_ordered(
-                    &db,
+                    &relay(&db),
                     &owner,
                     OrderedPolicy::Block,
                     5,
@@ -95,11 +96,15 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
                 for run in by_key.values() {
                     if flaky(run[0]) && failed.lock().expect("lock").insert(run[0]) {
                         let backoff = Duration::from_millis(20);
-                        let t = driver::release_for_retry(&db, run[0], &owner, backoff, "flaky")
+                        let t = relay(&db)
+                            .transition(|d| {
+                                d.release_for_retry(run[0], &owner, backoff, "flaky", true)
+                            })
                             .await
                             .expect("release for retry");
                         assert_eq!(t, driver::Transition::Applied);
-                        driver::release_unsent(&db, &run[1..], &owner)
+                        relay(&db)
+                            .run(|d| d.release_unsent(&run[1..], &owner))
                             .await
                             .expect("hand back");
                     } else {
@@ -107,7 +112,8 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
                     }
                 }
                 marked.lock().expect("lock").extend(&got_ids);
-                let n = driver::mark_success_many(&db, &got_ids, &owner)
+                let n = relay(&db)
+                    .run(|d| d.mark_success_many(&got_ids, &owner))
                     .await
                     .expect("mark");
                 assert_eq!(n, got_ids.len() as u64);
@@ -137,7 +143,7 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     let ids = insert_keys(db, &["A".to_owned()], 2).await;
     let (a0, a1) = (ids["A"][0], ids["A"][1]);
     let claim = async |owner: &str| -> Vec<i64> {
-        driver::claim_ordered(db, owner, OrderedPolicy::Skip, 5, 5, HeadScan::Deep)
+        driver::claim_ordered(&relay(db), owner, OrderedPolicy::Skip, 5, 5, HeadScan::Deep)
             .await
             .expect("claim")
             .iter()
@@ -146,13 +152,15 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     };
     assert_eq!(claim("r#1").await, [a0, a1], "the head and its run");
     assert_eq!(
-        driver::mark_fail(db, a0, "r#1", "refused")
+        relay(db)
+            .transition(|d| d.mark_fail(a0, "r#1", "refused"))
             .await
             .expect("fail"),
         Transition::Applied
     );
     assert_eq!(
-        driver::release_unsent(db, &[a1], "r#1")
+        relay(db)
+            .run(|d| d.release_unsent(&[a1], "r#1"))
             .await
             .expect("back"),
         1
@@ -166,7 +174,10 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     );
     assert!(claim("r#3").await.is_empty(), "A0 waits while A1 is out");
     assert_eq!(
-        driver::mark_success(db, a1, "r#2").await.expect("mark"),
+        relay(db)
+            .transition(|d| d.mark_success(a1, "r#2"))
+            .await
+            .expect("mark"),
         Transition::Applied
     );
     assert_eq!(
@@ -188,18 +199,31 @@ async fn a_head_behind_a_full_window_is_found_by_a_deep_scan(ctx: &TestContext) 
     let c = insert_keys(db, &["C".to_owned()], 1).await["C"][0];
     let ids =
         |got: Vec<crate::event_record::Model>| -> Vec<i64> { got.iter().map(|e| e.id).collect() };
-    let window =
-        driver::claim_ordered(db, "w#1", OrderedPolicy::Block, 2, 2, HeadScan::Window(256))
-            .await
-            .expect("windowed claim");
+    let window = driver::claim_ordered(
+        &relay(db),
+        "w#1",
+        OrderedPolicy::Block,
+        2,
+        2,
+        HeadScan::Window(256),
+    )
+    .await
+    .expect("windowed claim");
     assert_eq!(
         ids(window),
         h["H"][..2],
         "the window holds only H's backlog"
     );
-    let deep = driver::claim_ordered(db, "w#2", OrderedPolicy::Block, 2, 2, HeadScan::Deep)
-        .await
-        .expect("deep claim");
+    let deep = driver::claim_ordered(
+        &relay(db),
+        "w#2",
+        OrderedPolicy::Block,
+        2,
+        2,
+        HeadScan::Deep,
+    )
+    .await
+    .expect("deep claim");
     assert_eq!(
         ids(deep),
         [c],

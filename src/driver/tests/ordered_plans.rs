@@ -85,10 +85,8 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
     ] {
         let d = driver::Driver::of(backend).expect("a known backend");
         let claim = match backend {
-            DbBackend::Postgres => {
-                d.build(&driver::ordered_heads_statement(d, "me", policy, 20, scan))
-            }
-            _ => d.build(&driver::ordered_heads_query(d, policy, 20, true, scan)),
+            DbBackend::Postgres => d.build(&d.ordered_heads("me", policy, 20, scan)),
+            _ => d.build(&d.ordered_heads_query(policy, 20, true, scan)),
         };
         let plan = explain(db, claim).await;
         eprintln!("{policy:?} {scan:?} claim plan:\n{plan}");
@@ -157,9 +155,11 @@ async fn ordered_claim_uses_the_biz_no_index(ctx: &TestContext) {
     }
     let blocked = explain(
         db,
-        backend.build(&driver::admin::blocked_keys_query(
-            driver::Driver::of(backend).expect("a known backend"),
-        )),
+        backend.build(
+            &driver::Driver::of(backend)
+                .expect("a known backend")
+                .blocked_keys(),
+        ),
     )
     .await;
     // The blocked-key count starts from the dead letters (a status index) and reads the WAIT

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
+use super::relay;
 use crate::common::{age, event, insert_many, new_event, TestContext};
 use crate::driver::{self, Claim, Transition};
 use crate::event_record::Column;
@@ -21,22 +22,39 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
     let db = &ctx.db;
     let id = new_event(db, "ORD-L").await;
     assert_eq!(
-        driver::claim(db, id, 0, "a").await.expect("claim"),
+        relay(db)
+            .run(|d| d.claim(id, 0, "a"))
+            .await
+            .map(Claim::from)
+            .expect("claim"),
         Claim::Won
     );
     age(db, id, Column::ClaimedAt, Duration::from_secs(60)).await;
-    let reclaimed = driver::reclaim_stuck(db, Duration::from_secs(30), 3, driver::RECLAIM_BATCH)
-        .await
-        .expect("reclaim");
+    let reclaimed = driver::reclaim_stuck(
+        &relay(db),
+        Duration::from_secs(30),
+        3,
+        driver::RECLAIM_BATCH,
+    )
+    .await
+    .expect("reclaim");
     assert_eq!((reclaimed.requeued, reclaimed.dead_lettered), (1, 0));
     // The reclaim counted as an attempt.
     assert_eq!(event(db, id).await.retry_count, 1);
     assert_eq!(
-        driver::claim(db, id, 1, "b").await.expect("claim"),
+        relay(db)
+            .run(|d| d.claim(id, 1, "b"))
+            .await
+            .map(Claim::from)
+            .expect("claim"),
         Claim::Won
     );
     assert_eq!(
-        driver::claim(db, id, 1, "c").await.expect("claim"),
+        relay(db)
+            .run(|d| d.claim(id, 1, "c"))
+            .await
+            .map(Claim::from)
+            .expect("claim"),
         Claim::Lost
     );
     let before = event(db, id).await;
@@ -46,22 +64,32 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
     );
 
     assert_eq!(
-        driver::mark_success(db, id, "a").await.expect("ack"),
+        relay(db)
+            .transition(|d| d.mark_success(id, "a"))
+            .await
+            .expect("ack"),
         Transition::LeaseLost
     );
     assert_eq!(
-        driver::release_for_retry(db, id, "a", Duration::from_secs(5), "late")
+        relay(db)
+            .transition(|d| d.release_for_retry(id, "a", Duration::from_secs(5), "late", true))
             .await
             .expect("release"),
         Transition::LeaseLost
     );
     assert_eq!(
-        driver::mark_fail(db, id, "a", "late").await.expect("fail"),
+        relay(db)
+            .transition(|d| d.mark_fail(id, "a", "late"))
+            .await
+            .expect("fail"),
         Transition::LeaseLost
     );
     assert_eq!(event(db, id).await, before, "B's row is untouched");
     assert_eq!(
-        driver::mark_success(db, id, "b").await.expect("ack"),
+        relay(db)
+            .transition(|d| d.mark_success(id, "b"))
+            .await
+            .expect("ack"),
         Transition::Applied
     );
     assert_eq!(event(db, id).await.status, EventStatus::Success);
@@ -74,7 +102,7 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     let db = &ctx.db;
     let backend = db.get_database_backend();
     let all = insert_many(db, "ORD-MC", 3).await;
-    let first: Vec<i64> = driver::claim_batch(db, "a#1", 2)
+    let first: Vec<i64> = driver::claim_batch(&relay(db), "a#1", 2)
         .await
         .expect("claim")
         .iter()
@@ -87,16 +115,11 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
         .filter(|id| !first.contains(id))
         .collect();
     if backend != DbBackend::Postgres {
-        assert!(driver::mark_success_and_claim_statement(
-            driver::Driver::of(backend).expect("a known backend"),
-            &first,
-            "a#1",
-            "a#2",
-            9
-        )
-        .is_none());
+        assert!(!driver::Driver::of(backend)
+            .expect("a known backend")
+            .mark_and_claim_in_one());
         assert!(
-            driver::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
+            driver::mark_success_and_claim_batch(&relay(db), &first, "a#1", "a#2", 9)
                 .await
                 .is_err()
         );
@@ -110,7 +133,7 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     .await
     .expect("steal");
     let stolen = event(db, first[1]).await;
-    let r = driver::mark_success_and_claim_batch(db, &first, "a#1", "a#2", 9)
+    let r = driver::mark_success_and_claim_batch(&relay(db), &first, "a#1", "a#2", 9)
         .await
         .expect("mark and claim");
     assert_eq!(r.marked, 1, "only the row still a#1's");
@@ -123,7 +146,7 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     assert_eq!(event(db, first[1]).await, stolen, "b#1's row is untouched");
     assert_eq!(event(db, rest[0]).await, r.claimed[0]);
     // Nothing left to claim: the mark alone; a row of another claim is not marked.
-    let r = driver::mark_success_and_claim_batch(db, &[rest[0], first[0]], "a#2", "a#3", 9)
+    let r = driver::mark_success_and_claim_batch(&relay(db), &[rest[0], first[0]], "a#2", "a#3", 9)
         .await
         .expect("mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
@@ -182,7 +205,9 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
             }
         }
     };
-    let first = driver::claim_batch(db, "rs#1", 2).await.expect("claim");
+    let first = driver::claim_batch(&relay(db), "rs#1", 2)
+        .await
+        .expect("claim");
     assert_eq!(first.iter().map(|e| e.id).collect::<Vec<_>>(), ids[..2]);
     assert_eq!(first[0].last_error.as_deref(), Some("broker said no"));
     assert_eq!(first[0].retry_count, 2);
@@ -191,7 +216,7 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         return;
     }
     let done: Vec<i64> = first.iter().map(|e| e.id).collect();
-    let r = driver::mark_success_and_claim_batch(db, &done, "rs#1", "rs#2", 2)
+    let r = driver::mark_success_and_claim_batch(&relay(db), &done, "rs#1", "rs#2", 2)
         .await
         .expect("mark and claim");
     assert_eq!(r.marked, 2);
@@ -277,30 +302,25 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     .expect("analyze");
 
     let d = driver::Driver::of(backend).expect("a known backend");
-    let scan = explain(ctx, backend.build(&driver::candidates_query(d, 20)))
+    let scan = explain(ctx, backend.build(&d.candidates(20)))
         .await
         .join("\n");
     let reclaim = explain(
         ctx,
-        backend.build(&driver::expired_leases_query(
-            d,
-            Duration::from_secs(600),
-            driver::RECLAIM_BATCH,
-        )),
+        backend.build(&d.expired_leases(Duration::from_secs(600), driver::RECLAIM_BATCH)),
     )
     .await
     .join("\n");
     // The reclaim's update names its rows by id and reads them through the primary key alone.
     let by_id = explain(
         ctx,
-        driver::reclaim_statement(
-            d,
+        d.reclaim(
             &[1, 2, 3, 4],
             Duration::from_secs(600),
             3,
             EventStatus::Wait,
         )
-        .build(d),
+        .build(),
     )
     .await
     .join("\n");
@@ -359,7 +379,11 @@ async fn scan_and_reclaim_use_the_composite_indexes(ctx: &TestContext) {
     );
     // The scan still finds exactly the 5 due events among 20,000 delivered ones.
     assert_eq!(
-        driver::select_candidates(db, 20).await.expect("scan").len(),
+        relay(db)
+            .query_events(|d| d.candidates(20))
+            .await
+            .expect("scan")
+            .len(),
         5
     );
 }

@@ -2,6 +2,7 @@
 //! reuse one generic plan per connection, the marks and the claims' updates read through the
 //! primary key whatever the statistics say about the statuses, and a claim of `n` never takes
 //! more than `n`.
+use super::relay;
 use crate::common::{self, run_on, Backend, TestContext};
 use crate::driver;
 use sea_orm::sea_query::Expr;
@@ -72,10 +73,13 @@ async fn claim_and_marks_reuse_their_generic_plans(ctx: &TestContext) {
         .expect("analyze");
     for round in 0..8 {
         let owner = format!("plans#{round}");
-        let claimed = driver::claim_batch(&db, &owner, 10).await.expect("claim");
+        let claimed = driver::claim_batch(&relay(&db), &owner, 10)
+            .await
+            .expect("claim");
         assert_eq!(claimed.len(), 10, "round {round}");
         let ids: Vec<i64> = claimed.iter().map(|e| e.id).collect();
-        let marked = driver::mark_success_many(&db, &ids, &owner)
+        let marked = relay(&db)
+            .run(|d| d.mark_success_many(&ids, &owner))
             .await
             .expect("mark");
         assert_eq!(marked, 10, "round {round}");
@@ -116,10 +120,10 @@ async fn marks_read_through_the_primary_key(ctx: &TestContext) {
     let ids: Vec<i64> = (1..=20).collect();
     let pg = driver::Driver::of(DbBackend::Postgres).expect("a known backend");
     for stmt in [
-        driver::mark_success_many_statement(pg, &ids, "o").build(pg),
-        driver::renew_leases_statement(pg, &ids, "o").build(pg),
-        driver::release_unsent_statement(pg, &ids, "o").build(pg),
-        driver::mark_success_and_claim_statement(pg, &ids, "o", "o2", 10).expect("postgres"),
+        pg.mark_success_many(&ids, "o").build(),
+        pg.renew_leases(&ids, "o").build(),
+        pg.release_unsent(&ids, "o").build(),
+        driver::postgres::claim::mark_success_and_claim_statement(pg, &ids, "o", "o2", 10),
     ] {
         let plan = explain(db, &stmt).await;
         let marking = plan.split("CTE outbox_claimed").next().unwrap_or_default();
@@ -160,9 +164,8 @@ async fn claims_update_through_the_primary_key(ctx: &TestContext) {
         .expect("due again");
     let pg = driver::Driver::of(DbBackend::Postgres).expect("a known backend");
     for stmt in [
-        pg.build(&driver::claim_batch_statement(pg, "o", 100)),
-        pg.build(&driver::ordered_heads_statement(
-            pg,
+        pg.build(&pg.claim_batch("o", 100)),
+        pg.build(&pg.ordered_heads(
             "o",
             crate::OrderedPolicy::Block,
             100,
@@ -214,7 +217,7 @@ async fn a_claim_of_n_takes_n(ctx: &TestContext) {
     }
     let mut taken = 0;
     for (k, n) in [1u64, 2, 3, 63, 64, 65, 100].into_iter().enumerate() {
-        let claimed = driver::claim_batch(&ctx.db, &format!("n#{k}"), n)
+        let claimed = driver::claim_batch(&relay(&ctx.db), &format!("n#{k}"), n)
             .await
             .expect("claim");
         assert_eq!(claimed.len() as u64, n);
@@ -232,7 +235,7 @@ async fn a_claim_of_n_takes_n(ctx: &TestContext) {
             "a waiting event was due before the claimed ones"
         );
     }
-    let rest = driver::claim_batch(&ctx.db, "n#last", 128)
+    let rest = driver::claim_batch(&relay(&ctx.db), "n#last", 128)
         .await
         .expect("claim");
     assert_eq!(rest.len() as u64, 300 - taken);

@@ -1,5 +1,5 @@
 //! Every statement of the outbox's driver, rendered for Postgres, MySQL and SQLite side by side
-//! as it is sent (statements that name rows by id as `Driver::by_ids` writes them), kept as
+//! as it is sent (statements that name rows by id as `ByIds::build` writes them), kept as
 //! insta snapshots in `snapshots/`: a change to the SQL of any backend shows in review.
 //! Under CI=true a snapshot that differs fails the test; `cargo insta review` (or
 //! `INSTA_UPDATE=always cargo test --lib driver::tests::statements`) accepts a deliberate
@@ -9,7 +9,8 @@ use std::time::Duration;
 use sea_orm::DbBackend;
 
 use super::render::{drivers, postgres, render, values};
-use crate::driver::{self, consumed};
+use crate::driver;
+use crate::driver::postgres::claim::mark_success_and_claim_statement;
 use crate::{EventStatus, NewEvent};
 
 /// What the insert of `event` is told about the wake-up (as `driver::insert_event` tells it).
@@ -27,11 +28,11 @@ fn insert_event() {
     let event =
         NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_interval(Duration::MAX);
     insta::assert_snapshot!(render(
-        |b| b.build(&b.with_wakeup(driver::insert_statement(b, &event), wakeup(&event)))
+        |b| b.build(&b.with_wakeup(b.insert(&event), wakeup(&event)))
     ));
     let default = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#);
     for b in drivers() {
-        let of = |e: &NewEvent| b.build(&b.with_wakeup(driver::insert_statement(b, e), wakeup(e)));
+        let of = |e: &NewEvent| b.build(&b.with_wakeup(b.insert(e), wakeup(e)));
         let (a, d) = (of(&event), of(&default));
         assert_eq!(a.sql, d.sql, "{b:?}");
         let (a, d) = (a.values.expect("values").0, d.values.expect("values").0);
@@ -49,49 +50,45 @@ fn insert_event() {
     let quiet = NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_relays(false);
     insta::assert_snapshot!(
         "insert_event_without_notify",
-        render(|b| b.build(&b.with_wakeup(driver::insert_statement(b, &quiet), wakeup(&quiet))))
+        render(|b| b.build(&b.with_wakeup(b.insert(&quiet), wakeup(&quiet))))
     );
     let every =
         NewEvent::raw("ORD-1", "ORDER_CREATED", r#"{"a":1}"#).notify_interval(Duration::ZERO);
     insta::assert_snapshot!(
         "insert_event_notify_every_event",
-        render(|b| b.build(&b.with_wakeup(driver::insert_statement(b, &every), wakeup(&every))))
+        render(|b| b.build(&b.with_wakeup(b.insert(&every), wakeup(&every))))
     );
 }
 
 #[test]
 fn candidates() {
-    insta::assert_snapshot!(render(|b| b
-        .backend()
-        .build(&driver::candidates_query(b, 20))));
+    insta::assert_snapshot!(render(|b| b.backend().build(&b.candidates(20))));
 }
 
 #[test]
 fn claim_per_row() {
-    insta::assert_snapshot!(render(|b| driver::claim_statement(b, 7, 0, "me").build(b)));
+    insta::assert_snapshot!(render(|b| b.claim(7, 0, "me").build()));
 }
 
 #[test]
 fn claim_batch() {
     // Postgres and SQLite: one `UPDATE ... RETURNING`; MySQL/MariaDB: the locking select, then
     // the update of the locked ids in the same READ COMMITTED transaction.
-    insta::assert_snapshot!(render(
-        |b| b.build(&driver::claim_batch_statement(b, "me", 20))
-    ));
+    insta::assert_snapshot!(render(|b| b.build(&b.claim_batch("me", 20))));
     let now = chrono::DateTime::from_timestamp(1_764_547_200, 0).expect("time");
     insta::assert_snapshot!(
         "claim_batch_mysql",
         format!(
             "{}\n{}",
-            render(|b| b.backend().build(&driver::locking_candidates_query(b, 20))),
-            render(|b| driver::claim_locked_statement(b, &[7, 8], "me", now).build(b))
+            render(|b| b.backend().build(&b.locking_candidates(20))),
+            render(|b| b.claim_locked(&[7, 8], "me", now).build())
         )
     );
 }
 
 /// Ordered mode (`WorkerConfig::ordered`): the heads of their keys (Postgres and SQLite: one
 /// `UPDATE ... RETURNING`, Postgres with `FOR UPDATE SKIP LOCKED`; MySQL/MariaDB: the locking
-/// select, then `claim_locked_statement` as in the batch claim), per policy; then the runs
+/// select, then `Driver::claim_locked` as in the batch claim), per policy; then the runs
 /// behind the heads (a read and the guarded update by ids).
 #[test]
 fn claim_ordered() {
@@ -117,9 +114,8 @@ fn claim_ordered() {
         insta::assert_snapshot!(
             name,
             render(|b| match b.backend() {
-                DbBackend::MySql =>
-                    b.build(&driver::ordered_heads_query(b, policy, 20, true, scan)),
-                _ => b.build(&driver::ordered_heads_statement(b, "me", policy, 20, scan)),
+                DbBackend::MySql => b.build(&b.ordered_heads_query(policy, 20, true, scan)),
+                _ => b.build(&b.ordered_heads("me", policy, 20, scan)),
             })
         );
     }
@@ -128,10 +124,8 @@ fn claim_ordered() {
         "claim_ordered_runs",
         format!(
             "{}\n{}",
-            render(|b| b
-                .backend()
-                .build(&driver::run_candidates_query(b, &keys, 7, 20))),
-            render(|b| driver::claim_run_statement(b, &[8, 9], "me").build(b))
+            render(|b| b.backend().build(&b.run_candidates(&keys, 7, 20))),
+            render(|b| b.claim_run(&[8, 9], "me").build())
         )
     );
 }
@@ -142,15 +136,12 @@ fn claim_ordered() {
 #[test]
 fn mark_success_and_claim_batch() {
     for b in drivers().into_iter().skip(1) {
-        assert!(driver::mark_success_and_claim_statement(b, &[7, 8], "me#1", "me#2", 20).is_none());
+        assert!(!b.mark_and_claim_in_one());
     }
     let pg = postgres();
-    let stmt = driver::mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20)
-        .expect("Postgres has the statement");
+    let stmt = mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20);
     let named = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
-    let other =
-        driver::mark_success_and_claim_statement(pg.with_table(named), &[7, 8], "me#1", "me#2", 20)
-            .expect("Postgres has the statement");
+    let other = mark_success_and_claim_statement(pg.with_table(named), &[7, 8], "me#1", "me#2", 20);
     assert_eq!(
         other.sql,
         stmt.sql
@@ -165,47 +156,34 @@ fn mark_success_and_claim_batch() {
 
 #[test]
 fn outcomes() {
-    insta::assert_snapshot!(
-        "mark_success",
-        render(|b| driver::mark_success_statement(b, 7, "me").build(b))
-    );
+    insta::assert_snapshot!("mark_success", render(|b| b.mark_success(7, "me").build()));
     insta::assert_snapshot!(
         "release_for_retry",
-        render(|b| driver::release_for_retry_statement(
-            b,
-            7,
-            "me",
-            Duration::from_secs(20),
-            "boom"
-        )
-        .build(b))
+        render(|b| b
+            .release_for_retry(7, "me", Duration::from_secs(20), "boom", true)
+            .build())
     );
     insta::assert_snapshot!(
         "release_uncounted",
-        render(|b| driver::release_uncounted_statement(
-            b,
-            7,
-            "me",
-            Duration::from_secs(60),
-            "denied"
-        )
-        .build(b))
+        render(|b| b
+            .release_for_retry(7, "me", Duration::from_secs(60), "denied", false)
+            .build())
     );
     insta::assert_snapshot!(
         "mark_fail",
-        render(|b| driver::mark_fail_statement(b, 7, "me", "boom").build(b))
+        render(|b| b.mark_fail(7, "me", "boom").build())
     );
     insta::assert_snapshot!(
         "mark_success_many",
-        render(|b| driver::mark_success_many_statement(b, &[7, 8], "me").build(b))
+        render(|b| b.mark_success_many(&[7, 8], "me").build())
     );
     insta::assert_snapshot!(
         "release_unsent",
-        render(|b| driver::release_unsent_statement(b, &[7, 8], "me").build(b))
+        render(|b| b.release_unsent(&[7, 8], "me").build())
     );
     insta::assert_snapshot!(
         "renew_leases",
-        render(|b| driver::renew_leases_statement(b, &[7, 8], "me").build(b))
+        render(|b| b.renew_leases(&[7, 8], "me").build())
     );
 }
 
@@ -218,40 +196,24 @@ fn simple_protocol_inlined() {
     let owner = "relay-1#00ff";
     let reason = r"broker said: it's \ down";
     let statements = [
-        (
-            "claim_batch",
-            pg.build(&driver::claim_batch_statement(pg, owner, 20)),
-        ),
+        ("claim_batch", pg.build(&pg.claim_batch(owner, 20))),
         (
             "mark_success_and_claim_batch",
-            driver::mark_success_and_claim_statement(pg, &[7, 8], "relay-1#00fe", owner, 20)
-                .expect("Postgres has the statement"),
+            mark_success_and_claim_statement(pg, &[7, 8], "relay-1#00fe", owner, 20),
         ),
-        (
-            "claim_per_row",
-            driver::claim_statement(pg, 7, 2, owner).build(pg),
-        ),
-        (
-            "mark_success",
-            driver::mark_success_statement(pg, 7, owner).build(pg),
-        ),
+        ("claim_per_row", pg.claim(7, 2, owner).build()),
+        ("mark_success", pg.mark_success(7, owner).build()),
         (
             "mark_success_many",
-            driver::mark_success_many_statement(pg, &[7, 8], owner).build(pg),
+            pg.mark_success_many(&[7, 8], owner).build(),
         ),
         (
             "release_for_retry",
-            driver::release_for_retry_statement(pg, 7, owner, Duration::from_secs(20), reason)
-                .build(pg),
+            pg.release_for_retry(7, owner, Duration::from_secs(20), reason, true)
+                .build(),
         ),
-        (
-            "mark_fail",
-            driver::mark_fail_statement(pg, 7, owner, reason).build(pg),
-        ),
-        (
-            "renew_leases",
-            driver::renew_leases_statement(pg, &[7, 8], owner).build(pg),
-        ),
+        ("mark_fail", pg.mark_fail(7, owner, reason).build()),
+        ("renew_leases", pg.renew_leases(&[7, 8], owner).build()),
     ];
     let mut out = String::new();
     for (name, stmt) in &statements {
@@ -268,26 +230,21 @@ fn reclaim() {
     let lease = Duration::from_secs(600);
     insta::assert_snapshot!(
         "expired_leases",
-        render(|b| b.backend().build(&driver::expired_leases_query(
-            b,
-            lease,
-            driver::RECLAIM_BATCH
-        )))
+        render(|b| b
+            .backend()
+            .build(&b.expired_leases(lease, driver::RECLAIM_BATCH)))
     );
     for (name, to) in [
         ("reclaim_to_wait", EventStatus::Wait),
         ("reclaim_to_fail", EventStatus::Fail),
     ] {
-        insta::assert_snapshot!(
-            name,
-            render(|b| driver::reclaim_statement(b, &[7, 8], lease, 3, to).build(b))
-        );
+        insta::assert_snapshot!(name, render(|b| b.reclaim(&[7, 8], lease, 3, to).build()));
     }
 }
 
 #[test]
 fn consumed_record() {
-    insta::assert_snapshot!(render(|b| consumed::record_statement(b, "points", "42")));
+    insta::assert_snapshot!(render(|b| b.record_consumed("points", "42")));
 }
 
 /// A table of the application's naming in a schema (`app.outbox_events`): the batch claim and
@@ -302,11 +259,11 @@ fn custom_table() {
             "{}\n{}",
             render(|b| {
                 let b = b.with_table(table);
-                b.build(&driver::claim_batch_statement(b, "me", 20))
+                b.build(&b.claim_batch("me", 20))
             }),
             render(|b| {
                 let b = b.with_table(table);
-                driver::mark_success_many_statement(b, &[7, 8], "me").build(b)
+                b.mark_success_many(&[7, 8], "me").build()
             })
         )
     );

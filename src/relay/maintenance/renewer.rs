@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::config::WorkerConfig;
-use crate::driver::{self, RelayDb};
+use crate::driver::RelayDb;
 use crate::error::OutboxError;
 use crate::relay::{Inflight, Observer, Op, WorkerSummary};
 
@@ -80,10 +80,12 @@ impl LeaseRenewer {
         let mut r = Renewal::default();
         let chunk = usize::try_from(self.config.batch_size).unwrap_or(usize::MAX);
         for ids in ids.chunks(chunk.max(1)) {
-            let n = driver::renew_leases(&self.db, ids, claim_owner).await?;
+            let n = self.db.run(|d| d.renew_leases(ids, claim_owner)).await?;
             r.renewed += n;
             if n < ids.len() as u64 {
-                let still: HashSet<i64> = driver::owned_ids(&self.db, ids, claim_owner)
+                let still: HashSet<i64> = self
+                    .db
+                    .query_ids(|d| d.owned_ids(ids, claim_owner))
                     .await?
                     .into_iter()
                     .collect();

@@ -35,7 +35,7 @@ async fn claimed(db: &DatabaseConnection, n: usize, owner: &str) -> Vec<i64> {
         let event = NewEvent::raw(format!("M-{i}"), "ORDER_CREATED", "{}");
         ids.push(db.with_event(event).await.expect("insert"));
     }
-    let got = driver::claim_batch(db, owner, n as u64)
+    let got = driver::claim_batch(&RelayDb::extended(db.clone()), owner, n as u64)
         .await
         .expect("claim");
     assert_eq!(got.len(), n);
