@@ -15,7 +15,7 @@ use crate::outbox::Outbox;
 ///
 /// ```no_run
 /// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
-/// use sea_orm::{TransactionSession, TransactionTrait};
+/// use sea_orm::{TransactionTrait};
 /// use sea_orm_outbox::{NewEvent, OutboxExt};
 ///
 /// let txn = db.begin().await?;

@@ -197,12 +197,13 @@ impl Wake {
             }
             Err(failure) => {
                 let reason = match failure {
-                    ListenFailure::SharedSessions => {
-                        "two connections of the pool shared one server session: a pooler in \
-                         transaction mode (PgBouncer?); no LISTEN was sent. Through such a \
-                         pooler the relay's prepared statements fail too: configure \
+                    ListenFailure::SharedBackends => {
+                        "two connections of the pool were served by one server backend: a \
+                         pooler in transaction mode (PgBouncer?); no LISTEN was sent. Through \
+                         such a pooler the relay's prepared statements fail too: configure \
                          statement_protocol(Simple) (`outbox relay --statement-protocol \
-                         simple`), or connect in session mode"
+                         simple`), or give each client a server connection of its own (PgBouncer \
+                         pool_mode)"
                     }
                     _ => {
                         "a NOTIFY sent through the pool did not reach the LISTEN connection \

@@ -21,7 +21,7 @@ pub(crate) enum ListenFailure {
     NotDelivered,
     /// Two connections of the pool were served by one server backend: a pooler in transaction mode
     /// (found before any `LISTEN` was sent).
-    SharedSessions,
+    SharedBackends,
 }
 
 /// What ended a [`Listener`]'s wait.

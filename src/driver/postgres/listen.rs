@@ -38,7 +38,7 @@ impl Listener {
             .map_err(unreachable)?;
         if shared {
             // No LISTEN: through a pooler it would leave a server connection subscribed.
-            return Err(ListenFailure::SharedSessions);
+            return Err(ListenFailure::SharedBackends);
         }
         let payload = format!("{SELF_CHECK_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let send = async {
