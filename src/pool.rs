@@ -6,9 +6,6 @@ pub use crate::config::RelayPool;
 use crate::driver::Driver;
 use crate::error::OutboxError;
 
-/// `application_name` of the relay's own Postgres connections (in `pg_stat_activity`).
-pub const RELAY_APPLICATION_NAME: &str = "sea-orm-outbox relay";
-
 impl RelayPool {
     /// The connections a worker configured with `self` uses, given the application's `db`
     /// (`self` was validated with the worker's config, [`crate::WorkerConfig::validate`]).
@@ -30,7 +27,7 @@ impl RelayPool {
                 ))
             }
             RelayPool::Own { max_connections } => {
-                guarded(db, max_connections, Some(RELAY_APPLICATION_NAME))
+                guarded(db, max_connections, Some("sea-orm-outbox relay"))
             }
         }
     }

@@ -38,6 +38,8 @@ impl Claimed {
 /// re-reading the table for each; candidates older than `max_age` are read again.
 pub(crate) struct Claimer<'w> {
     worker: &'w Worker,
+    /// Where claimed events are registered.
+    inflight: Inflight,
     candidates: VecDeque<Model>,
     read_at: Instant,
     /// The last read returned fewer than a batch: the table had no more due rows.
@@ -51,9 +53,10 @@ pub(crate) struct Claimer<'w> {
 }
 
 impl<'w> Claimer<'w> {
-    pub(crate) fn new(worker: &'w Worker) -> Self {
+    pub(crate) fn new(worker: &'w Worker, inflight: &Inflight) -> Self {
         Claimer {
             worker,
+            inflight: inflight.clone(),
             candidates: VecDeque::new(),
             read_at: Instant::now(),
             read_short: false,
@@ -63,7 +66,10 @@ impl<'w> Claimer<'w> {
         }
     }
 
-    /// Claims up to `want` due events for this worker and registers them in `inflight`.
+    /// Claims up to `want` due events for this worker and registers them in its [`Inflight`].
+    /// The deliveries that `recorder` holds are marked `SUCCESS` first in ordered mode (their
+    /// successors become claimable only then), or one claim's of them in the batch claim's
+    /// statement where the recorder leaves them to the claim.
     ///
     /// # Errors
     /// A database error before anything was claimed (errors of single per-row claims are
@@ -73,14 +79,17 @@ impl<'w> Claimer<'w> {
         want: u64,
         keys: u64,
         cancel: &CancellationToken,
-        inflight: &Inflight,
+        mut recorder: Option<&mut Recorder<'_>>,
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
+        let w = self.worker;
+        if let (Some(r), Some(_)) = (recorder.as_deref_mut(), w.config.ordered) {
+            r.flush(s).await;
+        }
         if cancel.is_cancelled() {
             return Ok(Claimed::new(Vec::new(), false));
         }
         s.rounds += 1;
-        let w = self.worker;
         w.check_schema().await?;
         // A fencing token of this claim's own (see `crate::instance`).
         let owner = crate::instance::claim_owner(&w.owner);
@@ -89,17 +98,51 @@ impl<'w> Claimer<'w> {
             // events in all. More may be due when every slot got a key or the events filled
             // the claim.
             (Some(policy), _) => self.claim_ordered(&owner, policy, want, keys, s).await?,
-            (None, ClaimStrategy::Batch) => {
-                let events = driver::claim_batch(&w.db, &owner, want).await?;
-                s.candidates += events.len() as u64;
-                let more = events.len() as u64 == want;
-                Claimed::new(events, more)
-            }
+            (None, ClaimStrategy::Batch) => self.claim_batch(&owner, want, recorder, s).await?,
             (None, ClaimStrategy::PerRow) => self.claim_per_row(&owner, want, cancel, s).await?,
         };
         s.claimed += claimed.events.len() as u64;
-        inflight.claimed(&owner, claimed.events.iter().map(|e| e.id));
+        self.inflight
+            .claimed(&owner, claimed.events.iter().map(|e| e.id));
         Ok(claimed)
+    }
+
+    /// The batch claim of up to `want` events, marking one claim's deliveries `SUCCESS` in the
+    /// same statement ([`driver::mark_success_and_claim_batch`]) when `recorder` leaves them to
+    /// the claim. If that statement fails, the deliveries are marked and the claim made on
+    /// their own.
+    async fn claim_batch(
+        &mut self,
+        owner: &str,
+        want: u64,
+        recorder: Option<&mut Recorder<'_>>,
+        s: &mut WorkerSummary,
+    ) -> Result<Claimed, OutboxError> {
+        let db = &self.worker.db;
+        let mut events = None;
+        if let Some(r) = recorder.filter(|r| r.marks_with_claim()) {
+            if let Some((done_owner, done)) = r.take_for_claim(s).await {
+                let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
+                match driver::mark_success_and_claim_batch(db, &ids, &done_owner, owner, want).await
+                {
+                    Ok(got) => {
+                        r.marked(&done_owner, &ids, got.marked, s);
+                        events = Some(got.claimed);
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
+                        r.mark_after_failed_claim(done, s).await;
+                    }
+                }
+            }
+        }
+        let events = match events {
+            Some(events) => events,
+            None => driver::claim_batch(db, owner, want).await?,
+        };
+        s.candidates += events.len() as u64;
+        let more = events.len() as u64 == want;
+        Ok(Claimed::new(events, more))
     }
 
     /// The ordered claim of up to `keys` heads and `want` events: a window of the oldest due
@@ -163,57 +206,6 @@ impl<'w> Claimer<'w> {
         })
     }
 
-    /// [`Claimer::claim`], marking one claim's deliveries `SUCCESS` in the same statement
-    /// ([`driver::mark_success_and_claim_batch`]) when `recorder` leaves them to the claim. If
-    /// that statement fails, the deliveries are marked and the claim made on their own.
-    ///
-    /// # Errors
-    /// As [`Claimer::claim`].
-    pub(crate) async fn claim_marking(
-        &mut self,
-        want: u64,
-        keys: u64,
-        cancel: &CancellationToken,
-        inflight: &Inflight,
-        recorder: &mut Recorder<'_>,
-        s: &mut WorkerSummary,
-    ) -> Result<Claimed, OutboxError> {
-        if self.worker.config.ordered.is_some() && recorder.pending() {
-            // Ordered mode: the successors of a delivered event become claimable only once it
-            // is marked SUCCESS, so mark before claiming.
-            recorder.flush(s).await;
-        }
-        if !recorder.marks_with_claim() || !recorder.pending() || cancel.is_cancelled() {
-            return self.claim(want, keys, cancel, inflight, s).await;
-        }
-        let w = self.worker;
-        if let Err(e) = w.check_schema().await {
-            recorder.flush(s).await;
-            return Err(e);
-        }
-        let Some((done_owner, done)) = recorder.take_for_claim(s).await else {
-            return self.claim(want, keys, cancel, inflight, s).await;
-        };
-        let owner = crate::instance::claim_owner(&w.owner);
-        let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
-        match driver::mark_success_and_claim_batch(&w.db, &ids, &done_owner, &owner, want).await {
-            Ok(r) => {
-                recorder.marked(&done_owner, &ids, r.marked, s);
-                s.rounds += 1;
-                s.candidates += r.claimed.len() as u64;
-                s.claimed += r.claimed.len() as u64;
-                inflight.claimed(&owner, r.claimed.iter().map(|e| e.id));
-                let more = r.claimed.len() as u64 == want;
-                Ok(Claimed::new(r.claimed, more))
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
-                recorder.mark_after_failed_claim(done, s).await;
-                self.claim(want, keys, cancel, inflight, s).await
-            }
-        }
-    }
-
     /// The per-row claim: candidates read without locks, each claimed by its own conditional
     /// `UPDATE` decided by `rows_affected`.
     async fn claim_per_row(
@@ -231,39 +223,31 @@ impl<'w> Claimer<'w> {
         let mut read = false;
         let mut failed = false;
         while (events.len() as u64) < want && !cancel.is_cancelled() {
-            let Some(event) = self.candidates.pop_front() else {
-                if read {
-                    break;
-                }
-                let got = match driver::select_candidates(&w.db, w.config.batch_size).await {
-                    Ok(got) => got,
+            if self.candidates.is_empty() && !read {
+                read = true;
+                match driver::select_candidates(&w.db, w.config.batch_size).await {
+                    Ok(got) => {
+                        s.candidates += got.len() as u64;
+                        self.read_short = (got.len() as u64) < w.config.batch_size;
+                        self.read_at = Instant::now();
+                        self.candidates = got.into();
+                        // Each instance starts at a random candidate, so that racing instances
+                        // mostly try different rows.
+                        let n = self.candidates.len().max(1);
+                        let start = uuid::Uuid::new_v4().as_u128() as usize % n;
+                        self.candidates.rotate_left(start);
+                    }
                     Err(e) if !events.is_empty() => {
-                        w.observer.error(
-                            s,
-                            Op::Claim,
-                            &e.into(),
-                            "candidate read failed; sending what was claimed",
-                        );
+                        let what = "candidate read failed; sending what was claimed";
+                        w.observer.error(s, Op::Claim, &OutboxError::from(e), what);
                         failed = true;
                         break;
                     }
                     Err(e) => return Err(e.into()),
-                };
-                s.candidates += got.len() as u64;
-                self.read_short = (got.len() as u64) < w.config.batch_size;
-                self.read_at = Instant::now();
-                self.candidates = got.into();
-                // Each instance starts at a random candidate, so that racing instances mostly
-                // try different rows.
-                if !self.candidates.is_empty() {
-                    let start = uuid::Uuid::new_v4().as_u128() as usize % self.candidates.len();
-                    self.candidates.rotate_left(start);
                 }
-                read = true;
-                if self.candidates.is_empty() {
-                    break;
-                }
-                continue;
+            }
+            let Some(event) = self.candidates.pop_front() else {
+                break;
             };
             match driver::claim(&w.db, event.id, event.retry_count, owner).await {
                 Ok(Claim::Won) => events.push(Model {
@@ -274,12 +258,8 @@ impl<'w> Claimer<'w> {
                 Ok(Claim::Lost) => w.observer.claim_lost(s, event.id),
                 Err(e) => {
                     failed = true;
-                    w.observer.error(
-                        s,
-                        Op::Claim,
-                        &e.into(),
-                        "claim failed; skipping the event this round",
-                    )
+                    let what = "claim failed; skipping the event this round";
+                    w.observer.error(s, Op::Claim, &OutboxError::from(e), what);
                 }
             }
         }

@@ -17,7 +17,7 @@ use crate::instance::instance_id;
 use crate::outbox::Outbox;
 use crate::publisher::Publisher;
 use crate::wake::Wake;
-use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
+use maintenance::{GaugeRefresher, LeaseRenewer, Reclaimer};
 use sea_orm_outbox_entity::event_record::Model;
 
 mod claim;
@@ -87,19 +87,15 @@ impl Outbox {
             .instance_id
             .clone()
             .unwrap_or_else(|| instance_id("outbox"));
-        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config));
-        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config));
-        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)
-            .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
         Ok(Worker {
             observer: Observer::new(&owner),
+            reclaimer: Reclaimer::new(db.clone(), &config),
+            renewer: LeaseRenewer::new(db.clone(), &config),
+            gauges: GaugeRefresher::new(db.clone(), &config),
             db,
             publisher,
             config,
             owner,
-            reclaimer,
-            renewer,
-            gauges,
             schema_checked: tokio::sync::OnceCell::new(),
         })
     }
@@ -213,15 +209,9 @@ impl Worker {
         let inflight = Inflight::default();
         let mut round = WorkerSummary::default();
         let work = async {
-            let mut claimer = claim::Claimer::new(self);
-            let claimed = claimer
-                .claim(
-                    self.config.batch_size,
-                    self.config.batch_size,
-                    cancel,
-                    &inflight,
-                    &mut round,
-                )
+            let batch = self.config.batch_size;
+            let claimed = claim::Claimer::new(self, &inflight)
+                .claim(batch, batch, cancel, None, &mut round)
                 .await?;
             slots::Slots::new(self, &inflight, cancel)
                 .drain(claimed.events, cancel, &mut round)

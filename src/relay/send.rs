@@ -50,45 +50,63 @@ pub(crate) struct SendContext {
     pub(crate) timeout: Duration,
     pub(crate) inflight: Inflight,
     pub(crate) cancel: CancellationToken,
-    /// Ordered mode: every message built here carries [`OutboxMessage::ordered`].
+    /// Ordered mode: a slot carries one key's run, and every message built here carries
+    /// [`OutboxMessage::ordered`].
     pub(crate) ordered: bool,
+    /// The publisher batches and batch sends are on: a slot's events go out in one call.
+    pub(crate) batching: bool,
 }
 
 impl SendContext {
+    /// Sends one slot's events: one after the other, or with `batching` in one
+    /// [`SendContext::run_batch`] call. In ordered mode (one key's run, in id order) it stops
+    /// at the first event not delivered: the rest are [`Sent::Skipped`], back to `WAIT`
+    /// uncounted behind it.
+    pub(crate) async fn run(self, events: Vec<Model>) -> Vec<Done> {
+        match (self.batching, self.ordered) {
+            (true, true) => stop_at_first_failure(self.run_batch_ordered(events).await),
+            (true, false) => self.run_batch(events).await,
+            (false, _) => {
+                let mut done = Vec::with_capacity(events.len());
+                let mut stop = false;
+                for event in events {
+                    if stop {
+                        done.push(Done::skipped(event));
+                        continue;
+                    }
+                    let d = self.run_one(event).await;
+                    stop = self.ordered && !matches!(d.sent, Sent::Ok);
+                    done.push(d);
+                }
+                done
+            }
+        }
+    }
+
     /// Sends `event` unless shutdown began or its lease was lost.
-    pub(crate) async fn run(self, event: Model) -> Done {
+    async fn run_one(&self, event: Model) -> Done {
         if self.cancel.is_cancelled() || !self.inflight.start(owner_of(&event), event.id) {
             return Done::skipped(event);
         }
         let started = Instant::now();
-        let sent = self.send(&event).await;
+        let sent = match self.message(&event) {
+            Ok(message) => {
+                // Runs inside the event's `outbox_event` span (see slots.rs).
+                #[cfg(feature = "opentelemetry")]
+                crate::otel::link_send_span(&tracing::Span::current(), &message);
+                match self.guarded(self.publisher.publish(&message)).await {
+                    Ok(Ok(())) => Sent::Ok,
+                    Ok(Err(e)) | Err(e) => Sent::Failed(e),
+                }
+            }
+            Err(e) => Sent::Failed(e),
+        };
         self.inflight.sent(owner_of(&event), event.id);
         Done {
             event,
             sent,
             took: Some(started.elapsed()),
         }
-    }
-
-    /// Ordered mode: sends one key's run in id order, one event after the other (with
-    /// `batching` in one [`SendContext::run_batch`] call), and stops at the first event not
-    /// delivered: the rest are [`Sent::Skipped`], back to `WAIT` uncounted behind it.
-    pub(crate) async fn run_ordered(self, run: Vec<Model>, batching: bool) -> Vec<Done> {
-        if batching {
-            return stop_at_first_failure(self.run_batch_ordered(run).await);
-        }
-        let mut done = Vec::with_capacity(run.len());
-        let mut stop = false;
-        for event in run {
-            if stop {
-                done.push(Done::skipped(event));
-                continue;
-            }
-            let d = self.clone().run(event).await;
-            stop = !matches!(d.sent, Sent::Ok);
-            done.push(d);
-        }
-        done
     }
 
     /// [`SendContext::run_batch`] of the prefix of one key's run up to the first event that
@@ -115,25 +133,6 @@ impl SendContext {
     /// The message of a claimed event, marked [`OutboxMessage::ordered`] in ordered mode.
     fn message(&self, event: &Model) -> Result<OutboxMessage, PublishError> {
         OutboxMessage::try_from(event).map(|m| m.with_ordered(self.ordered))
-    }
-
-    /// Publishes one claimed event within the send timeout.
-    async fn send(&self, event: &Model) -> Sent {
-        let message = match self.message(event) {
-            Ok(message) => message,
-            Err(e) => return Sent::Failed(e),
-        };
-        // Runs inside the event's `outbox_event` span (see slots.rs).
-        #[cfg(feature = "opentelemetry")]
-        crate::otel::link_send_span(&tracing::Span::current(), &message);
-        // A panicking publisher fails this send (retryable) instead of the whole worker.
-        let publish = std::panic::AssertUnwindSafe(self.publisher.publish(&message)).catch_unwind();
-        match tokio::time::timeout(self.timeout, publish).await {
-            Ok(Ok(Ok(()))) => Sent::Ok,
-            Ok(Ok(Err(e))) => Sent::Failed(e),
-            Ok(Err(panic)) => Sent::Failed(panicked(&panic)),
-            Err(_) => Sent::Failed(self.timed_out()),
-        }
     }
 
     /// Sends `events` in one [`Publisher::publish_batch`] call within one send timeout; events
@@ -174,14 +173,10 @@ impl SendContext {
             crate::otel::link_send_span(&tracing::Span::current(), message);
         }
         let started = Instant::now();
-        let publish =
-            std::panic::AssertUnwindSafe(self.publisher.publish_batch(&messages)).catch_unwind();
-        let results: Vec<Result<(), PublishError>> =
-            match tokio::time::timeout(self.timeout, publish).await {
-                Ok(Ok(results)) => results,
-                Ok(Err(panic)) => vec![Err(panicked(&panic)); going.len()],
-                Err(_) => vec![Err(self.timed_out()); going.len()],
-            };
+        let results = self
+            .guarded(self.publisher.publish_batch(&messages))
+            .await
+            .unwrap_or_else(|e| vec![Err(e); going.len()]);
         let took = started.elapsed();
         let answered = results.len();
         let mut results = results.into_iter();
@@ -206,12 +201,30 @@ impl SendContext {
         done
     }
 
-    /// The error of a send the worker gave up on after the send timeout.
-    fn timed_out(&self) -> PublishError {
-        PublishError::retryable(format!(
-            "send timed out after {} ms",
-            self.timeout.as_millis()
-        ))
+    /// Runs a publish call within the send timeout; a timeout or a panic (the publisher's bug,
+    /// not the event's) is a retryable error of the call, not of the whole worker.
+    async fn guarded<T>(
+        &self,
+        publish: impl std::future::Future<Output = T>,
+    ) -> Result<T, PublishError> {
+        let publish = std::panic::AssertUnwindSafe(publish).catch_unwind();
+        match tokio::time::timeout(self.timeout, publish).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(PublishError::retryable(format!(
+                    "publisher panicked: {what}"
+                )))
+            }
+            Err(_) => Err(PublishError::retryable(format!(
+                "send timed out after {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
     }
 }
 
@@ -235,14 +248,4 @@ fn stop_at_first_failure(mut done: Vec<Done>) -> Vec<Done> {
         }
     }
     done
-}
-
-/// The error of a publish call that panicked (retryable: the publisher's bug, not the event's).
-fn panicked(panic: &Box<dyn std::any::Any + Send>) -> PublishError {
-    let what = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    PublishError::retryable(format!("publisher panicked: {what}"))
 }
