@@ -99,65 +99,39 @@ impl Default for WorkerConfig {
     }
 }
 
+/// Builder methods: each sets the field of its name and returns the configuration.
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        impl WorkerConfig {
+            $(
+                #[doc = concat!("Sets [`WorkerConfig::", stringify!($field), "`].")]
+                pub fn $field(mut self, $field: $ty) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    poll_delay: Duration,
+    batch_size: u64,
+    lease: Duration,
+    send_timeout: Duration,
+    retry: RetryPolicy,
+    claim_strategy: ClaimStrategy,
+    send_concurrency: usize,
+    wake_on_commit: bool,
+    relay_pool: RelayPool,
+    statement_protocol: StatementProtocol,
+    ordered: Option<OrderedPolicy>,
+}
+
 impl WorkerConfig {
-    /// Sets [`WorkerConfig::statement_protocol`].
-    pub fn statement_protocol(mut self, p: StatementProtocol) -> Self {
-        self.statement_protocol = p;
-        self
-    }
-    /// Sets [`WorkerConfig::ordered`].
-    pub fn ordered(mut self, policy: Option<OrderedPolicy>) -> Self {
-        self.ordered = policy;
-        self
-    }
-    /// Sets which connections the relay uses ([`RelayPool`]).
-    pub fn relay_pool(mut self, p: RelayPool) -> Self {
-        self.relay_pool = p;
-        self
-    }
-    /// Sets the wait after each round.
-    pub fn poll_delay(mut self, d: Duration) -> Self {
-        self.poll_delay = d;
-        self
-    }
-    /// Sets the number of candidates per round.
-    pub fn batch_size(mut self, n: u64) -> Self {
-        self.batch_size = n;
-        self
-    }
-    /// Sets [`WorkerConfig::lease`].
-    pub fn lease(mut self, d: Duration) -> Self {
-        self.lease = d;
-        self
-    }
-    /// Sets the send timeout.
-    pub fn send_timeout(mut self, d: Duration) -> Self {
-        self.send_timeout = d;
-        self
-    }
-    /// Sets the retry policy.
-    pub fn retry(mut self, r: RetryPolicy) -> Self {
-        self.retry = r;
-        self
-    }
     /// Sets a fixed [`WorkerConfig::instance_id`].
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
-        self
-    }
-    /// Sets the claim strategy.
-    pub fn claim_strategy(mut self, s: ClaimStrategy) -> Self {
-        self.claim_strategy = s;
-        self
-    }
-    /// Sets how many sends of a round may be in flight at once.
-    pub fn send_concurrency(mut self, n: usize) -> Self {
-        self.send_concurrency = n;
-        self
-    }
-    /// Turns wake-on-commit (Postgres `LISTEN`) on or off.
-    pub fn wake_on_commit(mut self, on: bool) -> Self {
-        self.wake_on_commit = on;
         self
     }
     /// Sets the instance id to one generated from the service's `name`:

@@ -1,6 +1,6 @@
 //! Claiming: every strategy hands the send slots at most as many events as they ask for.
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sea_orm_outbox_entity::event_record::Model;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +35,7 @@ impl Claimed {
 
 /// A worker's claimer. Per-row claiming keeps the candidates of its last read (unlocked, not
 /// yet claimed) so that a worker with few free slots claims one event at a time without
-/// re-reading the table for each; candidates older than `max_age` are read again.
+/// re-reading the table for each; candidates older than the poll delay are read again.
 pub(crate) struct Claimer<'w> {
     worker: &'w Worker,
     /// Where claimed events are registered.
@@ -44,7 +44,6 @@ pub(crate) struct Claimer<'w> {
     read_at: Instant,
     /// The last read returned fewer than a batch: the table had no more due rows.
     read_short: bool,
-    max_age: Duration,
     /// Ordered mode: the last deep claim ([`driver::HeadScan::Deep`]) found heads the window
     /// did not hold, so more may be waiting behind it.
     deep_found: bool,
@@ -60,7 +59,6 @@ impl<'w> Claimer<'w> {
             candidates: VecDeque::new(),
             read_at: Instant::now(),
             read_short: false,
-            max_age: worker.config.poll_delay,
             deep_found: false,
             deep_after: Instant::now(),
         }
@@ -216,7 +214,7 @@ impl<'w> Claimer<'w> {
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
         let w = self.worker;
-        if self.read_at.elapsed() > self.max_age {
+        if self.read_at.elapsed() > w.config.poll_delay {
             self.candidates.clear();
         }
         let mut events = Vec::new();

@@ -76,13 +76,9 @@ impl Outbox {
         config: WorkerConfig,
     ) -> Result<Worker, OutboxError> {
         config.validate()?;
-        let driver = Driver::with_feature(db.get_database_backend())?;
-        check_shared_pool(driver, &db, &config)?;
-        let db = RelayDb::new(
-            config.relay_pool.connections(&db)?,
-            config.statement_protocol,
-        )?
-        .with_table(self.table_ref());
+        Driver::with_feature(db.get_database_backend())?;
+        let pool = config.relay_pool.connections(&db, config.wake_on_commit)?;
+        let db = RelayDb::new(pool, config.statement_protocol)?.with_table(self.table_ref());
         let owner = config
             .instance_id
             .clone()
@@ -243,31 +239,6 @@ impl Worker {
         self.observer.commit(&mut s);
         Ok(r.total())
     }
-}
-
-/// With [`crate::RelayPool::Shared`] and wake-on-commit where the driver listens (Postgres),
-/// the pool handed over needs [`crate::config::MIN_RELAY_POOL_CONNECTIONS`], like the relay's own.
-fn check_shared_pool(
-    driver: Driver,
-    db: &DatabaseConnection,
-    config: &WorkerConfig,
-) -> Result<(), OutboxError> {
-    if config.relay_pool != crate::RelayPool::Shared || !config.wake_on_commit || !driver.listens()
-    {
-        return Ok(());
-    }
-    let Some(max) = driver.pool_size(db) else {
-        return Ok(());
-    };
-    let min = crate::config::MIN_RELAY_POOL_CONNECTIONS;
-    if max < min {
-        return Err(OutboxError::InvalidConfig(format!(
-            "RelayPool::Shared with a pool of {max} connection(s): wake-on-commit needs at \
-             least {min} (the LISTEN connection, its self-check's, and one for statements); \
-             give the pool more connections, use RelayPool::Own, or wake_on_commit(false)"
-        )));
-    }
-    Ok(())
 }
 
 /// `events` grouped by `key`, the groups in the order of their first event.

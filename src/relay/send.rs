@@ -1,5 +1,5 @@
-//! One send: a claimed event (or, with batch sends, a claim's events) published in a task of
-//! its own, within the send timeout.
+//! One slot's sends: a claimed event, a claim's events in one call (batch sends), or one key's
+//! run (ordered mode), published in a task of its own, each call within the send timeout.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,60 +58,33 @@ pub(crate) struct SendContext {
 }
 
 impl SendContext {
-    /// Sends one slot's events: one after the other, or with `batching` in one
-    /// [`SendContext::run_batch`] call. In ordered mode (one key's run, in id order) it stops
-    /// at the first event not delivered: the rest are [`Sent::Skipped`], back to `WAIT`
-    /// uncounted behind it.
+    /// Sends one slot's events: in one [`SendContext::call`] with `batching`, else one call per
+    /// event, one after the other. In ordered mode (one key's run, in id order) it stops at the
+    /// first event not delivered: the rest are [`Sent::Skipped`], back to `WAIT` uncounted
+    /// behind it.
     pub(crate) async fn run(self, events: Vec<Model>) -> Vec<Done> {
         match (self.batching, self.ordered) {
-            (true, true) => stop_at_first_failure(self.run_batch_ordered(events).await),
-            (true, false) => self.run_batch(events).await,
+            (true, true) => stop_at_first_failure(self.call_ordered(events).await),
+            (true, false) => self.call(events).await,
             (false, _) => {
                 let mut done = Vec::with_capacity(events.len());
                 let mut stop = false;
                 for event in events {
-                    if stop {
-                        done.push(Done::skipped(event));
-                        continue;
-                    }
-                    let d = self.run_one(event).await;
-                    stop = self.ordered && !matches!(d.sent, Sent::Ok);
-                    done.push(d);
+                    let d = match stop {
+                        true => vec![Done::skipped(event)],
+                        false => self.call(vec![event]).await,
+                    };
+                    stop = self.ordered && !matches!(d[0].sent, Sent::Ok);
+                    done.extend(d);
                 }
                 done
             }
         }
     }
 
-    /// Sends `event` unless shutdown began or its lease was lost.
-    async fn run_one(&self, event: Model) -> Done {
-        if self.cancel.is_cancelled() || !self.inflight.start(owner_of(&event), event.id) {
-            return Done::skipped(event);
-        }
-        let started = Instant::now();
-        let sent = match self.message(&event) {
-            Ok(message) => {
-                // Runs inside the event's `outbox_event` span (see slots.rs).
-                #[cfg(feature = "opentelemetry")]
-                crate::otel::link_send_span(&tracing::Span::current(), &message);
-                match self.guarded(self.publisher.publish(&message)).await {
-                    Ok(Ok(())) => Sent::Ok,
-                    Ok(Err(e)) | Err(e) => Sent::Failed(e),
-                }
-            }
-            Err(e) => Sent::Failed(e),
-        };
-        self.inflight.sent(owner_of(&event), event.id);
-        Done {
-            event,
-            sent,
-            took: Some(started.elapsed()),
-        }
-    }
-
-    /// [`SendContext::run_batch`] of the prefix of one key's run up to the first event that
-    /// cannot start; the rest are skipped.
-    async fn run_batch_ordered(self, run: Vec<Model>) -> Vec<Done> {
+    /// [`SendContext::call`] of the prefix of one key's run up to the first event that cannot
+    /// start; the rest are skipped.
+    async fn call_ordered(&self, run: Vec<Model>) -> Vec<Done> {
         let startable = run
             .iter()
             .take_while(|e| {
@@ -120,12 +93,12 @@ impl SendContext {
                     && self.message(e).is_ok()
             })
             .count()
-            // The first event that cannot go still goes to `run_batch`, which records why.
+            // The first event that cannot go still goes to `call`, which records why.
             .saturating_add(1)
             .min(run.len());
         let mut run = run;
         let rest = run.split_off(startable);
-        let mut done = self.run_batch(run).await;
+        let mut done = self.call(run).await;
         done.extend(rest.into_iter().map(Done::skipped));
         done
     }
@@ -135,10 +108,11 @@ impl SendContext {
         OutboxMessage::try_from(event).map(|m| m.with_ordered(self.ordered))
     }
 
-    /// Sends `events` in one [`Publisher::publish_batch`] call within one send timeout; events
-    /// that cannot start are skipped, an invalid row fails alone, and a timeout or panic fails
-    /// every event of the call (retryable).
-    pub(crate) async fn run_batch(self, events: Vec<Model>) -> Vec<Done> {
+    /// Sends `events` in one publish call within one send timeout: [`Publisher::publish_batch`]
+    /// with `batching`, else [`Publisher::publish`] of the one event. Events that cannot start
+    /// (shutdown began, or the lease was lost) are skipped, an invalid row fails alone, and a
+    /// timeout or panic fails every event of the call (retryable).
+    async fn call(&self, events: Vec<Model>) -> Vec<Done> {
         let mut done = Vec::with_capacity(events.len());
         let mut going = Vec::with_capacity(events.len());
         let mut messages = Vec::with_capacity(events.len());
@@ -167,21 +141,24 @@ impl SendContext {
         if going.is_empty() {
             return done;
         }
-        // Runs inside the call's `outbox_batch` span (see slots.rs): one link per message.
+        // Runs inside the slot's span (see slots.rs): one link per message.
         #[cfg(feature = "opentelemetry")]
         for message in &messages {
             crate::otel::link_send_span(&tracing::Span::current(), message);
         }
         let started = Instant::now();
-        let results = self
-            .guarded(self.publisher.publish_batch(&messages))
-            .await
-            .unwrap_or_else(|e| vec![Err(e); going.len()]);
-        let took = started.elapsed();
+        let results = if self.batching {
+            let publish = self.publisher.publish_batch(&messages);
+            let results = self.guarded(publish).await;
+            results.unwrap_or_else(|e| vec![Err(e); going.len()])
+        } else {
+            let publish = self.publisher.publish(&messages[0]);
+            vec![self.guarded(publish).await.and_then(|sent| sent)]
+        };
+        // The call's duration is recorded once (with its first event), not once per event.
+        let mut took = Some(started.elapsed());
         let answered = results.len();
         let mut results = results.into_iter();
-        // The call's duration is recorded once (with its first event), not once per event.
-        let mut took = Some(took);
         for event in going {
             self.inflight.sent(owner_of(&event), event.id);
             let sent = match results.next() {

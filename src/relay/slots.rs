@@ -118,11 +118,14 @@ impl<'w> Slots<'w> {
         }
     }
 
-    /// Records the send that just finished (`first`, from `join_next`, which is
-    /// cancel-safe) together with every other one already done.
-    async fn collect(&mut self, first: Option<Joined>, s: &mut WorkerSummary) {
+    /// Records the sends that finished (`first`, from the cancel-safe `join_next`, and every
+    /// other one already done); returns whether there were any.
+    async fn collect(&mut self, first: Option<Joined>, s: &mut WorkerSummary) -> bool {
+        let mut next = first.or_else(|| self.tasks.try_join_next());
+        if next.is_none() {
+            return false;
+        }
         let mut done = Vec::new();
-        let mut next = first;
         while let Some(joined) = next {
             match joined {
                 Ok(d) => done.extend(d),
@@ -137,6 +140,7 @@ impl<'w> Slots<'w> {
             next = self.tasks.try_join_next();
         }
         self.recorder.record(done, s).await;
+        true
     }
 
     /// The worker's main loop: claims into free slots while events are due, records outcomes
@@ -159,13 +163,9 @@ impl<'w> Slots<'w> {
         let mut retry_by: Option<Instant> = None;
         loop {
             // Finished sends first: their slots are free, and their marks may ride the claim.
-            if let Some(joined) = self.tasks.try_join_next() {
-                self.collect(Some(joined), &mut s).await;
-                // As in the `join_next` arm below.
-                if self.ctx.ordered {
-                    due = true;
-                }
-            }
+            // Ordered mode: a finished run makes its key's next events heads, which no
+            // notification announces.
+            due |= self.collect(None, &mut s).await && self.ctx.ordered;
             // A pump that keeps claiming never reaches the `select!` below.
             if self
                 .recorder
@@ -221,12 +221,7 @@ impl<'w> Slots<'w> {
             }
             tokio::select! {
                 joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
-                    self.collect(joined, &mut s).await;
-                    // Ordered mode: a finished run makes its key's next events heads, which
-                    // no notification announces.
-                    if self.ctx.ordered {
-                        due = true;
-                    }
+                    due |= self.collect(joined, &mut s).await && self.ctx.ordered;
                 }
                 () = until(self.recorder.flush_at()) => self.recorder.flush(&mut s).await,
                 () = until(refill_by), if due && !stopping => {}
@@ -270,7 +265,7 @@ impl<'w> Slots<'w> {
                 break;
             }
             tokio::select! {
-                joined = self.tasks.join_next() => self.collect(joined, s).await,
+                joined = self.tasks.join_next() => { self.collect(joined, s).await; }
                 () = until(self.recorder.flush_at()) => self.recorder.flush(s).await,
             }
         }
