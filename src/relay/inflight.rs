@@ -34,14 +34,6 @@ pub(crate) fn owner_of(event: &sea_orm_outbox_entity::event_record::Model) -> &s
     event.claim_owner.as_deref().unwrap_or_default()
 }
 
-/// The leases of one claim that are due for renewal.
-pub(crate) struct Renewable {
-    /// The claim's `claim_owner` value.
-    pub(crate) owner: String,
-    /// Its event ids, ascending.
-    pub(crate) ids: Vec<i64>,
-}
-
 impl Inflight {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, HashMap<i64, Phase>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
@@ -115,11 +107,11 @@ impl Inflight {
         took
     }
 
-    /// The leases to renew now, by claim: queued, sent and awaiting their record, or sending
-    /// for less than `hung_after` (a send running longer is hung: its lease must expire so
-    /// that another instance can take over).
-    pub(crate) fn renewable(&self, hung_after: Duration) -> Vec<Renewable> {
-        let mut out: Vec<Renewable> = self
+    /// The leases to renew now, by claim (its `claim_owner` value, its ids ascending): queued,
+    /// sent and awaiting their record, or sending for less than `hung_after` (a send running
+    /// longer is hung: its lease must expire so that another instance can take over).
+    pub(crate) fn renewable(&self, hung_after: Duration) -> Vec<(String, Vec<i64>)> {
+        let mut out: Vec<(String, Vec<i64>)> = self
             .lock()
             .iter()
             .map(|(owner, claim)| {
@@ -132,14 +124,11 @@ impl Inflight {
                     })
                     .collect();
                 ids.sort_unstable();
-                Renewable {
-                    owner: owner.clone(),
-                    ids,
-                }
+                (owner.clone(), ids)
             })
-            .filter(|r| !r.ids.is_empty())
+            .filter(|(_, ids)| !ids.is_empty())
             .collect();
-        out.sort_by(|a, b| a.ids[0].cmp(&b.ids[0]));
+        out.sort_by_key(|(_, ids)| ids[0]);
         out
     }
 
@@ -179,14 +168,13 @@ mod tests {
         assert!(f.start("me#1", 1));
         assert!(f.start("me#1", 2));
         f.sent("me#1", 2);
-        let ids = |r: Vec<Renewable>| r.into_iter().map(|r| (r.owner, r.ids)).collect::<Vec<_>>();
         assert_eq!(
-            ids(f.renewable(Duration::from_secs(60))),
+            f.renewable(Duration::from_secs(60)),
             vec![("me#1".to_owned(), vec![1, 2, 3])]
         );
         // A send running past `hung_after` is no longer renewed; a sent one still is.
         assert_eq!(
-            ids(f.renewable(Duration::ZERO)),
+            f.renewable(Duration::ZERO),
             vec![("me#1".to_owned(), vec![2, 3])]
         );
         f.lose("me#1", &[3]);

@@ -104,19 +104,25 @@ impl<'w> Recorder<'w> {
                 );
                 self.mark_one_by_one(events, s).await
             };
+            // Not because of a row: this group and the rest are left to the reclaim (which
+            // resends them), logged once.
             if let Err((unmarked, e)) = unmarked {
-                let left: Vec<Model> = unmarked
-                    .into_iter()
-                    .chain(groups.flat_map(|(_, g)| g))
-                    .collect();
-                self.leave(&left, e.into(), s);
+                let mut ids = Vec::new();
+                for event in unmarked.into_iter().chain(groups.flat_map(|(_, g)| g)) {
+                    self.finish(owner_of(&event), &[event.id]);
+                    ids.push(event.id);
+                }
+                let what =
+                    format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them");
+                let e = OutboxError::from(e);
+                self.worker.observer.error(s, Op::Record, &e, &what);
                 return;
             }
         }
     }
 
     /// Marks each of `events` (one claim's) `SUCCESS` on its own; at the first failure not of
-    /// its row it returns the events not marked, with the error, for [`Recorder::leave`].
+    /// its row it returns the events not marked, with the error.
     async fn mark_one_by_one(
         &mut self,
         events: Vec<Model>,
@@ -137,21 +143,6 @@ impl<'w> Recorder<'w> {
         Ok(())
     }
 
-    /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: they are left to
-    /// the reclaim (which resends them), logged once.
-    fn leave(&mut self, events: &[Model], e: OutboxError, s: &mut WorkerSummary) {
-        for event in events {
-            self.finish(owner_of(event), &[event.id]);
-        }
-        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-        self.worker.observer.error(
-            s,
-            Op::Record,
-            &e,
-            &format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them"),
-        );
-    }
-
     /// The `SUCCESS` mark of `event` failed with `e` because of the row itself: the event
     /// (delivered, but not markable) is put back like a failed send, with the database's error
     /// in `last_error`.
@@ -161,9 +152,9 @@ impl<'w> Recorder<'w> {
         self.fail(event, &err, Some(&e), s).await;
     }
 
-    /// Records the failure `err` of `event` ([`Recorder::record_failure`]) in the event's span
-    /// and stops holding it. `unmarked` is the error of the `SUCCESS` mark of a delivered event
-    /// that `err` stands for.
+    /// Records the failure `err` of `event` in the event's span: puts it back with back-off
+    /// (uncounted for a configuration fault) or marks it a dead letter, and stops holding it.
+    /// `unmarked` is the error of the `SUCCESS` mark of a delivered event that `err` stands for.
     async fn fail(
         &mut self,
         event: &Model,
@@ -171,13 +162,35 @@ impl<'w> Recorder<'w> {
         unmarked: Option<&OutboxError>,
         s: &mut WorkerSummary,
     ) {
-        let w = self.worker;
-        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner_of(event));
-        let recorded = self
-            .record_failure(event, err, s)
-            .instrument(span.clone())
-            .await;
-        self.finish(owner_of(event), &[event.id]);
+        let (w, owner, why) = (self.worker, owner_of(event), &err.message);
+        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner);
+        let n = event.retry_count.saturating_add(1);
+        let decision = w
+            .config
+            .retry
+            .decide(u32::try_from(n).unwrap_or(u32::MAX), err);
+        let recorded = async {
+            let t = match decision {
+                RetryDecision::Retry(backoff) => {
+                    driver::release_for_retry(&w.db, event.id, owner, backoff, why).await?
+                }
+                RetryDecision::Uncounted(delay) => {
+                    driver::release_uncounted(&w.db, event.id, owner, delay, why).await?
+                }
+                RetryDecision::DeadLetter => driver::mark_fail(&w.db, event.id, owner, why).await?,
+            };
+            match t {
+                Transition::Applied => w.observer.failed(s, event, n, decision, err),
+                Transition::LeaseLost => {
+                    w.observer
+                        .late_acks(s, 1, "lease was reclaimed during the send")
+                }
+            }
+            Ok::<(), OutboxError>(())
+        }
+        .instrument(span.clone())
+        .await;
+        self.finish(owner, &[event.id]);
         let _enter = span.enter();
         let Some(e) = recorded.as_ref().err().or(unmarked) else {
             return;
@@ -219,39 +232,6 @@ impl<'w> Recorder<'w> {
         for dwell in self.inflight.finish(owner, ids) {
             metrics::histogram!(crate::metrics::SENDING_DWELL).record(dwell.as_secs_f64());
         }
-    }
-
-    /// Puts a failed event back with back-off (uncounted for a configuration fault), or marks it
-    /// a dead letter.
-    async fn record_failure(
-        &self,
-        event: &Model,
-        err: &PublishError,
-        s: &mut WorkerSummary,
-    ) -> Result<(), OutboxError> {
-        let (w, owner, why) = (self.worker, owner_of(event), &err.message);
-        let n = event.retry_count.saturating_add(1);
-        let decision = w
-            .config
-            .retry
-            .decide(u32::try_from(n).unwrap_or(u32::MAX), err);
-        let t = match decision {
-            RetryDecision::Retry(backoff) => {
-                driver::release_for_retry(&w.db, event.id, owner, backoff, why).await?
-            }
-            RetryDecision::Uncounted(delay) => {
-                driver::release_uncounted(&w.db, event.id, owner, delay, why).await?
-            }
-            RetryDecision::DeadLetter => driver::mark_fail(&w.db, event.id, owner, why).await?,
-        };
-        match t {
-            Transition::Applied => w.observer.failed(s, event, n, decision, err),
-            Transition::LeaseLost => {
-                w.observer
-                    .late_acks(s, 1, "lease was reclaimed during the send")
-            }
-        }
-        Ok(())
     }
 }
 

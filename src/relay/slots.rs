@@ -255,10 +255,7 @@ impl<'w> Slots<'w> {
                 let unsent: Vec<Model> = queue.drain(..).flatten().collect();
                 self.recorder.release(unsent, s).await;
             }
-            while self.free() > 0 {
-                let Some(chunk) = queue.pop_front() else {
-                    break;
-                };
+            for chunk in queue.drain(..self.free().min(queue.len())) {
                 self.spawn(chunk);
             }
             if self.tasks.is_empty() {

@@ -50,20 +50,12 @@ impl LeaseRenewer {
     /// reads which ids are still held by that claim and reports the others lost.
     ///
     /// # Errors
-    /// [`OutboxError::InvalidArgument`] when `claim_owner` is empty or longer than the
-    /// `claim_owner` column (128 characters); a database error (batches done before it stay
-    /// done).
+    /// A database error (batches done before it stay done).
     pub(crate) async fn run_once(
         &self,
         claim_owner: &str,
         ids: &[i64],
     ) -> Result<Renewal, OutboxError> {
-        let max = sea_orm_outbox_entity::event_record::CLAIM_OWNER_MAX_LEN;
-        if claim_owner.trim().is_empty() || claim_owner.chars().count() > max {
-            return Err(OutboxError::InvalidArgument(format!(
-                "claim_owner must be 1 to {max} characters"
-            )));
-        }
         let mut r = Renewal::default();
         let chunk = usize::try_from(self.batch_size).unwrap_or(usize::MAX);
         for ids in ids.chunks(chunk.max(1)) {
@@ -86,9 +78,9 @@ impl LeaseRenewer {
         let never = CancellationToken::new();
         super::every(self.interval, &never, observer, move || async move {
             let mut s = WorkerSummary::default();
-            for claim in inflight.renewable(self.hung_after) {
-                match self.run_once(&claim.owner, &claim.ids).await {
-                    Ok(r) => observer.renewed(r.renewed, &inflight.lose(&claim.owner, &r.lost)),
+            for (owner, ids) in inflight.renewable(self.hung_after) {
+                match self.run_once(&owner, &ids).await {
+                    Ok(r) => observer.renewed(r.renewed, &inflight.lose(&owner, &r.lost)),
                     Err(e) => {
                         let what = "lease renewal failed; retrying";
                         observer.error(&mut s, Op::Renew, &e, what);

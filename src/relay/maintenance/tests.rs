@@ -119,9 +119,6 @@ async fn lease_renewer_renews_and_reports_lost_leases() {
     // Renewed by the database clock: only the stolen lease is still expired.
     let reclaimed = reclaimer(&db, 1000).run_once().await.expect("reclaim");
     assert_eq!(reclaimed.total(), 1);
-    for owner in ["", " ", &"x".repeat(129)] {
-        assert!(renewer.run_once(owner, &[1]).await.is_err(), "{owner:?}");
-    }
 }
 
 #[test]
