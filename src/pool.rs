@@ -7,15 +7,10 @@ use crate::driver::Driver;
 use crate::error::OutboxError;
 
 impl RelayPool {
-    /// The connections a worker configured with `self` and `wake_on_commit` uses, given the
-    /// application's `db` (`self` was validated with the worker's config,
-    /// [`crate::WorkerConfig::validate`]).
-    ///
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `db` is a backend this crate was built without, a
-    /// mock connection with [`RelayPool::Own`], or with [`RelayPool::Shared`] and wake-on-commit
-    /// where the driver listens (Postgres) a pool of fewer than
-    /// [`crate::config::MIN_RELAY_POOL_CONNECTIONS`], like the relay's own needs.
+    /// The connections of a worker configured with `self` and `wake_on_commit`, given the
+    /// application's `db`. Refused: a backend built without its feature, a mock connection
+    /// with [`RelayPool::Own`], and with [`RelayPool::Shared`] and wake-on-commit where the
+    /// driver listens (Postgres) a pool of fewer than `MIN_RELAY_POOL_CONNECTIONS`.
     pub(crate) fn connections(
         &self,
         db: &DatabaseConnection,

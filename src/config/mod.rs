@@ -178,10 +178,14 @@ impl WorkerConfig {
                 return bad(format!("{name} must be greater than zero"));
             }
         }
+        // No '#' (it separates the instance id from the claim token in `claim_owner`), no
+        // whitespace or control characters (log lines and `claim_owner` stay one readable word).
         if let Some(id) = &self.instance_id {
-            if id.trim().is_empty()
+            if id.is_empty()
                 || id.chars().count() > crate::instance::INSTANCE_ID_MAX_LEN
-                || !plain_id(id)
+                || id
+                    .chars()
+                    .any(|c| c == '#' || c.is_whitespace() || c.is_control())
             {
                 return bad(format!(
                     "instance_id must be 1 to {} characters, without '#', whitespace or control \
@@ -244,12 +248,4 @@ impl WorkerConfig {
             "{what} ({ms} ms) {why}"
         )))
     }
-}
-
-/// Whether `s` holds no `#` (it separates the instance id from the claim token in
-/// `claim_owner`), no whitespace and no control characters (log lines and `claim_owner` stay
-/// one readable word).
-fn plain_id(s: &str) -> bool {
-    !s.chars()
-        .any(|c| c == '#' || c.is_whitespace() || c.is_control())
 }

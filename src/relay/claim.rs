@@ -64,14 +64,10 @@ impl<'w> Claimer<'w> {
         }
     }
 
-    /// Claims up to `want` due events for this worker and registers them in its [`Inflight`].
-    /// The deliveries that `recorder` holds are marked `SUCCESS` first in ordered mode (their
-    /// successors become claimable only then), or one claim's of them in the batch claim's
-    /// statement where the recorder leaves them to the claim.
-    ///
-    /// # Errors
-    /// A database error before anything was claimed (errors of single per-row claims are
-    /// counted and skipped).
+    /// Claims up to `want` due events into the worker's [`Inflight`]; fails only when nothing
+    /// could be claimed. `recorder`'s deliveries are marked `SUCCESS` first in ordered mode
+    /// (their successors become claimable only then), else by the batch claim's statement
+    /// where the recorder leaves them to it.
     pub(crate) async fn claim(
         &mut self,
         want: u64,

@@ -182,10 +182,7 @@ impl Worker {
     }
 
     /// Checks the table's columns once per worker, before its first claim, so that a table
-    /// missing a later migration's column fails clearly on every backend.
-    ///
-    /// # Errors
-    /// [`OutboxError::SchemaOutdated`] (or `TableMissing`, or the database's error).
+    /// missing a later migration's column fails clearly ([`OutboxError::SchemaOutdated`]).
     pub(crate) async fn check_schema(&self) -> Result<(), OutboxError> {
         self.schema_checked
             .get_or_try_init(|| async { crate::driver::check_schema(&self.db).await })

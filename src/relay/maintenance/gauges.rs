@@ -31,11 +31,8 @@ impl GaugeRefresher {
         GaugeRefresher { db, blocked }
     }
 
-    /// Reads the backlog (and the blocked keys, when asked for) and sets the gauges; returns
-    /// the backlog.
-    ///
-    /// # Errors
-    /// A database error (the gauges keep their last values).
+    /// Reads the backlog (and the blocked keys) and sets the gauges; returns the backlog. On a
+    /// database error the gauges keep their last values.
     pub(crate) async fn run_once(&self) -> Result<Backlog, OutboxError> {
         use crate::metrics::{BACKLOG, BLOCKED_KEYS, OLDEST_BLOCKED_AGE, OLDEST_WAIT_AGE};
         let outbox = Outbox::of_table(self.db.table());

@@ -38,11 +38,8 @@ impl Reclaimer {
         }
     }
 
-    /// One pass: batches of at most `batch_size` expired leases until a batch comes back short
-    /// (a million expired leases after an outage are a thousand short statements).
-    ///
-    /// # Errors
-    /// A database error (batches done before it stay done).
+    /// One pass: batches of `batch_size` expired leases until a batch comes back short; the
+    /// batches done before a database error stay done.
     pub(crate) async fn run_once(&self) -> Result<Reclaimed, OutboxError> {
         Ok(driver::reclaim_stuck(&self.db, self.lease, self.max_retries, self.batch_size).await?)
     }

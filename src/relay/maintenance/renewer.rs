@@ -45,12 +45,9 @@ impl LeaseRenewer {
         }
     }
 
-    /// Renews the leases of `ids`, claimed under `claim_owner` (the `claim_owner` value the
-    /// claim wrote), in batches of `batch_size`; where a batch renews fewer rows than it names,
-    /// reads which ids are still held by that claim and reports the others lost.
-    ///
-    /// # Errors
-    /// A database error (batches done before it stay done).
+    /// Renews the leases of `ids` claimed under `claim_owner`, in batches of `batch_size`; where
+    /// a batch renews fewer rows than it names, reads which ids that claim still holds and
+    /// reports the others lost. The batches done before a database error stay done.
     pub(crate) async fn run_once(
         &self,
         claim_owner: &str,
