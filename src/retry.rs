@@ -48,11 +48,7 @@ pub(crate) fn jitter(delay: Duration) -> Duration {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy {
-            max_retries: 12,
-            backoff_base: Duration::from_secs(5),
-            max_backoff: Duration::from_secs(600),
-        }
+        RetryPolicy::new(12, Duration::from_secs(5), Duration::from_secs(600))
     }
 }
 

@@ -101,10 +101,8 @@ impl<'w> Claimer<'w> {
         Ok(claimed)
     }
 
-    /// The batch claim of up to `want` events, marking one claim's deliveries `SUCCESS` in the
-    /// same statement ([`driver::mark_success_and_claim_batch`]) when `recorder` leaves them to
-    /// the claim. If that statement fails, the deliveries are marked and the claim made on
-    /// their own.
+    /// The batch claim of up to `want` events, in one statement with the `SUCCESS` marks of
+    /// one claim's deliveries where `recorder` leaves them to the claim.
     async fn claim_batch(
         &mut self,
         owner: &str,
@@ -112,27 +110,13 @@ impl<'w> Claimer<'w> {
         recorder: Option<&mut Recorder<'_>>,
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
-        let db = &self.worker.db;
-        let mut events = None;
-        if let Some(r) = recorder.filter(|r| r.marks_with_claim()) {
-            if let Some((done_owner, done)) = r.take_for_claim(s).await {
-                let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
-                match driver::mark_success_and_claim_batch(db, &ids, &done_owner, owner, want).await
-                {
-                    Ok(got) => {
-                        r.marked(&done_owner, &ids, got.marked, s);
-                        events = Some(got.claimed);
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
-                        r.mark_after_failed_claim(done, s).await;
-                    }
-                }
-            }
-        }
-        let events = match events {
+        let with_marks = match recorder {
+            Some(r) => r.mark_and_claim(owner, want, s).await,
+            None => None,
+        };
+        let events = match with_marks {
             Some(events) => events,
-            None => driver::claim_batch(db, owner, want).await?,
+            None => driver::claim_batch(&self.worker.db, owner, want).await?,
         };
         s.candidates += events.len() as u64;
         let more = events.len() as u64 == want;

@@ -18,11 +18,8 @@ pub(crate) enum Op {
     Claim,
     /// Recording an outcome (SUCCESS, retry, FAIL, hand-back).
     Record,
-    /// Renewing leases.
     Renew,
-    /// A reclaim pass.
     Reclaim,
-    /// Refreshing the backlog gauges.
     Gauges,
     /// A send task that ended without an outcome (the runtime is shutting down).
     Send,

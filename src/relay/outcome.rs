@@ -227,6 +227,13 @@ impl<'w> Recorder<'w> {
         }
     }
 
+    /// `ids` of claim `owner` were marked `SUCCESS`: `applied` of them were still ours, the
+    /// rest are late acks.
+    fn marked(&mut self, owner: &str, ids: &[i64], applied: u64, s: &mut WorkerSummary) {
+        self.finish(owner, ids);
+        self.worker.observer.published(s, ids, applied);
+    }
+
     /// Stops holding `ids` of `owner`'s claim and records their claim-to-outcome times.
     fn finish(&self, owner: &str, ids: &[i64]) {
         for dwell in self.inflight.finish(owner, ids) {
@@ -235,8 +242,8 @@ impl<'w> Recorder<'w> {
     }
 }
 
-/// Marking with the next claim: the pump's `Claimer::claim` takes one claim's deliveries from
-/// here into the batch claim's statement; every other path uses `flush`.
+/// Marking with the next claim: the pump's batch claim marks one claim's deliveries in its own
+/// statement; every other path uses `flush`.
 impl Recorder<'_> {
     /// Whether deliveries wait for the next claim's statement: batch claims, unordered, and a
     /// backend with the single statement (Postgres).
@@ -250,39 +257,39 @@ impl Recorder<'_> {
             && Driver::of(db.get_database_backend()).is_some_and(Driver::mark_and_claim_in_one)
     }
 
-    /// Takes the waiting deliveries of one claim (the largest group) for the next claim's
-    /// statement; those of any other claim are marked now, on their own ([`Recorder::flush`]).
-    pub(crate) async fn take_for_claim(
+    /// Marks the waiting deliveries of one claim (the largest group; any other claim's are
+    /// marked now, on their own) `SUCCESS` in the statement that claims up to `want` events for
+    /// `owner` ([`driver::mark_success_and_claim_batch`]), and returns the events claimed.
+    /// `None` when nothing waits for the claim, or when the statement failed: nothing of it
+    /// happened, and the deliveries are marked on their own.
+    pub(crate) async fn mark_and_claim(
         &mut self,
+        owner: &str,
+        want: u64,
         s: &mut WorkerSummary,
-    ) -> Option<(String, Vec<Model>)> {
+    ) -> Option<Vec<Model>> {
+        if !self.marks_with_claim() {
+            return None;
+        }
         let mut groups = by_claim(std::mem::take(&mut self.delivered));
         let largest = (0..groups.len()).max_by_key(|&i| groups[i].1.len())?;
-        let taken = groups.swap_remove(largest);
-        if !groups.is_empty() {
-            self.delivered = groups.into_iter().flat_map(|(_, g)| g).collect();
-            self.flush(s).await;
-        }
-        self.flush_at = None;
-        Some(taken)
-    }
-
-    /// `ids` of claim `owner` were marked `SUCCESS` (by `flush` or a claim's statement):
-    /// `applied` of them were still ours, the rest are late acks.
-    pub(crate) fn marked(&mut self, owner: &str, ids: &[i64], applied: u64, s: &mut WorkerSummary) {
-        self.finish(owner, ids);
-        self.worker.observer.published(s, ids, applied);
-    }
-
-    /// The claim's statement failed (so nothing of it happened): `events` are marked on
-    /// their own, with [`Recorder::flush`]'s handling of every kind of failure.
-    pub(crate) async fn mark_after_failed_claim(
-        &mut self,
-        events: Vec<Model>,
-        s: &mut WorkerSummary,
-    ) {
-        self.delivered.extend(events);
+        let (done_owner, done) = groups.swap_remove(largest);
+        self.delivered = groups.into_iter().flat_map(|(_, g)| g).collect();
         self.flush(s).await;
+        let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
+        let db = &self.worker.db;
+        match driver::mark_success_and_claim_batch(db, &ids, &done_owner, owner, want).await {
+            Ok(got) => {
+                self.marked(&done_owner, &ids, got.marked, s);
+                Some(got.claimed)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
+                self.delivered = done;
+                self.flush(s).await;
+                None
+            }
+        }
     }
 }
 
