@@ -51,42 +51,36 @@ impl Inflight {
     /// Marks the send of `id` (claimed under `owner`) started; false when its lease is already
     /// lost: such an event is left to its new owner rather than sent twice.
     pub(crate) fn start(&self, owner: &str, id: i64) -> bool {
-        let mut map = self.lock();
-        let Some(claim) = map.get_mut(owner) else {
-            return false;
-        };
-        match claim.get(&id).copied() {
-            Some(Phase::Queued(claimed)) => {
-                claim.insert(id, Phase::Sending(claimed, Instant::now()));
+        self.with(owner, id, |p| match *p {
+            Phase::Queued(claimed) => {
+                *p = Phase::Sending(claimed, Instant::now());
                 true
             }
             _ => false,
-        }
+        })
+        .unwrap_or(false)
     }
 
-    /// The phase of `id` under `owner`, if held.
-    fn phase(&self, owner: &str, id: i64) -> Option<Phase> {
-        self.lock().get(owner).and_then(|c| c.get(&id).copied())
-    }
-
-    /// Whether [`Inflight::start`] would start `id` now (queued and its lease held).
-    pub(crate) fn is_queued(&self, owner: &str, id: i64) -> bool {
-        matches!(self.phase(owner, id), Some(Phase::Queued(_)))
+    /// Applies `f` to the phase of `id` under `owner`, if held.
+    fn with<R>(&self, owner: &str, id: i64, f: impl FnOnce(&mut Phase) -> R) -> Option<R> {
+        self.lock()
+            .get_mut(owner)
+            .and_then(|c| c.get_mut(&id))
+            .map(f)
     }
 
     /// Marks the send of `id` returned; the lease stays renewed until [`Inflight::finish`].
     pub(crate) fn sent(&self, owner: &str, id: i64) {
-        let mut map = self.lock();
-        if let Some(claim) = map.get_mut(owner) {
-            if let Some(Phase::Sending(claimed, _)) = claim.get(&id).copied() {
-                claim.insert(id, Phase::Sent(claimed));
+        self.with(owner, id, |p| {
+            if let Phase::Sending(claimed, _) = *p {
+                *p = Phase::Sent(claimed);
             }
-        }
+        });
     }
 
     /// Whether the lease of `id` under `owner` was found lost (or is not held at all).
     pub(crate) fn is_lost(&self, owner: &str, id: i64) -> bool {
-        matches!(self.phase(owner, id), None | Some(Phase::Lost(_)))
+        matches!(self.with(owner, id, |p| *p), None | Some(Phase::Lost(_)))
     }
 
     /// Stops holding `ids` of `owner`'s claim (their outcome is recorded, or dropped) and
@@ -142,8 +136,8 @@ impl Inflight {
         };
         let mut lost = Vec::new();
         for id in ids {
-            if let Some(phase) = claim.get(id).copied() {
-                claim.insert(*id, Phase::Lost(phase.claimed_at()));
+            if let Some(phase) = claim.get_mut(id) {
+                *phase = Phase::Lost(phase.claimed_at());
                 lost.push(*id);
             }
         }

@@ -68,8 +68,10 @@ impl Observer {
 
     /// Adds `s` to the totals and empties it.
     pub(crate) fn commit(&self, s: &mut WorkerSummary) {
-        self.totals.lock().unwrap_or_else(|p| p.into_inner()).add(s);
-        *s = WorkerSummary::default();
+        if *s != WorkerSummary::default() {
+            let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+            totals.add(&std::mem::take(s));
+        }
     }
 
     /// An error in step `op`; `what` says what is left undone.

@@ -64,7 +64,7 @@ impl SendContext {
     /// behind it.
     pub(crate) async fn run(self, events: Vec<Model>) -> Vec<Done> {
         match (self.batching, self.ordered) {
-            (true, true) => stop_at_first_failure(self.call_ordered(events).await),
+            (true, true) => stop_at_first_failure(self.call(events).await),
             (true, false) => self.call(events).await,
             (false, _) => {
                 let mut done = Vec::with_capacity(events.len());
@@ -82,50 +82,28 @@ impl SendContext {
         }
     }
 
-    /// [`SendContext::call`] of the prefix of one key's run up to the first event that cannot
-    /// start; the rest are skipped.
-    async fn call_ordered(&self, run: Vec<Model>) -> Vec<Done> {
-        let startable = run
-            .iter()
-            .take_while(|e| {
-                !self.cancel.is_cancelled()
-                    && self.inflight.is_queued(owner_of(e), e.id)
-                    && self.message(e).is_ok()
-            })
-            .count()
-            // The first event that cannot go still goes to `call`, which records why.
-            .saturating_add(1)
-            .min(run.len());
-        let mut run = run;
-        let rest = run.split_off(startable);
-        let mut done = self.call(run).await;
-        done.extend(rest.into_iter().map(Done::skipped));
-        done
-    }
-
-    /// The message of a claimed event, marked [`OutboxMessage::ordered`] in ordered mode.
-    fn message(&self, event: &Model) -> Result<OutboxMessage, PublishError> {
-        OutboxMessage::try_from(event).map(|m| m.with_ordered(self.ordered))
-    }
-
     /// Sends `events` in one publish call within one send timeout: [`Publisher::publish_batch`]
     /// with `batching`, else [`Publisher::publish`] of the one event. Events that cannot start
-    /// (shutdown began, or the lease was lost) are skipped, an invalid row fails alone, and a
-    /// timeout or panic fails every event of the call (retryable).
+    /// (shutdown began, or the lease was lost) are skipped, an invalid row fails alone (in
+    /// ordered mode the events after either are skipped), and a timeout or panic fails every
+    /// event of the call (retryable).
     async fn call(&self, events: Vec<Model>) -> Vec<Done> {
         let mut done = Vec::with_capacity(events.len());
         let mut going = Vec::with_capacity(events.len());
         let mut messages = Vec::with_capacity(events.len());
+        let mut stopped = false;
         for event in events {
-            let startable =
-                !self.cancel.is_cancelled() && self.inflight.start(owner_of(&event), event.id);
+            let startable = !stopped
+                && !self.cancel.is_cancelled()
+                && self.inflight.start(owner_of(&event), event.id);
             if !startable {
                 done.push(Done::skipped(event));
+                stopped = self.ordered;
                 continue;
             }
-            match self.message(&event) {
+            match OutboxMessage::try_from(&event) {
                 Ok(message) => {
-                    messages.push(message);
+                    messages.push(message.with_ordered(self.ordered));
                     going.push(event);
                 }
                 Err(e) => {
@@ -135,6 +113,7 @@ impl SendContext {
                         sent: Sent::Failed(e),
                         took: None,
                     });
+                    stopped = self.ordered;
                 }
             }
         }

@@ -216,9 +216,7 @@ impl<'w> Slots<'w> {
                 continue;
             }
             // What the top of the loop recorded reaches the totals before the worker waits.
-            if s != WorkerSummary::default() {
-                w.observer.commit(&mut s);
-            }
+            w.observer.commit(&mut s);
             tokio::select! {
                 joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     due |= self.collect(joined, &mut s).await && self.ctx.ordered;
@@ -232,9 +230,7 @@ impl<'w> Slots<'w> {
                 () = signals.due.notified(), if !due && !stopping => due = true,
                 () = cancel.cancelled(), if !stopping => {}
             }
-            if s != WorkerSummary::default() {
-                w.observer.commit(&mut s);
-            }
+            w.observer.commit(&mut s);
         }
         self.recorder.flush(&mut s).await;
         w.observer.commit(&mut s);
