@@ -6,22 +6,31 @@ pub use crate::config::RelayPool;
 use crate::driver::Driver;
 use crate::error::OutboxError;
 
-/// `application_name` of the relay's own Postgres connections (in `pg_stat_activity`).
-pub const RELAY_APPLICATION_NAME: &str = "sea-orm-outbox relay";
-
 impl RelayPool {
-    /// The connections a worker configured with `self` uses, given the application's `db`
-    /// (`self` was validated with the worker's config, [`crate::WorkerConfig::validate`]).
-    ///
-    /// # Errors
-    /// [`OutboxError::InvalidConfig`] when `db` is a backend this crate was built without, or
-    /// a mock connection with [`RelayPool::Own`].
+    /// The connections of a worker configured with `self` and `wake_on_commit`, given the
+    /// application's `db`. Refused: a backend built without its feature, a mock connection
+    /// with [`RelayPool::Own`], and with [`RelayPool::Shared`] and wake-on-commit where the
+    /// driver listens (Postgres) a pool of fewer than `MIN_RELAY_POOL_CONNECTIONS`.
     pub(crate) fn connections(
         &self,
         db: &DatabaseConnection,
+        wake_on_commit: bool,
     ) -> Result<DatabaseConnection, OutboxError> {
+        let min = crate::config::MIN_RELAY_POOL_CONNECTIONS;
+        let listens = |d: &Driver| wake_on_commit && d.listens();
         match *self {
-            RelayPool::Shared => Ok(db.clone()),
+            RelayPool::Shared => match Driver::of(db.get_database_backend())
+                .filter(listens)
+                .and_then(|d| d.pool_size(db))
+            {
+                Some(max) if max < min => Err(OutboxError::InvalidConfig(format!(
+                    "RelayPool::Shared with a pool of {max} connection(s): wake-on-commit needs \
+                     at least {min} (the LISTEN connection, its self-check's, and one for \
+                     statements); give the pool more connections, use RelayPool::Own, or \
+                     wake_on_commit(false)"
+                ))),
+                _ => Ok(db.clone()),
+            },
             RelayPool::Own { .. } if sea_orm::ConnectionTrait::is_mock_connection(db) => {
                 Err(OutboxError::InvalidConfig(
                     "a SeaORM mock connection has no pool options to open a relay pool with; \
@@ -30,7 +39,7 @@ impl RelayPool {
                 ))
             }
             RelayPool::Own { max_connections } => {
-                guarded(db, max_connections, Some(RELAY_APPLICATION_NAME))
+                guarded(db, max_connections, Some("sea-orm-outbox relay"))
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Retry limit and back-off.
 use std::time::Duration;
 
-use crate::error::OutboxError;
+use crate::error::{OutboxError, PublishError};
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,9 +9,16 @@ use crate::error::OutboxError;
 pub(crate) enum RetryDecision {
     /// Back to `WAIT`, due after this back-off.
     Retry(Duration),
-    /// Retries exhausted: `FAIL` (dead letter).
+    /// Back to `WAIT`, due after this delay, the attempt not counted: the publisher's own
+    /// configuration or permissions failed ([`crate::PublishErrorKind::Configuration`]).
+    Uncounted(Duration),
+    /// Retries exhausted, or a permanent failure: `FAIL` (dead letter).
     DeadLetter,
 }
+
+/// Longest wait after a configuration fault: the policy's longest back-off, at most this, so
+/// that a fixed configuration is picked up soon.
+const MAX_CONFIG_FAULT_DELAY: Duration = Duration::from_secs(60);
 
 /// Quadratic back-off with a retry limit: after the n-th failed attempt the event waits
 /// n² × `backoff_base` (5 s, 20 s, 45 s, ...), capped at `max_backoff`; the
@@ -41,11 +48,7 @@ pub(crate) fn jitter(delay: Duration) -> Duration {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy {
-            max_retries: 12,
-            backoff_base: Duration::from_secs(5),
-            max_backoff: Duration::from_secs(600),
-        }
+        RetryPolicy::new(12, Duration::from_secs(5), Duration::from_secs(600))
     }
 }
 
@@ -86,9 +89,11 @@ impl RetryPolicy {
         (1..=self.max_retries).fold(Duration::ZERO, |sum, n| sum.saturating_add(self.backoff(n)))
     }
 
-    /// The decision after the `n`-th failed attempt (n = `retry_count` + 1).
-    pub(crate) fn decide(&self, n: u32) -> RetryDecision {
-        if n > self.max_retries {
+    /// The decision after `err` failed the `n`-th attempt (n = `retry_count` + 1).
+    pub(crate) fn decide(&self, n: u32, err: &PublishError) -> RetryDecision {
+        if err.is_configuration() {
+            RetryDecision::Uncounted(self.max_backoff.min(MAX_CONFIG_FAULT_DELAY))
+        } else if n > self.max_retries || !err.is_retryable() {
             RetryDecision::DeadLetter
         } else {
             RetryDecision::Retry(self.backoff(n))
@@ -117,13 +122,20 @@ mod tests {
     #[test]
     fn seed_backoff() {
         let p = RetryPolicy::default();
-        assert_eq!(p.decide(1), RetryDecision::Retry(Duration::from_secs(5)));
-        assert_eq!(p.decide(2), RetryDecision::Retry(Duration::from_secs(20)));
-        assert_eq!(p.decide(3), RetryDecision::Retry(Duration::from_secs(45)));
-        assert_eq!(p.decide(10), RetryDecision::Retry(Duration::from_secs(500)));
-        assert_eq!(p.decide(11), RetryDecision::Retry(Duration::from_secs(600)));
-        assert_eq!(p.decide(12), RetryDecision::Retry(Duration::from_secs(600)));
-        assert_eq!(p.decide(13), RetryDecision::DeadLetter);
+        let e = PublishError::retryable("broker down");
+        let secs = |s| RetryDecision::Retry(Duration::from_secs(s));
+        assert_eq!(p.decide(1, &e), secs(5));
+        assert_eq!(p.decide(2, &e), secs(20));
+        assert_eq!(p.decide(3, &e), secs(45));
+        assert_eq!(p.decide(10, &e), secs(500));
+        assert_eq!(p.decide(11, &e), secs(600));
+        assert_eq!(p.decide(12, &e), secs(600));
+        assert_eq!(p.decide(13, &e), RetryDecision::DeadLetter);
+        let permanent = PublishError::permanent("bad payload");
+        assert_eq!(p.decide(1, &permanent), RetryDecision::DeadLetter);
+        let denied = PublishError::configuration("access denied");
+        let uncounted = RetryDecision::Uncounted(Duration::from_secs(60));
+        assert_eq!(p.decide(13, &denied), uncounted);
         assert_eq!(p.backoff(1000), Duration::from_secs(600));
         // A broker outage of 30 minutes leaves no dead letter.
         assert!(p.budget() >= Duration::from_secs(30 * 60));

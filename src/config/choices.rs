@@ -72,15 +72,12 @@ pub enum StatementProtocol {
     Simple,
 }
 
-/// Connections of the relay's own pool by default.
-pub const DEFAULT_RELAY_POOL_CONNECTIONS: u32 = 5;
-
 /// Fewest connections a relay pool may have: the `LISTEN` connection, its self-check's, and
 /// one for statements.
 pub const MIN_RELAY_POOL_CONNECTIONS: u32 = 3;
 
 /// Most connections a relay pool may have.
-pub const MAX_RELAY_POOL_CONNECTIONS: u32 = 1000;
+const MAX_RELAY_POOL_CONNECTIONS: u32 = 1000;
 
 /// Which connections a [`crate::Worker`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,9 +102,7 @@ pub enum RelayPool {
 
 impl Default for RelayPool {
     fn default() -> Self {
-        RelayPool::Own {
-            max_connections: DEFAULT_RELAY_POOL_CONNECTIONS,
-        }
+        RelayPool::Own { max_connections: 5 }
     }
 }
 

@@ -12,31 +12,11 @@ pub use choices::{
     ClaimStrategy, OrderedPolicy, RelayPool, StatementProtocol, MIN_RELAY_POOL_CONNECTIONS,
 };
 
-/// Default wait after a round before the next one: 5 s (a fixed delay, not a fixed rate).
-pub const DEFAULT_POLL_DELAY: Duration = Duration::from_secs(5);
-/// Default number of candidates read per round: 20.
-pub const DEFAULT_BATCH_SIZE: u64 = 20;
-/// Default lease: 10 minutes. A `SENDING` row whose `claimed_at` is older is reclaimed.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(10 * 60);
-/// Longest interval between reclaim passes.
-pub const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(60);
-/// Default send timeout: 3 s, far below the lease.
-pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest `batch_size` accepted: 10,000.
 pub const MAX_BATCH_SIZE: u64 = 10_000;
-/// Shortest lease accepted: 1 s (the worker renews every third of it and reclaims every tenth).
-const MIN_LEASE: Duration = Duration::from_secs(1);
-/// Longest duration accepted for any setting: 7 days.
-pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Default send slots per worker.
-pub const DEFAULT_SEND_CONCURRENCY: usize = 16;
 /// With wake-on-commit, the first follow-up wait after a round woken by a notification (twice
 /// the writers' default notify interval; see `crate::wake`).
 pub const WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
-/// Interval between refreshes of the backlog gauges: 15 s.
-pub const GAUGE_INTERVAL: Duration = Duration::from_secs(15);
-/// The send timeout may be at most this fraction of the lease (1/3).
-pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
 
 /// How a [`crate::Worker`] polls, claims, sends and retries.
 ///
@@ -52,19 +32,25 @@ pub const MAX_SEND_TIMEOUT_SHARE_OF_LEASE: u32 = 3;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct WorkerConfig {
-    /// Wait after each round (default 5 s).
+    /// Wait after each round (default 5 s): a fixed delay, not a fixed rate.
     pub poll_delay: Duration,
     /// Candidates per round (default 20).
     pub batch_size: u64,
-    /// Lease length (default 10 min).
+    /// Lease length (default 10 min; at least 1 s): a `SENDING` row whose `claimed_at` is
+    /// older is reclaimed. The worker renews the leases it holds every third of it, from claim
+    /// until the outcome is recorded, and reclaims expired leases of other instances every
+    /// tenth of it (at most every 60 s).
     pub lease: Duration,
-    /// Longest a single publish may take before it counts as a retryable failure (default 3 s).
+    /// Longest a single publish may take before it counts as a retryable failure (default 3 s,
+    /// far below the lease).
     pub send_timeout: Duration,
     /// Retry limit and back-off.
     pub retry: RetryPolicy,
     /// The instance id stored in `claim_owner` (as `<instance id>#<claim token>`; at most 111
     /// characters, no `#`); `None` generates `outbox-<pid>-<6 random hex>`
-    /// ([`WorkerConfig::service_name`] generates one from another name).
+    /// ([`WorkerConfig::service_name`] generates one from another name). Unique per running
+    /// instance is best for the logs; a reused id is still safe, because every claim adds a
+    /// token of its own to `claim_owner` and every later transition checks it.
     pub instance_id: Option<String>,
     /// How rounds claim (default [`ClaimStrategy::Batch`]).
     pub claim_strategy: ClaimStrategy,
@@ -97,14 +83,14 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
-            poll_delay: DEFAULT_POLL_DELAY,
-            batch_size: DEFAULT_BATCH_SIZE,
-            lease: DEFAULT_LEASE,
-            send_timeout: DEFAULT_SEND_TIMEOUT,
+            poll_delay: Duration::from_secs(5),
+            batch_size: 20,
+            lease: Duration::from_secs(10 * 60),
+            send_timeout: Duration::from_secs(3),
             retry: RetryPolicy::default(),
             instance_id: None,
             claim_strategy: ClaimStrategy::Batch,
-            send_concurrency: DEFAULT_SEND_CONCURRENCY,
+            send_concurrency: 16,
             wake_on_commit: true,
             relay_pool: RelayPool::default(),
             statement_protocol: StatementProtocol::Extended,
@@ -113,71 +99,39 @@ impl Default for WorkerConfig {
     }
 }
 
+/// Builder methods: each sets the field of its name and returns the configuration.
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {
+        impl WorkerConfig {
+            $(
+                #[doc = concat!("Sets [`WorkerConfig::", stringify!($field), "`].")]
+                pub fn $field(mut self, $field: $ty) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    poll_delay: Duration,
+    batch_size: u64,
+    lease: Duration,
+    send_timeout: Duration,
+    retry: RetryPolicy,
+    claim_strategy: ClaimStrategy,
+    send_concurrency: usize,
+    wake_on_commit: bool,
+    relay_pool: RelayPool,
+    statement_protocol: StatementProtocol,
+    ordered: Option<OrderedPolicy>,
+}
+
 impl WorkerConfig {
-    /// Sets how the relay's statements reach Postgres ([`StatementProtocol`]):
-    /// [`StatementProtocol::Simple`] behind a transaction-mode pooler (PgBouncer < 1.21).
-    pub fn statement_protocol(mut self, p: StatementProtocol) -> Self {
-        self.statement_protocol = p;
-        self
-    }
-    /// Turns ordered delivery per business key on (`Some(policy)`) or off (`None`, the
-    /// default); see [`WorkerConfig::ordered`].
-    pub fn ordered(mut self, policy: Option<OrderedPolicy>) -> Self {
-        self.ordered = policy;
-        self
-    }
-    /// Sets which connections the relay uses ([`RelayPool`]).
-    pub fn relay_pool(mut self, p: RelayPool) -> Self {
-        self.relay_pool = p;
-        self
-    }
-    /// Sets the wait after each round.
-    pub fn poll_delay(mut self, d: Duration) -> Self {
-        self.poll_delay = d;
-        self
-    }
-    /// Sets the number of candidates per round.
-    pub fn batch_size(mut self, n: u64) -> Self {
-        self.batch_size = n;
-        self
-    }
-    /// Sets the lease length. The worker renews the leases it holds every third of it, from
-    /// claim until the outcome is recorded, and reclaims expired leases of other instances
-    /// every tenth of it (at most every 60 s).
-    pub fn lease(mut self, d: Duration) -> Self {
-        self.lease = d;
-        self
-    }
-    /// Sets the send timeout.
-    pub fn send_timeout(mut self, d: Duration) -> Self {
-        self.send_timeout = d;
-        self
-    }
-    /// Sets the retry policy.
-    pub fn retry(mut self, r: RetryPolicy) -> Self {
-        self.retry = r;
-        self
-    }
-    /// Sets a fixed instance id (at most 111 characters, no `#`). Unique per running instance is
-    /// best for the logs; a reused id is still safe, because every claim adds a token of its
-    /// own to `claim_owner` and every later transition checks it.
+    /// Sets a fixed [`WorkerConfig::instance_id`].
     pub fn instance_id(mut self, id: impl Into<String>) -> Self {
         self.instance_id = Some(id.into());
-        self
-    }
-    /// Sets the claim strategy.
-    pub fn claim_strategy(mut self, s: ClaimStrategy) -> Self {
-        self.claim_strategy = s;
-        self
-    }
-    /// Sets how many sends of a round may be in flight at once.
-    pub fn send_concurrency(mut self, n: usize) -> Self {
-        self.send_concurrency = n;
-        self
-    }
-    /// Turns wake-on-commit (Postgres `LISTEN`) on or off.
-    pub fn wake_on_commit(mut self, on: bool) -> Self {
-        self.wake_on_commit = on;
         self
     }
     /// Sets the instance id to one generated from the service's `name`:
@@ -216,7 +170,7 @@ impl WorkerConfig {
             ("retry.backoff_base", self.retry.backoff_base),
             ("retry.max_backoff", self.retry.max_backoff),
         ] {
-            if d > MAX_DURATION {
+            if d > Duration::from_secs(7 * 24 * 3600) {
                 return bad(format!("{name} must be at most 7 days"));
             }
             // The retry policy's durations may be zero (retry at once).
@@ -224,10 +178,14 @@ impl WorkerConfig {
                 return bad(format!("{name} must be greater than zero"));
             }
         }
+        // No '#' (it separates the instance id from the claim token in `claim_owner`), no
+        // whitespace or control characters (log lines and `claim_owner` stay one readable word).
         if let Some(id) = &self.instance_id {
-            if id.trim().is_empty()
+            if id.is_empty()
                 || id.chars().count() > crate::instance::INSTANCE_ID_MAX_LEN
-                || !plain_id(id)
+                || id
+                    .chars()
+                    .any(|c| c == '#' || c.is_whitespace() || c.is_control())
             {
                 return bad(format!(
                     "instance_id must be 1 to {} characters, without '#', whitespace or control \
@@ -244,7 +202,7 @@ impl WorkerConfig {
                     .into(),
             );
         }
-        if self.lease < MIN_LEASE {
+        if self.lease < Duration::from_secs(1) {
             return bad("lease must be at least 1 s (it is renewed every third of it, and expired leases are \
                  reclaimed every tenth)".into());
         }
@@ -256,8 +214,7 @@ impl WorkerConfig {
     /// `send_timeout`, and at most a third of the lease (else a send the worker gave up on, or
     /// one outliving its lease, is sent again).
     pub fn publisher_send_timeout_limit(&self) -> Duration {
-        self.send_timeout
-            .min(self.lease / MAX_SEND_TIMEOUT_SHARE_OF_LEASE)
+        self.send_timeout.min(self.lease / 3)
     }
 
     /// Checks a publisher's send timeout (`what` names it in the error) against
@@ -270,35 +227,25 @@ impl WorkerConfig {
         what: &str,
         timeout: Duration,
     ) -> Result<(), OutboxError> {
-        if timeout * MAX_SEND_TIMEOUT_SHARE_OF_LEASE > self.lease {
-            return Err(OutboxError::InvalidConfig(format!(
-                "{what} ({} ms) must be at most a third of the worker's lease ({} ms): a send \
-                 still running when the lease ends is sent again by another instance",
-                timeout.as_millis(),
+        if timeout <= self.publisher_send_timeout_limit() {
+            return Ok(());
+        }
+        let why = if timeout > self.lease / 3 {
+            format!(
+                "must be at most a third of the worker's lease ({} ms): a send still running \
+                 when the lease ends is sent again by another instance",
                 self.lease.as_millis()
-            )));
-        }
-        if timeout > self.send_timeout {
-            return Err(OutboxError::InvalidConfig(format!(
-                "{what} ({} ms) must not exceed the worker's send_timeout ({} ms): the worker \
-                 would give up first and send the event again",
-                timeout.as_millis(),
+            )
+        } else {
+            format!(
+                "must not exceed the worker's send_timeout ({} ms): the worker would give up \
+                 first and send the event again",
                 self.send_timeout.as_millis()
-            )));
-        }
-        Ok(())
+            )
+        };
+        let ms = timeout.as_millis();
+        Err(OutboxError::InvalidConfig(format!(
+            "{what} ({ms} ms) {why}"
+        )))
     }
-}
-
-/// Interval between reclaim passes for `lease`: a tenth of it, at most [`MAX_RECLAIM_INTERVAL`].
-pub(crate) fn reclaim_interval(lease: Duration) -> Duration {
-    (lease / 10).min(MAX_RECLAIM_INTERVAL)
-}
-
-/// Whether `s` holds no `#` (it separates the instance id from the claim token in
-/// `claim_owner`), no whitespace and no control characters (log lines and `claim_owner` stay
-/// one readable word).
-fn plain_id(s: &str) -> bool {
-    !s.chars()
-        .any(|c| c == '#' || c.is_whitespace() || c.is_control())
 }

@@ -6,11 +6,6 @@ fn defaults_are_the_seeds_and_valid() {
     assert_eq!(c.poll_delay, Duration::from_secs(5));
     assert_eq!(c.batch_size, 20);
     assert_eq!(c.lease, Duration::from_secs(600));
-    assert_eq!(reclaim_interval(c.lease), Duration::from_secs(60));
-    assert_eq!(
-        reclaim_interval(Duration::from_secs(3)),
-        Duration::from_millis(300)
-    );
     assert_eq!(c.send_timeout, Duration::from_secs(3));
     assert_eq!(c.retry.max_retries, 12);
     assert!(c.validate().is_ok());

@@ -1,6 +1,6 @@
 //! Claiming: every strategy hands the send slots at most as many events as they ask for.
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sea_orm_outbox_entity::event_record::Model;
 use tokio_util::sync::CancellationToken;
@@ -35,14 +35,15 @@ impl Claimed {
 
 /// A worker's claimer. Per-row claiming keeps the candidates of its last read (unlocked, not
 /// yet claimed) so that a worker with few free slots claims one event at a time without
-/// re-reading the table for each; candidates older than `max_age` are read again.
+/// re-reading the table for each; candidates older than the poll delay are read again.
 pub(crate) struct Claimer<'w> {
     worker: &'w Worker,
+    /// Where claimed events are registered.
+    inflight: Inflight,
     candidates: VecDeque<Model>,
     read_at: Instant,
     /// The last read returned fewer than a batch: the table had no more due rows.
     read_short: bool,
-    max_age: Duration,
     /// Ordered mode: the last deep claim ([`driver::HeadScan::Deep`]) found heads the window
     /// did not hold, so more may be waiting behind it.
     deep_found: bool,
@@ -51,36 +52,38 @@ pub(crate) struct Claimer<'w> {
 }
 
 impl<'w> Claimer<'w> {
-    pub(crate) fn new(worker: &'w Worker) -> Self {
+    pub(crate) fn new(worker: &'w Worker, inflight: &Inflight) -> Self {
         Claimer {
             worker,
+            inflight: inflight.clone(),
             candidates: VecDeque::new(),
             read_at: Instant::now(),
             read_short: false,
-            max_age: worker.config.poll_delay,
             deep_found: false,
             deep_after: Instant::now(),
         }
     }
 
-    /// Claims up to `want` due events for this worker and registers them in `inflight`.
-    ///
-    /// # Errors
-    /// A database error before anything was claimed (errors of single per-row claims are
-    /// counted and skipped).
+    /// Claims up to `want` due events into the worker's [`Inflight`]; fails only when nothing
+    /// could be claimed. `recorder`'s deliveries are marked `SUCCESS` first in ordered mode
+    /// (their successors become claimable only then), else by the batch claim's statement
+    /// where the recorder leaves them to it.
     pub(crate) async fn claim(
         &mut self,
         want: u64,
         keys: u64,
         cancel: &CancellationToken,
-        inflight: &Inflight,
+        mut recorder: Option<&mut Recorder<'_>>,
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
+        let w = self.worker;
+        if let (Some(r), Some(_)) = (recorder.as_deref_mut(), w.config.ordered) {
+            r.flush(s).await;
+        }
         if cancel.is_cancelled() {
             return Ok(Claimed::new(Vec::new(), false));
         }
         s.rounds += 1;
-        let w = self.worker;
         w.check_schema().await?;
         // A fencing token of this claim's own (see `crate::instance`).
         let owner = crate::instance::claim_owner(&w.owner);
@@ -89,17 +92,35 @@ impl<'w> Claimer<'w> {
             // events in all. More may be due when every slot got a key or the events filled
             // the claim.
             (Some(policy), _) => self.claim_ordered(&owner, policy, want, keys, s).await?,
-            (None, ClaimStrategy::Batch) => {
-                let events = driver::claim_batch(&w.db, &owner, want).await?;
-                s.candidates += events.len() as u64;
-                let more = events.len() as u64 == want;
-                Claimed::new(events, more)
-            }
+            (None, ClaimStrategy::Batch) => self.claim_batch(&owner, want, recorder, s).await?,
             (None, ClaimStrategy::PerRow) => self.claim_per_row(&owner, want, cancel, s).await?,
         };
         s.claimed += claimed.events.len() as u64;
-        inflight.claimed(&owner, claimed.events.iter().map(|e| e.id));
+        self.inflight
+            .claimed(&owner, claimed.events.iter().map(|e| e.id));
         Ok(claimed)
+    }
+
+    /// The batch claim of up to `want` events, in one statement with the `SUCCESS` marks of
+    /// one claim's deliveries where `recorder` leaves them to the claim.
+    async fn claim_batch(
+        &mut self,
+        owner: &str,
+        want: u64,
+        recorder: Option<&mut Recorder<'_>>,
+        s: &mut WorkerSummary,
+    ) -> Result<Claimed, OutboxError> {
+        let with_marks = match recorder {
+            Some(r) => r.mark_and_claim(owner, want, s).await,
+            None => None,
+        };
+        let events = match with_marks {
+            Some(events) => events,
+            None => driver::claim_batch(&self.worker.db, owner, want).await?,
+        };
+        s.candidates += events.len() as u64;
+        let more = events.len() as u64 == want;
+        Ok(Claimed::new(events, more))
     }
 
     /// The ordered claim of up to `keys` heads and `want` events: a window of the oldest due
@@ -163,57 +184,6 @@ impl<'w> Claimer<'w> {
         })
     }
 
-    /// [`Claimer::claim`], marking one claim's deliveries `SUCCESS` in the same statement
-    /// ([`driver::mark_success_and_claim_batch`]) when `recorder` leaves them to the claim. If
-    /// that statement fails, the deliveries are marked and the claim made on their own.
-    ///
-    /// # Errors
-    /// As [`Claimer::claim`].
-    pub(crate) async fn claim_marking(
-        &mut self,
-        want: u64,
-        keys: u64,
-        cancel: &CancellationToken,
-        inflight: &Inflight,
-        recorder: &mut Recorder<'_>,
-        s: &mut WorkerSummary,
-    ) -> Result<Claimed, OutboxError> {
-        if self.worker.config.ordered.is_some() && recorder.pending() {
-            // Ordered mode: the successors of a delivered event become claimable only once it
-            // is marked SUCCESS, so mark before claiming.
-            recorder.flush(s).await;
-        }
-        if !recorder.marks_with_claim() || !recorder.pending() || cancel.is_cancelled() {
-            return self.claim(want, keys, cancel, inflight, s).await;
-        }
-        let w = self.worker;
-        if let Err(e) = w.check_schema().await {
-            recorder.flush(s).await;
-            return Err(e);
-        }
-        let Some((done_owner, done)) = recorder.take_for_claim(s).await else {
-            return self.claim(want, keys, cancel, inflight, s).await;
-        };
-        let owner = crate::instance::claim_owner(&w.owner);
-        let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
-        match driver::mark_success_and_claim_batch(&w.db, &ids, &done_owner, &owner, want).await {
-            Ok(r) => {
-                recorder.marked(&done_owner, &ids, r.marked, s);
-                s.rounds += 1;
-                s.candidates += r.claimed.len() as u64;
-                s.claimed += r.claimed.len() as u64;
-                inflight.claimed(&owner, r.claimed.iter().map(|e| e.id));
-                let more = r.claimed.len() as u64 == want;
-                Ok(Claimed::new(r.claimed, more))
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
-                recorder.mark_after_failed_claim(done, s).await;
-                self.claim(want, keys, cancel, inflight, s).await
-            }
-        }
-    }
-
     /// The per-row claim: candidates read without locks, each claimed by its own conditional
     /// `UPDATE` decided by `rows_affected`.
     async fn claim_per_row(
@@ -224,50 +194,42 @@ impl<'w> Claimer<'w> {
         s: &mut WorkerSummary,
     ) -> Result<Claimed, OutboxError> {
         let w = self.worker;
-        if self.read_at.elapsed() > self.max_age {
+        if self.read_at.elapsed() > w.config.poll_delay {
             self.candidates.clear();
         }
         let mut events = Vec::new();
         let mut read = false;
         let mut failed = false;
         while (events.len() as u64) < want && !cancel.is_cancelled() {
-            let Some(event) = self.candidates.pop_front() else {
-                if read {
-                    break;
-                }
-                let got = match w
+            if self.candidates.is_empty() && !read {
+                read = true;
+                match w
                     .db
                     .query_events(|d| d.candidates(w.config.batch_size))
                     .await
                 {
-                    Ok(got) => got,
+                    Ok(got) => {
+                        s.candidates += got.len() as u64;
+                        self.read_short = (got.len() as u64) < w.config.batch_size;
+                        self.read_at = Instant::now();
+                        self.candidates = got.into();
+                        // Each instance starts at a random candidate, so that racing instances
+                        // mostly try different rows.
+                        let n = self.candidates.len().max(1);
+                        let start = uuid::Uuid::new_v4().as_u128() as usize % n;
+                        self.candidates.rotate_left(start);
+                    }
                     Err(e) if !events.is_empty() => {
-                        w.observer.error(
-                            s,
-                            Op::Claim,
-                            &e.into(),
-                            "candidate read failed; sending what was claimed",
-                        );
+                        let what = "candidate read failed; sending what was claimed";
+                        w.observer.error(s, Op::Claim, &OutboxError::from(e), what);
                         failed = true;
                         break;
                     }
                     Err(e) => return Err(e.into()),
-                };
-                s.candidates += got.len() as u64;
-                self.read_short = (got.len() as u64) < w.config.batch_size;
-                self.read_at = Instant::now();
-                self.candidates = got.into();
-                // Each instance starts at a random candidate, so that racing instances mostly
-                // try different rows.
-                if !self.candidates.is_empty() {
-                    let start = uuid::Uuid::new_v4().as_u128() as usize % self.candidates.len();
-                    self.candidates.rotate_left(start);
                 }
-                read = true;
-                if self.candidates.is_empty() {
-                    break;
-                }
-                continue;
+            }
+            let Some(event) = self.candidates.pop_front() else {
+                break;
             };
             match w
                 .db
@@ -283,12 +245,8 @@ impl<'w> Claimer<'w> {
                 Ok(Claim::Lost) => w.observer.claim_lost(s, event.id),
                 Err(e) => {
                     failed = true;
-                    w.observer.error(
-                        s,
-                        Op::Claim,
-                        &e.into(),
-                        "claim failed; skipping the event this round",
-                    )
+                    let what = "claim failed; skipping the event this round";
+                    w.observer.error(s, Op::Claim, &OutboxError::from(e), what);
                 }
             }
         }

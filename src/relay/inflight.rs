@@ -34,14 +34,6 @@ pub(crate) fn owner_of(event: &sea_orm_outbox_entity::event_record::Model) -> &s
     event.claim_owner.as_deref().unwrap_or_default()
 }
 
-/// The leases of one claim that are due for renewal.
-pub(crate) struct Renewable {
-    /// The claim's `claim_owner` value.
-    pub(crate) owner: String,
-    /// Its event ids, ascending.
-    pub(crate) ids: Vec<i64>,
-}
-
 impl Inflight {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, HashMap<i64, Phase>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
@@ -59,42 +51,36 @@ impl Inflight {
     /// Marks the send of `id` (claimed under `owner`) started; false when its lease is already
     /// lost: such an event is left to its new owner rather than sent twice.
     pub(crate) fn start(&self, owner: &str, id: i64) -> bool {
-        let mut map = self.lock();
-        let Some(claim) = map.get_mut(owner) else {
-            return false;
-        };
-        match claim.get(&id).copied() {
-            Some(Phase::Queued(claimed)) => {
-                claim.insert(id, Phase::Sending(claimed, Instant::now()));
+        self.with(owner, id, |p| match *p {
+            Phase::Queued(claimed) => {
+                *p = Phase::Sending(claimed, Instant::now());
                 true
             }
             _ => false,
-        }
+        })
+        .unwrap_or(false)
     }
 
-    /// The phase of `id` under `owner`, if held.
-    fn phase(&self, owner: &str, id: i64) -> Option<Phase> {
-        self.lock().get(owner).and_then(|c| c.get(&id).copied())
-    }
-
-    /// Whether [`Inflight::start`] would start `id` now (queued and its lease held).
-    pub(crate) fn is_queued(&self, owner: &str, id: i64) -> bool {
-        matches!(self.phase(owner, id), Some(Phase::Queued(_)))
+    /// Applies `f` to the phase of `id` under `owner`, if held.
+    fn with<R>(&self, owner: &str, id: i64, f: impl FnOnce(&mut Phase) -> R) -> Option<R> {
+        self.lock()
+            .get_mut(owner)
+            .and_then(|c| c.get_mut(&id))
+            .map(f)
     }
 
     /// Marks the send of `id` returned; the lease stays renewed until [`Inflight::finish`].
     pub(crate) fn sent(&self, owner: &str, id: i64) {
-        let mut map = self.lock();
-        if let Some(claim) = map.get_mut(owner) {
-            if let Some(Phase::Sending(claimed, _)) = claim.get(&id).copied() {
-                claim.insert(id, Phase::Sent(claimed));
+        self.with(owner, id, |p| {
+            if let Phase::Sending(claimed, _) = *p {
+                *p = Phase::Sent(claimed);
             }
-        }
+        });
     }
 
     /// Whether the lease of `id` under `owner` was found lost (or is not held at all).
     pub(crate) fn is_lost(&self, owner: &str, id: i64) -> bool {
-        matches!(self.phase(owner, id), None | Some(Phase::Lost(_)))
+        matches!(self.with(owner, id, |p| *p), None | Some(Phase::Lost(_)))
     }
 
     /// Stops holding `ids` of `owner`'s claim (their outcome is recorded, or dropped) and
@@ -115,11 +101,11 @@ impl Inflight {
         took
     }
 
-    /// The leases to renew now, by claim: queued, sent and awaiting their record, or sending
-    /// for less than `hung_after` (a send running longer is hung: its lease must expire so
-    /// that another instance can take over).
-    pub(crate) fn renewable(&self, hung_after: Duration) -> Vec<Renewable> {
-        let mut out: Vec<Renewable> = self
+    /// The leases to renew now, by claim (its `claim_owner` value, its ids ascending): queued,
+    /// sent and awaiting their record, or sending for less than `hung_after` (a send running
+    /// longer is hung: its lease must expire so that another instance can take over).
+    pub(crate) fn renewable(&self, hung_after: Duration) -> Vec<(String, Vec<i64>)> {
+        let mut out: Vec<(String, Vec<i64>)> = self
             .lock()
             .iter()
             .map(|(owner, claim)| {
@@ -132,14 +118,11 @@ impl Inflight {
                     })
                     .collect();
                 ids.sort_unstable();
-                Renewable {
-                    owner: owner.clone(),
-                    ids,
-                }
+                (owner.clone(), ids)
             })
-            .filter(|r| !r.ids.is_empty())
+            .filter(|(_, ids)| !ids.is_empty())
             .collect();
-        out.sort_by(|a, b| a.ids[0].cmp(&b.ids[0]));
+        out.sort_by_key(|(_, ids)| ids[0]);
         out
     }
 
@@ -153,8 +136,8 @@ impl Inflight {
         };
         let mut lost = Vec::new();
         for id in ids {
-            if let Some(phase) = claim.get(id).copied() {
-                claim.insert(*id, Phase::Lost(phase.claimed_at()));
+            if let Some(phase) = claim.get_mut(id) {
+                *phase = Phase::Lost(phase.claimed_at());
                 lost.push(*id);
             }
         }
@@ -179,14 +162,13 @@ mod tests {
         assert!(f.start("me#1", 1));
         assert!(f.start("me#1", 2));
         f.sent("me#1", 2);
-        let ids = |r: Vec<Renewable>| r.into_iter().map(|r| (r.owner, r.ids)).collect::<Vec<_>>();
         assert_eq!(
-            ids(f.renewable(Duration::from_secs(60))),
+            f.renewable(Duration::from_secs(60)),
             vec![("me#1".to_owned(), vec![1, 2, 3])]
         );
         // A send running past `hung_after` is no longer renewed; a sent one still is.
         assert_eq!(
-            ids(f.renewable(Duration::ZERO)),
+            f.renewable(Duration::ZERO),
             vec![("me#1".to_owned(), vec![2, 3])]
         );
         f.lose("me#1", &[3]);

@@ -17,7 +17,7 @@ use crate::instance::instance_id;
 use crate::outbox::Outbox;
 use crate::publisher::Publisher;
 use crate::wake::Wake;
-use maintenance::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
+use maintenance::{GaugeRefresher, LeaseRenewer, Reclaimer};
 use sea_orm_outbox_entity::event_record::Model;
 
 mod claim;
@@ -76,30 +76,22 @@ impl Outbox {
         config: WorkerConfig,
     ) -> Result<Worker, OutboxError> {
         config.validate()?;
-        let driver = Driver::with_feature(db.get_database_backend())?;
-        check_shared_pool(driver, &db, &config)?;
-        let db = RelayDb::new(
-            config.relay_pool.connections(&db)?,
-            config.statement_protocol,
-        )?
-        .with_table(self.table_ref());
+        Driver::with_feature(db.get_database_backend())?;
+        let pool = config.relay_pool.connections(&db, config.wake_on_commit)?;
+        let db = RelayDb::new(pool, config.statement_protocol)?.with_table(self.table_ref());
         let owner = config
             .instance_id
             .clone()
             .unwrap_or_else(|| instance_id("outbox"));
-        let reclaimer = Reclaimer::on(db.clone(), ReclaimerConfig::for_worker(&config));
-        let renewer = LeaseRenewer::on(db.clone(), LeaseRenewerConfig::for_worker(&config));
-        let gauges = GaugeRefresher::on(db.clone(), crate::config::GAUGE_INTERVAL)
-            .blocked_keys(config.ordered == Some(crate::OrderedPolicy::Block));
         Ok(Worker {
             observer: Observer::new(&owner),
+            reclaimer: Reclaimer::new(db.clone(), &config),
+            renewer: LeaseRenewer::new(db.clone(), &config),
+            gauges: GaugeRefresher::new(db.clone(), &config),
             db,
             publisher,
             config,
             owner,
-            reclaimer,
-            renewer,
-            gauges,
             schema_checked: tokio::sync::OnceCell::new(),
         })
     }
@@ -190,10 +182,7 @@ impl Worker {
     }
 
     /// Checks the table's columns once per worker, before its first claim, so that a table
-    /// missing a later migration's column fails clearly on every backend.
-    ///
-    /// # Errors
-    /// [`OutboxError::SchemaOutdated`] (or `TableMissing`, or the database's error).
+    /// missing a later migration's column fails clearly ([`OutboxError::SchemaOutdated`]).
     pub(crate) async fn check_schema(&self) -> Result<(), OutboxError> {
         self.schema_checked
             .get_or_try_init(|| async { crate::driver::check_schema(&self.db).await })
@@ -213,15 +202,9 @@ impl Worker {
         let inflight = Inflight::default();
         let mut round = WorkerSummary::default();
         let work = async {
-            let mut claimer = claim::Claimer::new(self);
-            let claimed = claimer
-                .claim(
-                    self.config.batch_size,
-                    self.config.batch_size,
-                    cancel,
-                    &inflight,
-                    &mut round,
-                )
+            let batch = self.config.batch_size;
+            let claimed = claim::Claimer::new(self, &inflight)
+                .claim(batch, batch, cancel, None, &mut round)
                 .await?;
             slots::Slots::new(self, &inflight, cancel)
                 .drain(claimed.events, cancel, &mut round)
@@ -253,31 +236,6 @@ impl Worker {
         self.observer.commit(&mut s);
         Ok(r.total())
     }
-}
-
-/// With [`crate::RelayPool::Shared`] and wake-on-commit where the driver listens (Postgres),
-/// the pool handed over needs [`crate::config::MIN_RELAY_POOL_CONNECTIONS`], like the relay's own.
-fn check_shared_pool(
-    driver: Driver,
-    db: &DatabaseConnection,
-    config: &WorkerConfig,
-) -> Result<(), OutboxError> {
-    if config.relay_pool != crate::RelayPool::Shared || !config.wake_on_commit || !driver.listens()
-    {
-        return Ok(());
-    }
-    let Some(max) = driver.pool_size(db) else {
-        return Ok(());
-    };
-    let min = crate::config::MIN_RELAY_POOL_CONNECTIONS;
-    if max < min {
-        return Err(OutboxError::InvalidConfig(format!(
-            "RelayPool::Shared with a pool of {max} connection(s): wake-on-commit needs at \
-             least {min} (the LISTEN connection, its self-check's, and one for statements); \
-             give the pool more connections, use RelayPool::Own, or wake_on_commit(false)"
-        )));
-    }
-    Ok(())
 }
 
 /// `events` grouped by `key`, the groups in the order of their first event.

@@ -1,29 +1,29 @@
 //! The one place that observes what the relay did: each outcome updates the summary, the metric
 //! and the log together, so the three cannot drift.
+use std::fmt::Display;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::driver::Reclaimed;
-use crate::error::OutboxError;
+use crate::error::PublishError;
 use crate::metrics as m;
 use crate::relay::WorkerSummary;
+use crate::retry::RetryDecision;
 use sea_orm_outbox_entity::event_record::Model;
 
-/// The step that met a database error: the `op` label of `outbox_errors_total`.
+/// The step that met an error: the `op` label of `outbox_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     /// Claiming events (a batch claim, a candidate read or one per-row claim).
     Claim,
     /// Recording an outcome (SUCCESS, retry, FAIL, hand-back).
     Record,
-    /// Renewing leases.
     Renew,
-    /// A reclaim pass.
     Reclaim,
-    /// Refreshing the backlog gauges.
     Gauges,
+    /// A send task that ended without an outcome (the runtime is shutting down).
+    Send,
 }
-// (`send`, for a send task that died, is counted by `Observer::send_task_died`.)
 
 impl Op {
     /// The metric label.
@@ -34,6 +34,7 @@ impl Op {
             Op::Renew => "renew",
             Op::Reclaim => "reclaim",
             Op::Gauges => "gauges",
+            Op::Send => "send",
         }
     }
 }
@@ -67,12 +68,14 @@ impl Observer {
 
     /// Adds `s` to the totals and empties it.
     pub(crate) fn commit(&self, s: &mut WorkerSummary) {
-        self.totals.lock().unwrap_or_else(|p| p.into_inner()).add(s);
-        *s = WorkerSummary::default();
+        if *s != WorkerSummary::default() {
+            let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+            totals.add(&std::mem::take(s));
+        }
     }
 
-    /// A database error in step `op`; `what` says what is left undone.
-    pub(crate) fn error(&self, s: &mut WorkerSummary, op: Op, e: &OutboxError, what: &str) {
+    /// An error in step `op`; `what` says what is left undone.
+    pub(crate) fn error(&self, s: &mut WorkerSummary, op: Op, e: &dyn Display, what: &str) {
         s.errors += 1;
         metrics::counter!(m::ERRORS, "op" => op.as_str()).increment(1);
         tracing::error!(owner = %self.owner, op = op.as_str(), error = %e, "{what}");
@@ -92,63 +95,62 @@ impl Observer {
         metrics::counter!(m::PUBLISHED).increment(applied);
         tracing::info!(owner = %self.owner, published = applied, event_ids = ?ids, "events published");
         let late = (ids.len() as u64).saturating_sub(applied);
-        if late > 0 {
-            self.late_acks(s, late, "leases reclaimed during the send");
+        self.late_acks(s, late, "leases reclaimed during the send");
+    }
+
+    /// `n` outcomes (if any) not recorded because the lease was lost (`why`).
+    pub(crate) fn late_acks(&self, s: &mut WorkerSummary, n: u64, why: &str) {
+        if n > 0 {
+            s.late_acks += n;
+            metrics::counter!(m::LATE_ACKS).increment(n);
+            tracing::warn!(owner = %self.owner, late = n, "{why}; outcome not recorded (late ack)");
         }
     }
 
-    /// `n` outcomes not recorded because the lease was lost (`why`).
-    pub(crate) fn late_acks(&self, s: &mut WorkerSummary, n: u64, why: &str) {
-        s.late_acks += n;
-        metrics::counter!(m::LATE_ACKS).increment(n);
-        tracing::warn!(owner = %self.owner, late = n, "{why}; outcome not recorded (late ack)");
-    }
-
-    /// A failed send put back to `WAIT` for attempt `attempt` after `backoff`.
-    pub(crate) fn retried(
+    /// The failure `err` of `event`'s attempt `attempt`, recorded as `decision`.
+    pub(crate) fn failed(
         &self,
         s: &mut WorkerSummary,
         event: &Model,
         attempt: i32,
-        backoff: Duration,
-        error: &str,
+        decision: RetryDecision,
+        err: &PublishError,
     ) {
-        s.retried += 1;
-        metrics::counter!(m::RETRIES).increment(1);
-        // The event's id and biz_no are in the line itself, not only in its (INFO) span, so that a
-        // WARN-level filter still says which event.
-        tracing::warn!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, backoff_ms = backoff.as_millis() as u64, %error, "send failed; will retry");
+        let error = &err.message;
+        match decision {
+            RetryDecision::Retry(backoff) => {
+                s.retried += 1;
+                metrics::counter!(m::RETRIES).increment(1);
+                // The event's id and biz_no are in the line itself, not only in its (INFO) span,
+                // so that a WARN-level filter still says which event.
+                tracing::warn!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, backoff_ms = backoff.as_millis() as u64, %error, "send failed; will retry");
+            }
+            RetryDecision::Uncounted(delay) => self.config_fault(s, event, delay, error),
+            RetryDecision::DeadLetter => {
+                s.dead_lettered += 1;
+                metrics::counter!(m::DEAD_LETTERS).increment(1);
+                let permanent = !err.is_retryable();
+                tracing::error!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
+            }
+        }
     }
 
     /// A send refused because of the publisher's own configuration or permissions, put back to
     /// `WAIT` uncounted, due again after `delay`. Logs ERROR at most once per
     /// [`CONFIG_FAULT_LOG_EVERY`] (with how many events met it since the last line), DEBUG
     /// otherwise.
-    pub(crate) fn config_fault(
-        &self,
-        s: &mut WorkerSummary,
-        event: &Model,
-        delay: Duration,
-        error: &str,
-    ) {
+    fn config_fault(&self, s: &mut WorkerSummary, event: &Model, delay: Duration, error: &str) {
         s.config_faults += 1;
         metrics::counter!(m::CONFIG_FAULTS).increment(1);
-        let now = Instant::now();
-        let due = {
+        let since_last_line = {
             let mut log = self.config_faults.lock().unwrap_or_else(|p| p.into_inner());
             log.1 += 1;
             let due = log
                 .0
-                .is_none_or(|last| now.duration_since(last) >= CONFIG_FAULT_LOG_EVERY);
-            if due {
-                let n = log.1;
-                *log = (Some(now), 0);
-                Some(n)
-            } else {
-                None
-            }
+                .is_none_or(|last| last.elapsed() >= CONFIG_FAULT_LOG_EVERY);
+            due.then(|| std::mem::replace(&mut *log, (Some(Instant::now()), 0)).1)
         };
-        match due {
+        match since_last_line {
             Some(events) => {
                 tracing::error!(owner = %self.owner, events, event_id = event.id, delay_ms = delay.as_millis() as u64, %error,
                 "the publisher is misconfigured (credentials or permissions): events stay WAIT, not counted as attempts, until it is fixed")
@@ -160,33 +162,14 @@ impl Observer {
         }
     }
 
-    /// A failed send marked `FAIL` (a dead letter).
-    pub(crate) fn dead_lettered(
-        &self,
-        s: &mut WorkerSummary,
-        event: &Model,
-        attempt: i32,
-        permanent: bool,
-        error: &str,
-    ) {
-        s.dead_lettered += 1;
-        metrics::counter!(m::DEAD_LETTERS).increment(1);
-        tracing::error!(event_id = event.id, biz_no = %event.biz_no, retry_count = attempt, permanent, %error, "event is a dead letter (FAIL); needs a person");
-    }
-
-    /// `n` claimed events handed back unsent (shutdown began).
-    pub(crate) fn released(&self, s: &mut WorkerSummary, n: u64) {
+    /// `ids` of one claim handed back unsent (shutdown began) by a statement that changed `n`
+    /// rows; the others' leases had been reclaimed meanwhile (late acks).
+    pub(crate) fn released(&self, s: &mut WorkerSummary, ids: &[i64], n: u64) {
         s.released += n;
         metrics::counter!(m::RELEASED).increment(n);
         tracing::info!(owner = %self.owner, released = n, "claimed events handed back to WAIT unsent (shutdown)");
-    }
-
-    /// A send task that ended without an outcome (the runtime is shutting down): its event
-    /// stays `SENDING` under this worker's lease, for the reclaim.
-    pub(crate) fn send_task_died(&self, s: &mut WorkerSummary, event_id: Option<i64>, why: &str) {
-        s.errors += 1;
-        metrics::counter!(m::ERRORS, "op" => "send").increment(1);
-        tracing::error!(owner = %self.owner, ?event_id, error = %why, "send task ended without an outcome; left to the reclaim");
+        let late = (ids.len() as u64).saturating_sub(n);
+        self.late_acks(s, late, "leases reclaimed before the hand-back");
     }
 
     /// A reclaim pass's result (lease `lease`).

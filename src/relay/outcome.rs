@@ -9,17 +9,13 @@ use tracing::Instrument;
 use super::inflight::owner_of;
 use super::send::{Done, Sent};
 use super::{Inflight, Op, Worker, WorkerSummary};
-use crate::driver::{Driver, Transition};
+use crate::driver::{self, Driver, Transition};
 use crate::error::{DbErrorKind, OutboxError, PublishError};
 use crate::retry::RetryDecision;
 use sea_orm_outbox_entity::event_record::Model;
 
 /// Longest a delivered event waits for others before the group is marked `SUCCESS`.
 const MARK_LINGER: Duration = Duration::from_millis(20);
-
-/// Longest wait after a configuration fault ([`crate::PublishErrorKind::Configuration`]): the
-/// policy's longest back-off, at most this, so that a fixed configuration is picked up soon.
-const MAX_CONFIG_FAULT_DELAY: Duration = Duration::from_secs(60);
 
 /// Records the outcomes of one worker's sends.
 pub(crate) struct Recorder<'w> {
@@ -29,8 +25,6 @@ pub(crate) struct Recorder<'w> {
     delivered: Vec<Model>,
     /// When the oldest of `delivered` has waited [`MARK_LINGER`].
     flush_at: Option<Instant>,
-    /// Deliveries are marked by the next claim's statement (see the block at the end).
-    with_claim: bool,
 }
 
 impl<'w> Recorder<'w> {
@@ -40,7 +34,6 @@ impl<'w> Recorder<'w> {
             inflight: inflight.clone(),
             delivered: Vec::new(),
             flush_at: None,
-            with_claim: marks_with_claim(worker),
         }
     }
 
@@ -64,7 +57,7 @@ impl<'w> Recorder<'w> {
                 metrics::histogram!(crate::metrics::SEND_DURATION).record(took.as_secs_f64());
             }
             if self.inflight.is_lost(owner_of(&event), event.id) {
-                self.finish(&event);
+                self.finish(owner_of(&event), &[event.id]);
                 w.observer.late_acks(s, 1, "lease lost while sending");
                 continue;
             }
@@ -75,14 +68,11 @@ impl<'w> Recorder<'w> {
                         .get_or_insert_with(|| Instant::now() + MARK_LINGER);
                 }
                 Sent::Skipped => skipped.push(event),
-                Sent::Failed(err) => {
-                    let unrecorded = "outcome not recorded; the event is left to the reclaim";
-                    self.fail(&event, &err, None, unrecorded, s).await;
-                }
+                Sent::Failed(err) => self.fail(&event, &err, None, s).await,
             }
         }
         self.release(skipped, s).await;
-        if self.delivered.len() as u64 >= w.config.batch_size && !self.with_claim {
+        if self.delivered.len() as u64 >= w.config.batch_size && !self.marks_with_claim() {
             self.flush(s).await;
         }
     }
@@ -94,40 +84,50 @@ impl<'w> Recorder<'w> {
         self.flush_at = None;
         let mut groups = by_claim(std::mem::take(&mut self.delivered)).into_iter();
         while let Some((owner, events)) = groups.next() {
-            let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-            let (unmarked, e) = match w.db.run(|d| d.mark_success_many(&ids, &owner)).await {
+            let e = match self
+                .worker
+                .db
+                .run(|d| d.mark_success_many(&ids, &owner))
+                .await
+            {
                 Ok(applied) => {
                     self.marked(&owner, &ids, applied, s);
                     continue;
                 }
-                Err(e) if !row_fault(&e) => (events, e),
-                Err(e) if events.len() == 1 => {
-                    self.mark_unmarkable(&events[0], e.into(), s).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        error = %e, claim = %owner, event_ids = ?ids,
-                        "marking events SUCCESS together failed; marking them one by one"
-                    );
-                    match self.mark_one_by_one(events, s).await {
-                        Ok(()) => continue,
-                        Err(failed) => failed,
-                    }
-                }
+                Err(e) => e,
             };
-            let left: Vec<Model> = unmarked
-                .into_iter()
-                .chain(groups.flat_map(|(_, g)| g))
-                .collect();
-            self.leave(&left, e.into(), s);
-            return;
+            let unmarked = if !row_fault(&e) {
+                Err((events, e))
+            } else if let [event] = &events[..] {
+                self.mark_unmarkable(event, e, s).await;
+                Ok(())
+            } else {
+                tracing::warn!(
+                    error = %e, claim = %owner, event_ids = ?ids,
+                    "marking events SUCCESS together failed; marking them one by one"
+                );
+                self.mark_one_by_one(events, s).await
+            };
+            // Not because of a row: this group and the rest are left to the reclaim (which
+            // resends them), logged once.
+            if let Err((unmarked, e)) = unmarked {
+                let mut ids = Vec::new();
+                for event in unmarked.into_iter().chain(groups.flat_map(|(_, g)| g)) {
+                    self.finish(owner_of(&event), &[event.id]);
+                    ids.push(event.id);
+                }
+                let what =
+                    format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them");
+                let e = OutboxError::from(e);
+                self.worker.observer.error(s, Op::Record, &e, &what);
+                return;
+            }
         }
     }
 
     /// Marks each of `events` (one claim's) `SUCCESS` on its own; at the first failure not of
-    /// its row it returns the events not marked, with the error, for [`Recorder::leave`].
+    /// its row it returns the events not marked, with the error.
     async fn mark_one_by_one(
         &mut self,
         events: Vec<Model>,
@@ -142,68 +142,84 @@ impl<'w> Recorder<'w> {
                 .await
             {
                 Ok(t) => {
-                    self.finish(&event);
                     let applied = u64::from(t == Transition::Applied);
-                    w.observer.published(s, &[event.id], applied);
+                    self.marked(owner_of(&event), &[event.id], applied, s);
                 }
-                Err(e) if row_fault(&e) => self.mark_unmarkable(&event, e.into(), s).await,
+                Err(e) if row_fault(&e) => self.mark_unmarkable(&event, e, s).await,
                 Err(e) => return Err((std::iter::once(event).chain(rest).collect(), e)),
             }
         }
         Ok(())
     }
 
-    /// The `SUCCESS` mark of `events` failed with `e`, not because of a row: they are left to
-    /// the reclaim (which resends them), logged once.
-    fn leave(&mut self, events: &[Model], e: OutboxError, s: &mut WorkerSummary) {
-        for event in events {
-            self.finish(event);
-        }
-        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
-        self.worker.observer.error(
-            s,
-            Op::Record,
-            &e,
-            &format!("could not mark events {ids:?} SUCCESS; the reclaim will resend them"),
-        );
-    }
-
     /// The `SUCCESS` mark of `event` failed with `e` because of the row itself: the event
-    /// (delivered, but not markable) is released for retry, or dead-lettered once its retries
-    /// are used up, with the database's error in `last_error`, like a failed send.
-    async fn mark_unmarkable(&mut self, event: &Model, e: OutboxError, s: &mut WorkerSummary) {
+    /// (delivered, but not markable) is put back like a failed send, with the database's error
+    /// in `last_error`.
+    async fn mark_unmarkable(&mut self, event: &Model, e: sea_orm::DbErr, s: &mut WorkerSummary) {
+        let e = OutboxError::from(e);
         let err = PublishError::retryable(format!("delivered, but the SUCCESS mark failed: {e}"));
-        let noted =
-            "delivered, but the SUCCESS mark failed; the event is put back like a failed send";
-        let unrecorded = "delivered, but neither the SUCCESS mark nor the retry could be \
-                          recorded; the event is left to the reclaim";
-        self.fail(event, &err, Some((&e, noted)), unrecorded, s)
-            .await;
+        self.fail(event, &err, Some(&e), s).await;
     }
 
-    /// Records the failure `err` of `event` ([`Recorder::record_failure`]) in the event's span
-    /// and stops holding it; logs `noted` (with its error) once recorded, `unrecorded` if not.
+    /// Records the failure `err` of `event` in the event's span: puts it back with back-off
+    /// (uncounted for a configuration fault) or marks it a dead letter, and stops holding it.
+    /// `unmarked` is the error of the `SUCCESS` mark of a delivered event that `err` stands for.
     async fn fail(
         &mut self,
         event: &Model,
         err: &PublishError,
-        noted: Option<(&OutboxError, &str)>,
-        unrecorded: &str,
+        unmarked: Option<&OutboxError>,
         s: &mut WorkerSummary,
     ) {
-        let w = self.worker;
-        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner_of(event));
-        let recorded = self
-            .record_failure(event, err, s)
-            .instrument(span.clone())
-            .await;
-        self.finish(event);
-        let _enter = span.enter();
-        match (recorded, noted) {
-            (Ok(()), Some((e, what))) => w.observer.error(s, Op::Record, e, what),
-            (Ok(()), None) => {}
-            (Err(e), _) => w.observer.error(s, Op::Record, &e, unrecorded),
+        let (w, owner, why) = (self.worker, owner_of(event), &err.message);
+        let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner);
+        let n = event.retry_count.saturating_add(1);
+        let decision = w
+            .config
+            .retry
+            .decide(u32::try_from(n).unwrap_or(u32::MAX), err);
+        let recorded = async {
+            let t = match decision {
+                RetryDecision::Retry(backoff) => {
+                    w.db.transition(|d| d.release_for_retry(event.id, owner, backoff, why, true))
+                        .await?
+                }
+                RetryDecision::Uncounted(delay) => {
+                    w.db.transition(|d| d.release_for_retry(event.id, owner, delay, why, false))
+                        .await?
+                }
+                RetryDecision::DeadLetter => {
+                    w.db.transition(|d| d.mark_fail(event.id, owner, why))
+                        .await?
+                }
+            };
+            match t {
+                Transition::Applied => w.observer.failed(s, event, n, decision, err),
+                Transition::LeaseLost => {
+                    w.observer
+                        .late_acks(s, 1, "lease was reclaimed during the send")
+                }
+            }
+            Ok::<(), OutboxError>(())
         }
+        .instrument(span.clone())
+        .await;
+        self.finish(owner, &[event.id]);
+        let _enter = span.enter();
+        let Some(e) = recorded.as_ref().err().or(unmarked) else {
+            return;
+        };
+        let what = match (recorded.is_ok(), unmarked.is_some()) {
+            (true, _) => {
+                "delivered, but the SUCCESS mark failed; the event is put back like a failed send"
+            }
+            (false, false) => "outcome not recorded; the event is left to the reclaim",
+            (false, true) => {
+                "delivered, but neither the SUCCESS mark nor the retry could be recorded; the \
+                 event is left to the reclaim"
+            }
+        };
+        w.observer.error(s, Op::Record, e, what);
     }
 
     /// Hands claimed, unsent events back to `WAIT`, one owner-guarded statement per claim.
@@ -212,153 +228,82 @@ impl<'w> Recorder<'w> {
             let w = self.worker;
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
             let released = w.db.run(|d| d.release_unsent(&ids, &owner)).await;
-            self.finish_all(&owner, &ids);
+            self.finish(&owner, &ids);
             match released {
-                Ok(n) => {
-                    w.observer.released(s, n);
-                    let lost = (ids.len() as u64).saturating_sub(n);
-                    if lost > 0 {
-                        w.observer
-                            .late_acks(s, lost, "leases reclaimed before the hand-back");
-                    }
-                }
+                Ok(n) => w.observer.released(s, &ids, n),
                 Err(e) => w.observer.error(
                     s,
                     Op::Record,
-                    &e.into(),
+                    &OutboxError::from(e),
                     "could not hand back unsent events; the reclaim will",
                 ),
             }
         }
     }
 
-    /// Stops holding `event` and records its claim-to-outcome time.
-    fn finish(&self, event: &Model) {
-        self.finish_all(owner_of(event), &[event.id]);
+    /// `ids` of claim `owner` were marked `SUCCESS`: `applied` of them were still ours, the
+    /// rest are late acks.
+    fn marked(&mut self, owner: &str, ids: &[i64], applied: u64, s: &mut WorkerSummary) {
+        self.finish(owner, ids);
+        self.worker.observer.published(s, ids, applied);
     }
 
     /// Stops holding `ids` of `owner`'s claim and records their claim-to-outcome times.
-    fn finish_all(&self, owner: &str, ids: &[i64]) {
+    fn finish(&self, owner: &str, ids: &[i64]) {
         for dwell in self.inflight.finish(owner, ids) {
             metrics::histogram!(crate::metrics::SENDING_DWELL).record(dwell.as_secs_f64());
         }
     }
-
-    /// Puts a failed event back with back-off, or marks it a dead letter.
-    async fn record_failure(
-        &self,
-        event: &Model,
-        err: &PublishError,
-        s: &mut WorkerSummary,
-    ) -> Result<(), OutboxError> {
-        let w = self.worker;
-        if err.is_configuration() {
-            // The publisher's own fault, not the event's: back to WAIT, the attempt uncounted.
-            let delay = w.config.retry.max_backoff.min(MAX_CONFIG_FAULT_DELAY);
-            let owner = owner_of(event);
-            let t = w
-                .db
-                .transition(|d| d.release_for_retry(event.id, owner, delay, &err.message, false))
-                .await?;
-            match t {
-                Transition::Applied => w.observer.config_fault(s, event, delay, &err.message),
-                Transition::LeaseLost => {
-                    w.observer
-                        .late_acks(s, 1, "lease was reclaimed during the send")
-                }
-            }
-            return Ok(());
-        }
-        let n = event.retry_count.saturating_add(1);
-        let decision = if err.is_retryable() {
-            w.config.retry.decide(u32::try_from(n).unwrap_or(u32::MAX))
-        } else {
-            RetryDecision::DeadLetter
-        };
-        let t = match decision {
-            RetryDecision::Retry(backoff) => {
-                let owner = owner_of(event);
-                let t =
-                    w.db.transition(|d| {
-                        d.release_for_retry(event.id, owner, backoff, &err.message, true)
-                    })
-                    .await?;
-                if t == Transition::Applied {
-                    w.observer.retried(s, event, n, backoff, &err.message);
-                }
-                t
-            }
-            RetryDecision::DeadLetter => {
-                let t =
-                    w.db.transition(|d| d.mark_fail(event.id, owner_of(event), &err.message))
-                        .await?;
-                if t == Transition::Applied {
-                    w.observer
-                        .dead_lettered(s, event, n, !err.is_retryable(), &err.message);
-                }
-                t
-            }
-        };
-        if t == Transition::LeaseLost {
-            w.observer
-                .late_acks(s, 1, "lease was reclaimed during the send");
-        }
-        Ok(())
-    }
 }
 
-/// Whether `worker`'s deliveries wait for the next claim's statement: batch claims, unordered,
-/// and a backend with the single statement (Postgres).
-fn marks_with_claim(worker: &Worker) -> bool {
-    use sea_orm::ConnectionTrait;
-    // Not in ordered mode: the claim in the same statement would read the marked events as
-    // still SENDING (one snapshot) and take none of their successors.
-    worker.config.ordered.is_none()
-        && worker.config.claim_strategy == crate::ClaimStrategy::Batch
-        && Driver::of(worker.db.get_database_backend()).is_some_and(Driver::mark_and_claim_in_one)
-}
-
-/// Marking with the next claim: the pump claims through `Claimer::claim_marking`, which takes
-/// one claim's deliveries from here into the claim's statement; every other path uses `flush`.
+/// Marking with the next claim: the pump's batch claim marks one claim's deliveries in its own
+/// statement; every other path uses `flush`.
 impl Recorder<'_> {
-    /// Whether deliveries wait for the next claim's statement.
+    /// Whether deliveries wait for the next claim's statement: batch claims, unordered, and a
+    /// backend with the single statement (Postgres).
     pub(crate) fn marks_with_claim(&self) -> bool {
-        self.with_claim
+        use sea_orm::ConnectionTrait;
+        let (c, db) = (&self.worker.config, &self.worker.db);
+        // Not in ordered mode: the claim in the same statement would read the marked events as
+        // still SENDING (one snapshot) and take none of their successors.
+        c.ordered.is_none()
+            && c.claim_strategy == crate::ClaimStrategy::Batch
+            && Driver::of(db.get_database_backend()).is_some_and(Driver::mark_and_claim_in_one)
     }
 
-    /// Takes the waiting deliveries of one claim (the largest group) for the next claim's
-    /// statement; those of any other claim are marked now, on their own ([`Recorder::flush`]).
-    pub(crate) async fn take_for_claim(
+    /// Marks the waiting deliveries of one claim (the largest group; any other claim's are
+    /// marked now, on their own) `SUCCESS` in the statement that claims up to `want` events for
+    /// `owner` ([`driver::mark_success_and_claim_batch`]), and returns the events claimed.
+    /// `None` when nothing waits for the claim, or when the statement failed: nothing of it
+    /// happened, and the deliveries are marked on their own.
+    pub(crate) async fn mark_and_claim(
         &mut self,
+        owner: &str,
+        want: u64,
         s: &mut WorkerSummary,
-    ) -> Option<(String, Vec<Model>)> {
+    ) -> Option<Vec<Model>> {
+        if !self.marks_with_claim() {
+            return None;
+        }
         let mut groups = by_claim(std::mem::take(&mut self.delivered));
         let largest = (0..groups.len()).max_by_key(|&i| groups[i].1.len())?;
-        let taken = groups.swap_remove(largest);
-        if !groups.is_empty() {
-            self.delivered = groups.into_iter().flat_map(|(_, g)| g).collect();
-            self.flush(s).await;
-        }
-        self.flush_at = None;
-        Some(taken)
-    }
-
-    /// `ids` of claim `owner` were marked `SUCCESS` (by `flush` or a claim's statement):
-    /// `applied` of them were still ours, the rest are late acks.
-    pub(crate) fn marked(&mut self, owner: &str, ids: &[i64], applied: u64, s: &mut WorkerSummary) {
-        self.finish_all(owner, ids);
-        self.worker.observer.published(s, ids, applied);
-    }
-
-    /// The claim's statement failed (so nothing of it happened): `events` are marked on
-    /// their own, with [`Recorder::flush`]'s handling of every kind of failure.
-    pub(crate) async fn mark_after_failed_claim(
-        &mut self,
-        events: Vec<Model>,
-        s: &mut WorkerSummary,
-    ) {
-        self.delivered.extend(events);
+        let (done_owner, done) = groups.swap_remove(largest);
+        self.delivered = groups.into_iter().flat_map(|(_, g)| g).collect();
         self.flush(s).await;
+        let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
+        let db = &self.worker.db;
+        match driver::mark_success_and_claim_batch(db, &ids, &done_owner, owner, want).await {
+            Ok(got) => {
+                self.marked(&done_owner, &ids, got.marked, s);
+                Some(got.claimed)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "marking with the claim failed; marking, then claiming");
+                self.delivered = done;
+                self.flush(s).await;
+                None
+            }
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-//! One send: a claimed event (or, with batch sends, a claim's events) published in a task of
-//! its own, within the send timeout.
+//! One slot's sends: a claimed event, a claim's events in one call (batch sends), or one key's
+//! run (ordered mode), published in a task of its own, each call within the send timeout.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,109 +50,60 @@ pub(crate) struct SendContext {
     pub(crate) timeout: Duration,
     pub(crate) inflight: Inflight,
     pub(crate) cancel: CancellationToken,
-    /// Ordered mode: every message built here carries [`OutboxMessage::ordered`].
+    /// Ordered mode: a slot carries one key's run, and every message built here carries
+    /// [`OutboxMessage::ordered`].
     pub(crate) ordered: bool,
+    /// The publisher batches and batch sends are on: a slot's events go out in one call.
+    pub(crate) batching: bool,
 }
 
 impl SendContext {
-    /// Sends `event` unless shutdown began or its lease was lost.
-    pub(crate) async fn run(self, event: Model) -> Done {
-        if self.cancel.is_cancelled() || !self.inflight.start(owner_of(&event), event.id) {
-            return Done::skipped(event);
-        }
-        let started = Instant::now();
-        let sent = self.send(&event).await;
-        self.inflight.sent(owner_of(&event), event.id);
-        Done {
-            event,
-            sent,
-            took: Some(started.elapsed()),
-        }
-    }
-
-    /// Ordered mode: sends one key's run in id order, one event after the other (with
-    /// `batching` in one [`SendContext::run_batch`] call), and stops at the first event not
-    /// delivered: the rest are [`Sent::Skipped`], back to `WAIT` uncounted behind it.
-    pub(crate) async fn run_ordered(self, run: Vec<Model>, batching: bool) -> Vec<Done> {
-        if batching {
-            return stop_at_first_failure(self.run_batch_ordered(run).await);
-        }
-        let mut done = Vec::with_capacity(run.len());
-        let mut stop = false;
-        for event in run {
-            if stop {
-                done.push(Done::skipped(event));
-                continue;
+    /// Sends one slot's events: in one [`SendContext::call`] with `batching`, else one call per
+    /// event, one after the other. In ordered mode (one key's run, in id order) it stops at the
+    /// first event not delivered: the rest are [`Sent::Skipped`], back to `WAIT` uncounted
+    /// behind it.
+    pub(crate) async fn run(self, events: Vec<Model>) -> Vec<Done> {
+        match (self.batching, self.ordered) {
+            (true, true) => stop_at_first_failure(self.call(events).await),
+            (true, false) => self.call(events).await,
+            (false, _) => {
+                let mut done = Vec::with_capacity(events.len());
+                let mut stop = false;
+                for event in events {
+                    let d = match stop {
+                        true => vec![Done::skipped(event)],
+                        false => self.call(vec![event]).await,
+                    };
+                    stop = self.ordered && !matches!(d[0].sent, Sent::Ok);
+                    done.extend(d);
+                }
+                done
             }
-            let d = self.clone().run(event).await;
-            stop = !matches!(d.sent, Sent::Ok);
-            done.push(d);
-        }
-        done
-    }
-
-    /// [`SendContext::run_batch`] of the prefix of one key's run up to the first event that
-    /// cannot start; the rest are skipped.
-    async fn run_batch_ordered(self, run: Vec<Model>) -> Vec<Done> {
-        let startable = run
-            .iter()
-            .take_while(|e| {
-                !self.cancel.is_cancelled()
-                    && self.inflight.is_queued(owner_of(e), e.id)
-                    && self.message(e).is_ok()
-            })
-            .count()
-            // The first event that cannot go still goes to `run_batch`, which records why.
-            .saturating_add(1)
-            .min(run.len());
-        let mut run = run;
-        let rest = run.split_off(startable);
-        let mut done = self.run_batch(run).await;
-        done.extend(rest.into_iter().map(Done::skipped));
-        done
-    }
-
-    /// The message of a claimed event, marked [`OutboxMessage::ordered`] in ordered mode.
-    fn message(&self, event: &Model) -> Result<OutboxMessage, PublishError> {
-        OutboxMessage::try_from(event).map(|m| m.with_ordered(self.ordered))
-    }
-
-    /// Publishes one claimed event within the send timeout.
-    async fn send(&self, event: &Model) -> Sent {
-        let message = match self.message(event) {
-            Ok(message) => message,
-            Err(e) => return Sent::Failed(e),
-        };
-        // Runs inside the event's `outbox_event` span (see slots.rs).
-        #[cfg(feature = "opentelemetry")]
-        crate::otel::link_send_span(&tracing::Span::current(), &message);
-        // A panicking publisher fails this send (retryable) instead of the whole worker.
-        let publish = std::panic::AssertUnwindSafe(self.publisher.publish(&message)).catch_unwind();
-        match tokio::time::timeout(self.timeout, publish).await {
-            Ok(Ok(Ok(()))) => Sent::Ok,
-            Ok(Ok(Err(e))) => Sent::Failed(e),
-            Ok(Err(panic)) => Sent::Failed(panicked(&panic)),
-            Err(_) => Sent::Failed(self.timed_out()),
         }
     }
 
-    /// Sends `events` in one [`Publisher::publish_batch`] call within one send timeout; events
-    /// that cannot start are skipped, an invalid row fails alone, and a timeout or panic fails
-    /// every event of the call (retryable).
-    pub(crate) async fn run_batch(self, events: Vec<Model>) -> Vec<Done> {
+    /// Sends `events` in one publish call within one send timeout: [`Publisher::publish_batch`]
+    /// with `batching`, else [`Publisher::publish`] of the one event. Events that cannot start
+    /// (shutdown began, or the lease was lost) are skipped, an invalid row fails alone (in
+    /// ordered mode the events after either are skipped), and a timeout or panic fails every
+    /// event of the call (retryable).
+    async fn call(&self, events: Vec<Model>) -> Vec<Done> {
         let mut done = Vec::with_capacity(events.len());
         let mut going = Vec::with_capacity(events.len());
         let mut messages = Vec::with_capacity(events.len());
+        let mut stopped = false;
         for event in events {
-            let startable =
-                !self.cancel.is_cancelled() && self.inflight.start(owner_of(&event), event.id);
+            let startable = !stopped
+                && !self.cancel.is_cancelled()
+                && self.inflight.start(owner_of(&event), event.id);
             if !startable {
                 done.push(Done::skipped(event));
+                stopped = self.ordered;
                 continue;
             }
-            match self.message(&event) {
+            match OutboxMessage::try_from(&event) {
                 Ok(message) => {
-                    messages.push(message);
+                    messages.push(message.with_ordered(self.ordered));
                     going.push(event);
                 }
                 Err(e) => {
@@ -162,31 +113,31 @@ impl SendContext {
                         sent: Sent::Failed(e),
                         took: None,
                     });
+                    stopped = self.ordered;
                 }
             }
         }
         if going.is_empty() {
             return done;
         }
-        // Runs inside the call's `outbox_batch` span (see slots.rs): one link per message.
+        // Runs inside the slot's span (see slots.rs): one link per message.
         #[cfg(feature = "opentelemetry")]
         for message in &messages {
             crate::otel::link_send_span(&tracing::Span::current(), message);
         }
         let started = Instant::now();
-        let publish =
-            std::panic::AssertUnwindSafe(self.publisher.publish_batch(&messages)).catch_unwind();
-        let results: Vec<Result<(), PublishError>> =
-            match tokio::time::timeout(self.timeout, publish).await {
-                Ok(Ok(results)) => results,
-                Ok(Err(panic)) => vec![Err(panicked(&panic)); going.len()],
-                Err(_) => vec![Err(self.timed_out()); going.len()],
-            };
-        let took = started.elapsed();
+        let results = if self.batching {
+            let publish = self.publisher.publish_batch(&messages);
+            let results = self.guarded(publish).await;
+            results.unwrap_or_else(|e| vec![Err(e); going.len()])
+        } else {
+            let publish = self.publisher.publish(&messages[0]);
+            vec![self.guarded(publish).await.and_then(|sent| sent)]
+        };
+        // The call's duration is recorded once (with its first event), not once per event.
+        let mut took = Some(started.elapsed());
         let answered = results.len();
         let mut results = results.into_iter();
-        // The call's duration is recorded once (with its first event), not once per event.
-        let mut took = Some(took);
         for event in going {
             self.inflight.sent(owner_of(&event), event.id);
             let sent = match results.next() {
@@ -206,12 +157,30 @@ impl SendContext {
         done
     }
 
-    /// The error of a send the worker gave up on after the send timeout.
-    fn timed_out(&self) -> PublishError {
-        PublishError::retryable(format!(
-            "send timed out after {} ms",
-            self.timeout.as_millis()
-        ))
+    /// Runs a publish call within the send timeout; a timeout or a panic (the publisher's bug,
+    /// not the event's) is a retryable error of the call, not of the whole worker.
+    async fn guarded<T>(
+        &self,
+        publish: impl std::future::Future<Output = T>,
+    ) -> Result<T, PublishError> {
+        let publish = std::panic::AssertUnwindSafe(publish).catch_unwind();
+        match tokio::time::timeout(self.timeout, publish).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(PublishError::retryable(format!(
+                    "publisher panicked: {what}"
+                )))
+            }
+            Err(_) => Err(PublishError::retryable(format!(
+                "send timed out after {} ms",
+                self.timeout.as_millis()
+            ))),
+        }
     }
 }
 
@@ -235,14 +204,4 @@ fn stop_at_first_failure(mut done: Vec<Done>) -> Vec<Done> {
         }
     }
     done
-}
-
-/// The error of a publish call that panicked (retryable: the publisher's bug, not the event's).
-fn panicked(panic: &Box<dyn std::any::Any + Send>) -> PublishError {
-    let what = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    PublishError::retryable(format!("publisher panicked: {what}"))
 }

@@ -51,11 +51,7 @@ pub(crate) struct Slots<'w> {
     /// Events one slot carries: 1, or `batch_size` with batch sends or in ordered mode (one
     /// key's run).
     per_slot: u64,
-    /// Ordered mode: a slot carries one key's run, sent in id order.
-    ordered: bool,
-    /// Whether the publisher batches and batch sends are on.
-    batching: bool,
-    pub(crate) recorder: Recorder<'w>,
+    recorder: Recorder<'w>,
 }
 
 impl<'w> Slots<'w> {
@@ -70,14 +66,13 @@ impl<'w> Slots<'w> {
             } else {
                 1
             },
-            ordered: c.ordered.is_some(),
-            batching,
             ctx: SendContext {
                 publisher: worker.publisher.clone(),
                 timeout: c.send_timeout,
                 inflight: inflight.clone(),
                 cancel: cancel.clone(),
                 ordered: c.ordered.is_some(),
+                batching,
             },
             recorder: Recorder::new(worker, inflight),
         }
@@ -90,22 +85,10 @@ impl<'w> Slots<'w> {
             .saturating_sub(self.tasks.len())
     }
 
-    /// Events the free slots carry, at most a claim's `batch_size`.
-    fn free_events(&self) -> u64 {
-        (self.free() as u64)
-            .saturating_mul(self.per_slot)
-            .min(self.worker.config.batch_size)
-    }
-
-    /// The keys (ordered mode) the free slots take: one run per slot.
-    fn free_keys(&self) -> u64 {
-        (self.free() as u64).min(self.worker.config.batch_size)
-    }
-
     /// `events` (in claim order) cut into what one slot takes: `per_slot` events, or in
     /// ordered mode one key's run.
     fn slots_of(&self, events: Vec<Model>) -> VecDeque<Vec<Model>> {
-        if self.ordered {
+        if self.ctx.ordered {
             return runs(events).into();
         }
         let mut events = events.into_iter().peekable();
@@ -118,42 +101,46 @@ impl<'w> Slots<'w> {
 
     /// Starts the sends of `events`, each slot's ([`Slots::slots_of`]) in a task of its own.
     fn spawn(&mut self, events: Vec<Model>) {
-        for mut chunk in self.slots_of(events) {
+        for chunk in self.slots_of(events) {
             let (first, last) = (chunk[0].id, chunk[chunk.len() - 1].id);
-            let owner = &self.worker.owner;
-            let claim = crate::relay::inflight::owner_of(&chunk[0]).to_owned();
-            if self.ordered {
-                let span = tracing::info_span!("outbox_run", events = chunk.len(), biz_no = %chunk[0].biz_no, first_event_id = first, last_event_id = last, %owner, %claim);
-                let send = self.ctx.clone().run_ordered(chunk, self.batching);
-                self.tasks.spawn(send.instrument(span));
+            let (owner, biz_no) = (&self.worker.owner, &chunk[0].biz_no);
+            let claim = crate::relay::inflight::owner_of(&chunk[0]);
+            let events = chunk.len();
+            let span = if self.ctx.ordered {
+                tracing::info_span!("outbox_run", events, %biz_no, first_event_id = first, last_event_id = last, %owner, %claim)
             } else if self.per_slot == 1 {
-                let event = chunk.remove(0);
-                let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, %owner, %claim);
-                let send = self.ctx.clone().run(event);
-                self.tasks
-                    .spawn(async move { vec![send.await] }.instrument(span));
+                tracing::info_span!("outbox_event", event_id = first, %biz_no, %owner, %claim)
             } else {
-                let span = tracing::info_span!("outbox_batch", events = chunk.len(), first_event_id = first, last_event_id = last, %owner, %claim);
-                self.tasks
-                    .spawn(self.ctx.clone().run_batch(chunk).instrument(span));
-            }
+                tracing::info_span!("outbox_batch", events, first_event_id = first, last_event_id = last, %owner, %claim)
+            };
+            self.tasks
+                .spawn(self.ctx.clone().run(chunk).instrument(span));
         }
     }
 
-    /// Records the send that just finished (`first`, from `join_next`, which is
-    /// cancel-safe) together with every other one already done.
-    async fn collect(&mut self, first: Option<Joined>, s: &mut WorkerSummary) {
+    /// Records the sends that finished (`first`, from the cancel-safe `join_next`, and every
+    /// other one already done); returns whether there were any.
+    async fn collect(&mut self, first: Option<Joined>, s: &mut WorkerSummary) -> bool {
+        let mut next = first.or_else(|| self.tasks.try_join_next());
+        if next.is_none() {
+            return false;
+        }
         let mut done = Vec::new();
-        let mut next = first;
         while let Some(joined) = next {
             match joined {
                 Ok(d) => done.extend(d),
                 // Aborted (the runtime is shutting down): left SENDING, for the reclaim.
-                Err(e) => self.worker.observer.send_task_died(s, None, &e.to_string()),
+                Err(e) => self.worker.observer.error(
+                    s,
+                    Op::Send,
+                    &e,
+                    "send task ended without an outcome; left to the reclaim",
+                ),
             }
             next = self.tasks.try_join_next();
         }
         self.recorder.record(done, s).await;
+        true
     }
 
     /// The worker's main loop: claims into free slots while events are due, records outcomes
@@ -168,24 +155,17 @@ impl<'w> Slots<'w> {
         } else {
             1
         };
-        let mut claimer = Claimer::new(w);
+        let mut claimer = Claimer::new(w, &self.ctx.inflight);
         let mut due = true;
         let mut refill_by: Option<Instant> = None;
         let mut s = WorkerSummary::default();
-        let mut flush_timer = Timer::new();
-        let mut refill_timer = Timer::new();
         // Ordered mode: the next deep claim, when heads were found behind the window lately.
         let mut retry_by: Option<Instant> = None;
-        let mut retry_timer = Timer::new();
         loop {
             // Finished sends first: their slots are free, and their marks may ride the claim.
-            if let Some(joined) = self.tasks.try_join_next() {
-                self.collect(Some(joined), &mut s).await;
-                // As in the `join_next` arm below.
-                if self.ordered {
-                    due = true;
-                }
-            }
+            // Ordered mode: a finished run makes its key's next events heads, which no
+            // notification announces.
+            due |= self.collect(None, &mut s).await && self.ctx.ordered;
             // A pump that keeps claiming never reaches the `select!` below.
             if self
                 .recorder
@@ -203,12 +183,13 @@ impl<'w> Slots<'w> {
                 let lingered = refill_by.is_some_and(|t| t <= Instant::now());
                 if free >= refill_at || self.tasks.is_empty() || lingered {
                     refill_by = None;
-                    let want = self.free_events();
-                    let keys = self.free_keys();
-                    let inflight = self.ctx.inflight.clone();
-                    let claimed = claimer
-                        .claim_marking(want, keys, cancel, &inflight, &mut self.recorder, &mut s)
-                        .await;
+                    // Events the free slots carry, and (ordered mode) keys: one run per slot.
+                    let want = (free as u64)
+                        .saturating_mul(self.per_slot)
+                        .min(c.batch_size);
+                    let keys = (free as u64).min(c.batch_size);
+                    let recorder = Some(&mut self.recorder);
+                    let claimed = claimer.claim(want, keys, cancel, recorder, &mut s).await;
                     match claimed {
                         Ok(got) => {
                             due = got.more;
@@ -235,34 +216,21 @@ impl<'w> Slots<'w> {
                 continue;
             }
             // What the top of the loop recorded reaches the totals before the worker waits.
-            if s != WorkerSummary::default() {
-                w.observer.commit(&mut s);
-            }
-            let flush_at = self.recorder.flush_at();
-            flush_timer.set(flush_at);
-            refill_timer.set(refill_by);
-            retry_timer.set(retry_by);
+            w.observer.commit(&mut s);
             tokio::select! {
                 joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
-                    self.collect(joined, &mut s).await;
-                    // Ordered mode: a finished run makes its key's next events heads, which
-                    // no notification announces.
-                    if self.ordered {
-                        due = true;
-                    }
+                    due |= self.collect(joined, &mut s).await && self.ctx.ordered;
                 }
-                () = flush_timer.wait(), if flush_at.is_some() => self.recorder.flush(&mut s).await,
-                () = refill_timer.wait(), if refill_by.is_some() && due && !stopping => {}
-                () = retry_timer.wait(), if retry_by.is_some() && !due && !stopping => {
+                () = until(self.recorder.flush_at()) => self.recorder.flush(&mut s).await,
+                () = until(refill_by), if due && !stopping => {}
+                () = until(retry_by), if !due && !stopping => {
                     retry_by = None;
                     due = true;
                 }
                 () = signals.due.notified(), if !due && !stopping => due = true,
                 () = cancel.cancelled(), if !stopping => {}
             }
-            if s != WorkerSummary::default() {
-                w.observer.commit(&mut s);
-            }
+            w.observer.commit(&mut s);
         }
         self.recorder.flush(&mut s).await;
         w.observer.commit(&mut s);
@@ -278,26 +246,20 @@ impl<'w> Slots<'w> {
         s: &mut WorkerSummary,
     ) {
         let mut queue = self.slots_of(events);
-        let mut flush_timer = Timer::new();
         loop {
             if cancel.is_cancelled() && !queue.is_empty() {
                 let unsent: Vec<Model> = queue.drain(..).flatten().collect();
                 self.recorder.release(unsent, s).await;
             }
-            while self.free() > 0 {
-                let Some(chunk) = queue.pop_front() else {
-                    break;
-                };
+            for chunk in queue.drain(..self.free().min(queue.len())) {
                 self.spawn(chunk);
             }
             if self.tasks.is_empty() {
                 break;
             }
-            let flush_at = self.recorder.flush_at();
-            flush_timer.set(flush_at);
             tokio::select! {
-                joined = self.tasks.join_next() => self.collect(joined, s).await,
-                () = flush_timer.wait(), if flush_at.is_some() => self.recorder.flush(s).await,
+                joined = self.tasks.join_next() => { self.collect(joined, s).await; }
+                () = until(self.recorder.flush_at()) => self.recorder.flush(s).await,
             }
         }
         self.recorder.flush(s).await;
@@ -314,32 +276,10 @@ fn runs(events: Vec<Model>) -> Vec<Vec<Model>> {
     runs.into_iter().map(|(_, run)| run).collect()
 }
 
-/// A deadline's timer, kept across loop iterations.
-struct Timer {
-    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
-    at: Option<Instant>,
-}
-
-impl Timer {
-    fn new() -> Self {
-        Timer {
-            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            at: None,
-        }
-    }
-
-    /// Sets the deadline (`None`: the caller's branch is disabled, the timer left as is).
-    fn set(&mut self, at: Option<Instant>) {
-        if let Some(at) = at {
-            if self.at != Some(at) {
-                self.sleep.as_mut().reset(at);
-                self.at = Some(at);
-            }
-        }
-    }
-
-    /// Waits for the deadline (cancel-safe: the timer survives a dropped wait).
-    async fn wait(&mut self) {
-        self.sleep.as_mut().await
+/// Sleeps until `at`, or for ever when `None`.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -3,45 +3,36 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::config::WorkerConfig;
 use crate::driver::RelayDb;
 use crate::error::OutboxError;
 use crate::ops::Backlog;
 use crate::outbox::Outbox;
 use crate::relay::{Observer, Op, WorkerSummary};
 
+/// Between refreshes of the gauges.
+const INTERVAL: Duration = Duration::from_secs(15);
+
 /// Refreshes `outbox_backlog{status}` and `outbox_oldest_wait_age_seconds` from
 /// [`crate::ops::backlog`] (counts over the status index; one index probe for the age), and
-/// with [`GaugeRefresher::blocked_keys`] `outbox_blocked_keys` and
+/// for a worker in ordered mode with [`crate::OrderedPolicy::Block`] `outbox_blocked_keys` and
 /// `outbox_oldest_blocked_age_seconds` from [`crate::ops::blocked_keys`].
 #[derive(Debug, Clone)]
 pub(crate) struct GaugeRefresher {
     db: RelayDb,
-    interval: Duration,
+    /// Whether the blocked-key gauges are refreshed too.
     blocked: bool,
 }
 
 impl GaugeRefresher {
-    /// A refresher over the relay's connection `db`, every `interval`.
-    pub(crate) fn on(db: RelayDb, interval: Duration) -> Self {
-        GaugeRefresher {
-            db,
-            interval,
-            blocked: false,
-        }
+    /// A refresher over the relay's connection `db`, for a worker configured with `c`.
+    pub(crate) fn new(db: RelayDb, c: &WorkerConfig) -> Self {
+        let blocked = c.ordered == Some(crate::OrderedPolicy::Block);
+        GaugeRefresher { db, blocked }
     }
 
-    /// Also refresh the blocked-key gauges from [`crate::ops::blocked_keys`]: on for a worker
-    /// in ordered mode with [`crate::OrderedPolicy::Block`].
-    pub(crate) fn blocked_keys(mut self, on: bool) -> Self {
-        self.blocked = on;
-        self
-    }
-
-    /// Reads the backlog (and the blocked keys, when asked for) and sets the gauges; returns
-    /// the backlog.
-    ///
-    /// # Errors
-    /// A database error (the gauges keep their last values).
+    /// Reads the backlog (and the blocked keys) and sets the gauges; returns the backlog. On a
+    /// database error the gauges keep their last values.
     pub(crate) async fn run_once(&self) -> Result<Backlog, OutboxError> {
         use crate::metrics::{BACKLOG, BLOCKED_KEYS, OLDEST_BLOCKED_AGE, OLDEST_WAIT_AGE};
         let outbox = Outbox::of_table(self.db.table());
@@ -64,18 +55,15 @@ impl GaugeRefresher {
         Ok(b)
     }
 
-    /// Refreshes every `interval` until `cancel` fires; errors are logged and counted.
+    /// Refreshes every 15 s until `cancel` fires.
     pub(crate) async fn run(&self, cancel: &CancellationToken, observer: &Observer) {
-        let mut s = WorkerSummary::default();
-        while !cancel.is_cancelled() {
+        super::every(INTERVAL, cancel, observer, move || async move {
+            let mut s = WorkerSummary::default();
             if let Err(e) = self.run_once().await {
                 observer.error(&mut s, Op::Gauges, &e, "backlog gauges not refreshed");
-                observer.commit(&mut s);
             }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(self.interval) => {}
-            }
-        }
+            s
+        })
+        .await
     }
 }

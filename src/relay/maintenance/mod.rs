@@ -1,6 +1,14 @@
 //! The relay's maintenance services, each with a bounded `run_once` (tests call it directly)
-//! and a loop that logs an error and goes on: [`Reclaimer`] (expired leases back to `WAIT` or
-//! `FAIL`), [`LeaseRenewer`] (the leases a worker holds), [`GaugeRefresher`] (the backlog gauges).
+//! and a loop over [`every`] that logs an error and goes on: [`Reclaimer`] (expired leases back
+//! to `WAIT` or `FAIL`), [`LeaseRenewer`] (the leases a worker holds), [`GaugeRefresher`] (the
+//! backlog gauges).
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::relay::{Observer, WorkerSummary};
+
 mod gauges;
 mod reclaimer;
 mod renewer;
@@ -9,5 +17,22 @@ mod renewer;
 mod tests;
 
 pub(crate) use gauges::GaugeRefresher;
-pub(crate) use reclaimer::{Reclaimer, ReclaimerConfig};
-pub(crate) use renewer::{LeaseRenewer, LeaseRenewerConfig};
+pub(crate) use reclaimer::Reclaimer;
+pub(crate) use renewer::LeaseRenewer;
+
+/// Runs `pass` at once and then every `interval` until `cancel` fires; what a pass counts (its
+/// errors too, logged by the pass) reaches `observer`'s totals after it.
+async fn every<F: Future<Output = WorkerSummary>>(
+    interval: Duration,
+    cancel: &CancellationToken,
+    observer: &Observer,
+    mut pass: impl FnMut() -> F,
+) {
+    while !cancel.is_cancelled() {
+        observer.commit(&mut pass().await);
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}

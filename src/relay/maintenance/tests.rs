@@ -13,9 +13,9 @@ use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox_entity::event_record::{Column, Entity as Events};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{GaugeRefresher, LeaseRenewer, LeaseRenewerConfig, Reclaimer, ReclaimerConfig};
+use super::{GaugeRefresher, LeaseRenewer, Reclaimer};
 use crate::driver::{self, Driver, RelayDb};
-use crate::{NewEvent, OutboxExt, WorkerConfig};
+use crate::{NewEvent, OrderedPolicy, OutboxExt, RetryPolicy, WorkerConfig};
 
 /// A migrated in-memory database (one connection: each would be a database of its own).
 async fn database() -> DatabaseConnection {
@@ -62,9 +62,16 @@ async fn count(db: &DatabaseConnection, status: EventStatus) -> u64 {
 }
 
 fn reclaimer(db: &DatabaseConnection, batch_size: u64) -> Reclaimer {
-    let mut config = ReclaimerConfig::new(Duration::from_secs(30), 3);
-    config.batch_size = batch_size;
-    Reclaimer::on(RelayDb::extended(db.clone()), config)
+    let config = WorkerConfig::default()
+        .lease(Duration::from_secs(30))
+        .retry(RetryPolicy::new(
+            3,
+            Duration::from_secs(5),
+            Duration::from_secs(600),
+        ));
+    let mut reclaimer = Reclaimer::new(RelayDb::extended(db.clone()), &config);
+    reclaimer.batch_size = batch_size;
+    reclaimer
 }
 
 /// 25 expired leases, batches of 10: all reclaimed by one `run_once`, in three batches of two
@@ -105,17 +112,20 @@ async fn lease_renewer_renews_and_reports_lost_leases() {
         .exec(&db)
         .await
         .expect("steal");
-    let mut config = LeaseRenewerConfig::for_worker(&WorkerConfig::default());
-    config.batch_size = 2;
-    let renewer = LeaseRenewer::on(RelayDb::extended(db.clone()), config);
+    let mut renewer = LeaseRenewer::new(RelayDb::extended(db.clone()), &WorkerConfig::default());
+    renewer.batch_size = 2;
     let r = renewer.run_once("me", &ids).await.expect("renew");
     assert_eq!((r.renewed, r.lost.clone()), (4, vec![ids[2]]));
     // Renewed by the database clock: only the stolen lease is still expired.
     let reclaimed = reclaimer(&db, 1000).run_once().await.expect("reclaim");
     assert_eq!(reclaimed.total(), 1);
-    for owner in ["", " ", &"x".repeat(129)] {
-        assert!(renewer.run_once(owner, &[1]).await.is_err(), "{owner:?}");
-    }
+}
+
+#[test]
+fn reclaims_every_tenth_of_the_lease_at_most_every_minute() {
+    let interval = super::reclaimer::interval;
+    assert_eq!(interval(Duration::from_secs(600)), Duration::from_secs(60));
+    assert_eq!(interval(Duration::from_secs(3)), Duration::from_millis(300));
 }
 
 /// The gauge refresher reads the backlog by status, and the keys blocked behind a dead letter.
@@ -137,7 +147,8 @@ async fn gauge_refresher_reads_the_backlog() {
         .await
         .expect("dead letter");
     let relay_db = RelayDb::extended(db.clone());
-    let g = GaugeRefresher::on(relay_db, Duration::from_secs(15)).blocked_keys(true);
+    let config = WorkerConfig::default().ordered(Some(OrderedPolicy::Block));
+    let g = GaugeRefresher::new(relay_db, &config);
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let b = {
