@@ -122,7 +122,8 @@ pub enum PublishErrorKind {
     Permanent,
     /// The publisher's own configuration or permissions are wrong (rejected credentials, no
     /// right to the topic). The attempt is not counted: the event goes back to `WAIT` with
-    /// `retry_count` unchanged, due again after at most 60 s.
+    /// `retry_count` unchanged, due again after at most 60 s, and the relay logs ERROR (at most
+    /// one line per worker every 10 s). It is delivered once the configuration is fixed.
     Configuration,
 }
 

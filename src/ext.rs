@@ -15,7 +15,7 @@ use crate::outbox::Outbox;
 ///
 /// ```no_run
 /// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
-/// use sea_orm::{TransactionTrait};
+/// use sea_orm::TransactionTrait;
 /// use sea_orm_outbox::{NewEvent, OutboxExt};
 ///
 /// let txn = db.begin().await?;
@@ -109,8 +109,25 @@ impl<C: ConnectionTrait> OutboxExt for C {}
 /// `db.begin()` on Postgres and MySQL/MariaDB, and a `SAVEPOINT` when `db` is itself a
 /// transaction (on every backend). Use it for business transactions that read before they
 /// write (select, insert the order, [`OutboxExt::with_event`], commit), in place of
-/// `db.begin()`: on SQLite it waits up to the busy timeout for the write lock where
-/// `db.begin()` would fail with `database is locked` at the first write (docs/configuration.md).
+/// `db.begin()`.
+///
+/// On SQLite a `DEFERRED` transaction asks for the single write lock only at its first write,
+/// and fails at once with `database is locked` (`SQLITE_BUSY`) when another connection (a relay)
+/// holds it or committed since the transaction's snapshot, whatever the busy timeout.
+/// `BEGIN IMMEDIATE` takes the lock at the start, waiting up to the busy timeout (sqlx's
+/// default: 5 s). docs/configuration.md has the recommended connect options.
+///
+/// ```no_run
+/// # async fn demo(db: &sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {
+/// use sea_orm_outbox::{begin_write, NewEvent, OutboxExt};
+///
+/// let txn = begin_write(db).await?; // BEGIN IMMEDIATE on SQLite
+/// // ... read the customer, insert the order with `txn` ...
+/// txn.with_event(NewEvent::raw("ORD-1001", "ORDER_CREATED", r#"{"amount":42}"#))
+///     .await?;
+/// txn.commit().await?;
+/// # Ok(()) }
+/// ```
 ///
 /// # Errors
 /// The database's error for `BEGIN`; on SQLite `database is locked` (`SQLITE_BUSY`) only when

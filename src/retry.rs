@@ -59,7 +59,7 @@ impl RetryPolicy {
     /// ```
     /// use std::time::Duration;
     /// let p = sea_orm_outbox::RetryPolicy::new(12, Duration::from_secs(5), Duration::from_secs(600));
-    /// assert_eq!(p, sea_orm_outbox::RetryPolicy::default());
+    /// assert_eq!((p.max_retries, p.backoff(2)), (12, Duration::from_secs(20)));
     /// ```
     pub const fn new(max_retries: u32, backoff_base: Duration, max_backoff: Duration) -> Self {
         RetryPolicy {

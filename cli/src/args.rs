@@ -12,13 +12,26 @@ fn secret(value: &str) -> Result<SecretKey, std::convert::Infallible> {
     Ok(SecretKey::new(value))
 }
 
-/// A table or schema name as [`sea_orm_outbox::Outbox::table`] accepts it; clap refuses any
-/// other as a usage error (exit status 2) before anything connects.
-fn outbox_name(value: &str) -> Result<String, String> {
+/// A table name as [`sea_orm_outbox::Outbox::table`] accepts it; clap refuses any other as a
+/// usage error (exit status 2) before anything connects.
+fn table_name(value: &str) -> Result<String, String> {
     sea_orm_outbox::Outbox::new()
         .table(value)
         .map(|_| value.to_owned())
         .map_err(|e| e.to_string())
+}
+
+/// A schema name as [`sea_orm_outbox::Outbox::schema`] accepts it (the rule of table names);
+/// clap refuses any other as a usage error (exit status 2).
+fn schema_name(value: &str) -> Result<String, String> {
+    sea_orm_outbox::migration::check_table_name(value)
+        .map(|()| value.to_owned())
+        .map_err(|_| {
+            format!(
+                "schema name {value:?}: 1 to 40 ASCII letters, digits and underscores, not \
+                 starting with a digit"
+            )
+        })
 }
 
 /// The `outbox` command line.
@@ -39,12 +52,12 @@ pub(crate) struct Cli {
         env = "OUTBOX_TABLE",
         global = true,
         default_value = "t_event_record",
-        value_parser = outbox_name
+        value_parser = table_name
     )]
     pub(crate) table: String,
     /// The outbox table's schema (Postgres; on MySQL/MariaDB its database). Default: the
     /// connection's.
-    #[arg(long, env = "OUTBOX_SCHEMA", global = true, value_parser = outbox_name)]
+    #[arg(long, env = "OUTBOX_SCHEMA", global = true, value_parser = schema_name)]
     pub(crate) schema: Option<String>,
     /// The sub-command to run.
     #[command(subcommand)]

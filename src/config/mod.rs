@@ -14,6 +14,12 @@ pub use choices::{
 
 /// Largest `batch_size` accepted: 10,000.
 pub const MAX_BATCH_SIZE: u64 = 10_000;
+/// Longest duration accepted for any setting: 7 days.
+const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Shortest lease accepted: 1 s.
+const MIN_LEASE: Duration = Duration::from_secs(1);
+/// Lease renewals per lease; a publisher's send timeout is at most the lease over this.
+pub(crate) const RENEWALS_PER_LEASE: u32 = 3;
 /// With wake-on-commit, the first follow-up wait after a round woken by a notification (twice
 /// the writers' default notify interval; see `crate::wake`).
 pub const WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
@@ -170,7 +176,7 @@ impl WorkerConfig {
             ("retry.backoff_base", self.retry.backoff_base),
             ("retry.max_backoff", self.retry.max_backoff),
         ] {
-            if d > Duration::from_secs(7 * 24 * 3600) {
+            if d > MAX_DURATION {
                 return bad(format!("{name} must be at most 7 days"));
             }
             // The retry policy's durations may be zero (retry at once).
@@ -202,7 +208,7 @@ impl WorkerConfig {
                     .into(),
             );
         }
-        if self.lease < Duration::from_secs(1) {
+        if self.lease < MIN_LEASE {
             return bad("lease must be at least 1 s (it is renewed every third of it, and expired leases are \
                  reclaimed every tenth)".into());
         }
@@ -214,7 +220,7 @@ impl WorkerConfig {
     /// `send_timeout`, and at most a third of the lease (else a send the worker gave up on, or
     /// one outliving its lease, is sent again).
     pub fn publisher_send_timeout_limit(&self) -> Duration {
-        self.send_timeout.min(self.lease / 3)
+        self.send_timeout.min(self.lease / RENEWALS_PER_LEASE)
     }
 
     /// Checks a publisher's send timeout (`what` names it in the error) against
@@ -230,7 +236,7 @@ impl WorkerConfig {
         if timeout <= self.publisher_send_timeout_limit() {
             return Ok(());
         }
-        let why = if timeout > self.lease / 3 {
+        let why = if timeout > self.lease / RENEWALS_PER_LEASE {
             format!(
                 "must be at most a third of the worker's lease ({} ms): a send still running \
                  when the lease ends is sent again by another instance",

@@ -126,6 +126,12 @@ mod tests {
             "DELETE `app`.`outbox_events` FROM `app`.`outbox_events` FORCE INDEX (PRIMARY) \
              WHERE `id` IN (?, ?)"
         );
+        let update_app = update(Driver::MySql.with_table(app)).build().sql;
+        assert_eq!(
+            update_app,
+            "UPDATE `app`.`outbox_events` FORCE INDEX (PRIMARY) SET `retry_count` = ? WHERE `id` \
+             IN (?, ?)"
+        );
         assert_eq!(
             delete(Driver::Sqlite).build().sql,
             r#"DELETE FROM "app"."outbox_events" WHERE "id" IN (?, ?)"#

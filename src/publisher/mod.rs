@@ -161,9 +161,11 @@ pub trait Publisher: Send + Sync {
         results
     }
 
-    /// Whether [`Publisher::publish_batch`] carries several messages per broker request (only
-    /// then does the relay call it); `false` unless overridden. A publisher that wraps another
-    /// must forward both this and [`Publisher::publish_batch`].
+    /// Whether [`Publisher::publish_batch`] carries several messages per broker request. Only
+    /// then does the relay hand it a claim's events in one call; otherwise it calls
+    /// [`Publisher::publish`] once per event, `send_concurrency` at a time. `false` unless the
+    /// publisher overrides it. A publisher that wraps another must forward both this and
+    /// [`Publisher::publish_batch`], or the relay stops batching through it.
     fn batches(&self) -> bool {
         false
     }

@@ -18,8 +18,11 @@ pub(crate) enum Op {
     Claim,
     /// Recording an outcome (SUCCESS, retry, FAIL, hand-back).
     Record,
+    /// Renewing the leases in flight.
     Renew,
+    /// Reclaiming expired leases.
     Reclaim,
+    /// Refreshing the backlog gauges.
     Gauges,
     /// A send task that ended without an outcome (the runtime is shutting down).
     Send,

@@ -206,18 +206,18 @@ impl<'w> Recorder<'w> {
         .await;
         self.finish(owner, &[event.id]);
         let _enter = span.enter();
-        let Some(e) = recorded.as_ref().err().or(unmarked) else {
-            return;
-        };
-        let what = match (recorded.is_ok(), unmarked.is_some()) {
-            (true, _) => {
-                "delivered, but the SUCCESS mark failed; the event is put back like a failed send"
-            }
-            (false, false) => "outcome not recorded; the event is left to the reclaim",
-            (false, true) => {
+        let (e, what) = match (&recorded, unmarked) {
+            (Ok(()), None) => return,
+            (Ok(()), Some(e)) => (
+                e,
+                "delivered, but the SUCCESS mark failed; the event is put back like a failed send",
+            ),
+            (Err(e), None) => (e, "outcome not recorded; the event is left to the reclaim"),
+            (Err(e), Some(_)) => (
+                e,
                 "delivered, but neither the SUCCESS mark nor the retry could be recorded; the \
-                 event is left to the reclaim"
-            }
+                 event is left to the reclaim",
+            ),
         };
         w.observer.error(s, Op::Record, e, what);
     }

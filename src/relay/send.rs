@@ -70,9 +70,10 @@ impl SendContext {
                 let mut done = Vec::with_capacity(events.len());
                 let mut stop = false;
                 for event in events {
-                    let d = match stop {
-                        true => vec![Done::skipped(event)],
-                        false => self.call(vec![event]).await,
+                    let d = if stop {
+                        vec![Done::skipped(event)]
+                    } else {
+                        self.call(vec![event]).await
                     };
                     stop = self.ordered && !matches!(d[0].sent, Sent::Ok);
                     done.extend(d);

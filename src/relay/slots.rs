@@ -165,7 +165,8 @@ impl<'w> Slots<'w> {
             // Finished sends first: their slots are free, and their marks may ride the claim.
             // Ordered mode: a finished run makes its key's next events heads, which no
             // notification announces.
-            due |= self.collect(None, &mut s).await && self.ctx.ordered;
+            let finished = self.collect(None, &mut s).await;
+            due |= finished && self.ctx.ordered;
             // A pump that keeps claiming never reaches the `select!` below.
             if self
                 .recorder
@@ -219,7 +220,8 @@ impl<'w> Slots<'w> {
             w.observer.commit(&mut s);
             tokio::select! {
                 joined = self.tasks.join_next(), if !self.tasks.is_empty() => {
-                    due |= self.collect(joined, &mut s).await && self.ctx.ordered;
+                    let finished = self.collect(joined, &mut s).await;
+                    due |= finished && self.ctx.ordered;
                 }
                 () = until(self.recorder.flush_at()) => self.recorder.flush(&mut s).await,
                 () = until(refill_by), if due && !stopping => {}

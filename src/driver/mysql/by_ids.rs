@@ -22,6 +22,7 @@ pub(crate) fn through_primary_key(stmt: &mut Statement, table: Table) {
         (format!("DELETE FROM {t} "), to)
     };
     stmt.sql = stmt.sql.replacen(&from, &to, 1);
+    debug_assert!(stmt.sql.starts_with(&to), "no index hint in {}", stmt.sql);
 }
 
 /// `INSERT IGNORE INTO t (...) VALUES (...)`: sea-query's `ON DUPLICATE KEY UPDATE k = k`

@@ -18,10 +18,10 @@ use crate::driver::Driver;
 pub const HEAD_LOCK_SLACK: u64 = 16;
 
 /// `FROM t_event_record AS e WHERE e.id = ANY(ARRAY(<c>))`. For a window `c` (which also reads
-/// `biz_no` and `next_retry_time`) the checks run on its own rows, in its order: `c` becomes `SELECT e.id FROM (<window>) AS e WHERE <checks>
-/// ORDER BY e.next_retry_time LIMIT :n + max(HEAD_LOCK_SLACK, n)` (a subquery with a `LIMIT` is
-/// never flattened, so its filter runs row by row over the window's ordered index scan and
-/// stops at its `LIMIT`).
+/// `biz_no` and `next_retry_time`) the checks run on its own rows, in its order: `c` becomes
+/// `SELECT e.id FROM (<window>) AS e WHERE <checks> ORDER BY e.next_retry_time LIMIT :n +
+/// max(HEAD_LOCK_SLACK, n)` (a subquery with a `LIMIT` is never flattened, so its filter runs
+/// row by row over the window's ordered index scan and stops at its `LIMIT`).
 pub(crate) fn from_candidates(
     driver: Driver,
     q: &mut SelectStatement,

@@ -19,6 +19,9 @@ pub(crate) struct Renewal {
     pub(crate) lost: Vec<i64>,
 }
 
+/// Leases renewed per statement.
+const RENEW_BATCH: u64 = 1000;
+
 /// Renews leases (database clock), each statement guarded by the claim's whole `claim_owner`
 /// value, fencing token included.
 #[derive(Debug, Clone)]
@@ -29,19 +32,19 @@ pub(crate) struct LeaseRenewer {
     /// A send running longer than this (the send timeout + `interval`) is hung and no longer
     /// renewed, so that its lease expires and another instance takes over.
     hung_after: Duration,
-    /// Leases per statement (default 1000).
+    /// Leases per statement (default [`RENEW_BATCH`]).
     pub(crate) batch_size: u64,
 }
 
 impl LeaseRenewer {
     /// A lease renewer over the relay's connection `db`, for a worker configured with `c`.
     pub(crate) fn new(db: RelayDb, c: &WorkerConfig) -> Self {
-        let interval = c.lease / 3;
+        let interval = c.lease / crate::config::RENEWALS_PER_LEASE;
         LeaseRenewer {
             db,
             interval,
             hung_after: c.send_timeout + interval,
-            batch_size: 1000,
+            batch_size: RENEW_BATCH,
         }
     }
 
