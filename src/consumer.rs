@@ -43,14 +43,16 @@ impl<T> Consumed<T> {
 /// `msg_id` must be the outbox event id (see the [module documentation](self)).
 ///
 /// ```no_run
+/// # async fn award_points(txn: &sea_orm::DatabaseTransaction) -> Result<(), sea_orm::DbErr> {
+/// #     let _ = txn;
+/// #     Ok(())
+/// # }
 /// # async fn demo(db: &sea_orm::DatabaseConnection, event_id: &str) -> Result<(), sea_orm_outbox::OutboxError> {
-/// use sea_orm::ConnectionTrait;
 /// use sea_orm_outbox::consumer::{consume_once, Consumed};
 ///
 /// let outcome = consume_once(db, "points", event_id, async |txn| {
 ///     // The consumer's own writes, in the transaction that records the message id.
-///     txn.execute_unprepared("UPDATE account SET points = points + 10 WHERE user_id = 7")
-///         .await?;
+///     award_points(txn).await?;
 ///     Ok::<_, sea_orm_outbox::OutboxError>(())
 /// })
 /// .await?;
