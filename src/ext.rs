@@ -42,18 +42,7 @@ pub trait OutboxExt: ConnectionTrait + Sized {
     /// [`crate::EventLimits::default`] (empty or over-long fields, payload over 4 MiB);
     /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
     async fn with_event(&self, event: NewEvent) -> Result<i64, OutboxError> {
-        self.with_event_in(&Outbox::default(), event).await
-    }
-
-    /// [`OutboxExt::with_event`] into `outbox`'s table, checking its limits.
-    ///
-    /// # Errors
-    /// As [`OutboxExt::with_event`], checking `outbox`'s limits.
-    async fn with_event_in(&self, outbox: &Outbox, event: NewEvent) -> Result<i64, OutboxError> {
-        #[cfg(feature = "opentelemetry")]
-        let event = crate::otel::record_trace_context(event);
-        event.validate(&outbox.event_limits())?;
-        Ok(driver::insert_event(self, outbox.table_ref(), &event).await?)
+        Outbox::default().with_event(self, event).await
     }
 }
 
@@ -70,7 +59,10 @@ impl Outbox {
         db: &C,
         event: NewEvent,
     ) -> Result<i64, OutboxError> {
-        db.with_event_in(self, event).await
+        #[cfg(feature = "opentelemetry")]
+        let event = crate::otel::record_trace_context(event);
+        event.validate(&self.event_limits())?;
+        Ok(driver::insert_event(db, self.table_ref(), &event).await?)
     }
 
     /// [`transactional_publish`] into this outbox's table, checking its limits.
@@ -97,7 +89,7 @@ impl Outbox {
             .map_err(inside_transaction)?
             .try_into_model()?;
         let event = make_event(&saved)?;
-        let event_id = txn.with_event_in(self, event).await?;
+        let event_id = self.with_event(&txn, event).await?;
         txn.commit().await?;
         Ok((saved, event_id))
     }
