@@ -8,7 +8,7 @@
 #   scripts/rocketmq.sh stop-broker   stop only the broker (outage drills); `start` brings it back
 #   scripts/rocketmq.sh kill-broker   SIGKILL only the broker (a crash); `start` brings it back
 #
-# A two-broker cluster (issue 12): two name servers and two broker masters, `broker-a` and
+# A two-broker cluster: two name servers and two broker masters, `broker-a` and
 # `broker-b`, of one cluster (`OutboxCluster`), each with its own ports, store, state directory
 # and health port; every broker registers with both name servers. Each part can be stopped,
 # killed, paused and resumed on its own:

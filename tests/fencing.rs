@@ -1,4 +1,4 @@
-//! Issue 15's fencing and marking faults, on Postgres, MariaDB and SQLite (see `tests/common`):
+//! Fencing and marking faults, on Postgres, MariaDB and SQLite (see `tests/common`):
 //! two workers with the same instance id whose sends sometimes outlive their lease (every late
 //! acknowledgement changes nothing), and one row whose `SUCCESS` mark always fails (only that
 //! row is affected, and it records the database's error).
@@ -147,7 +147,7 @@ impl Publisher for Stalling {
     }
 }
 
-/// Issue 15, acceptance 5: two workers run with the same explicit instance id over 2,000
+/// Two workers run with the same explicit instance id over 2,000
 /// events while some sends outlive their lease. Every late acknowledgement (a mark, a release)
 /// changes no row, retry counts move with the row, and each event ends `SUCCESS` exactly once.
 async fn twins_with_one_instance_id_never_touch_each_others_claims(ctx: &TestContext) {
@@ -279,7 +279,7 @@ async fn refuse_success_for_bad_row(ctx: &TestContext) {
     }
 }
 
-/// Issue 15, acceptance 1 (second half): one row of a group of 20 deliveries cannot be marked
+/// One row of a group of 20 deliveries cannot be marked
 /// `SUCCESS`. The other 19 end `SUCCESS`, each sent once; the bad row is retried like a failed
 /// send and ends a dead letter whose `last_error` is the database's error.
 async fn one_unmarkable_row_spoils_only_itself(ctx: &TestContext) {

@@ -11,7 +11,7 @@
 //! The tests run on a current-thread runtime: the worker's tasks then run on the test's thread,
 //! where a thread-local metrics recorder sees the gauge (no other test in this binary can move
 //! it). The binary's log goes to one buffer (and to the test output); each test reads the lines
-//! of its own worker, by owner. The one timed assertion is the issue's: after the loss, the
+//! of its own worker, by owner. The one timed assertion: after the loss, the
 //! commit→publish p99 is below the poll delay; the other latencies are printed, not asserted.
 //!
 //! Shared notifications: events whose inserts skipped their own `NOTIFY` (another
@@ -330,7 +330,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Acceptance 2: a terminated LISTEN backend.
+// A terminated LISTEN backend.
 
 /// The poll delay of the lost-LISTEN test: long, so that an event found only by polling
 /// would show in the latencies.
@@ -457,7 +457,7 @@ async fn lost_listen_is_re_established(ctx: &TestContext) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Acceptance 3: a pooler. PgBouncer 1.18 (the Debian package) in transaction mode, where LISTEN
+// A pooler. PgBouncer 1.18 (the Debian package) in transaction mode, where LISTEN
 // cannot work, and in session mode, where it does.
 
 /// Events written while the worker runs behind PgBouncer.
@@ -865,7 +865,7 @@ async fn through_pgbouncer_session_mode(ctx: &TestContext) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Issue 14: notifications shared by concurrent writers, follow-up rounds.
+// Notifications shared by concurrent writers, follow-up rounds.
 
 /// The poll delay of the follow-up tests: an event left to polling would take 27 s or more
 /// (the delay is spread by ±10 %), beyond every deadline below.

@@ -22,7 +22,7 @@ backend_tests!(
     a_blocked_backlog_in_the_window_does_not_slow_the_other_keys_to_the_poll_delay,
 );
 
-/// Acceptance 1: 3 relays, 200 keys × 25 events, the first attempt of ~10 % of the events
+/// 3 relays, 200 keys × 25 events, the first attempt of ~10 % of the events
 /// failing (retryably): every event delivered, no two sends of one key at once, per key the
 /// first deliveries in id order, and no event delivered before every earlier event of its key.
 /// The events behind a failed one were handed back uncounted (retry_count 0 unless they failed
@@ -187,7 +187,7 @@ async fn a_reclaimed_head_stays_the_head_of_its_key(ctx: &TestContext) {
     assert_eq!(publisher.first_deliveries()["K"], ids["K"]);
 }
 
-/// Acceptance 3, `Skip`: the dead letter stays FAIL and the rest of its key goes on, in order.
+/// `Skip`: the dead letter stays FAIL and the rest of its key goes on, in order.
 async fn skip_lets_a_key_go_on_past_its_dead_letter(ctx: &TestContext) {
     let db = &ctx.db;
     let keys: Vec<String> = ["A", "B"].iter().map(|k| k.to_string()).collect();

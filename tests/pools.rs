@@ -168,7 +168,7 @@ async fn guard_replaces_a_connection_that_died_while_idle(ctx: &TestContext) {
     assert_ne!(next, first, "a new connection replaced the dead one");
 }
 
-/// Issue 15, acceptance 1: the application shares its pool of 2 with a worker (as the README's
+/// The application shares its pool of 2 with a worker (as the README's
 /// `Worker::new(db.clone(), ..)` does) and runs 2,000 transactions (an order and its event),
 /// each `begin()` under a timeout of 0 to 3 ms (up to twice the median `begin()`), so that many
 /// are cancelled mid-`begin`. Every event whose commit returned Ok is published, none twice,
@@ -338,7 +338,7 @@ impl Publisher for Held {
     }
 }
 
-/// Issue 15, acceptance 4: the worker was handed the application's pool of 2; while a send is
+/// The worker was handed the application's pool of 2; while a send is
 /// in flight the application holds both connections (two open transactions) for twice the
 /// lease. The lease renewal and the mark still run (on the relay's own pool), so a second
 /// instance reclaims nothing: the event is delivered once, and no acknowledgement is late.

@@ -76,7 +76,7 @@ impl Publisher for HangingPublisher {
     }
 }
 
-/// Issue 11, acceptance 5: two workers, 500 events, a publisher that hangs (up to 30 s, until
+/// Two workers, 500 events, a publisher that hangs (up to 30 s, until
 /// the test releases it) on 2 of them, send timeout 60 s: every other event is SUCCESS while the
 /// two still hang.
 async fn hung_sends_hold_only_their_own_slots(ctx: &TestContext) {

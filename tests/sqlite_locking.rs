@@ -290,7 +290,7 @@ fn figure(begin: Begin, writers: usize, relays: usize, out: &Outcome) {
     );
 }
 
-/// Acceptance 6: 4 writers that begin with `begin_write` (`BEGIN IMMEDIATE`) next to 3 relays:
+/// 4 writers that begin with `begin_write` (`BEGIN IMMEDIATE`) next to 3 relays:
 /// no `database is locked` reaches a writer; every event is published exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_immediate_writers_wait_for_relays() {

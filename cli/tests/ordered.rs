@@ -31,7 +31,7 @@ fn outbox(ctx: &TestContext, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Acceptance 3, `Block`: the first event of key A is refused for good (FAIL): nothing more
+/// `Block`: the first event of key A is refused for good (FAIL): nothing more
 /// of A is sent while B, C and keys written later go on; `ops::blocked_keys` and
 /// `outbox stats` show one blocked key; `outbox dead retry` unblocks it and A follows in order.
 async fn block_holds_a_key_behind_its_dead_letter_until_retried(ctx: &TestContext) {

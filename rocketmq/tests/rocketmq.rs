@@ -139,7 +139,7 @@ impl Publisher for Counted {
     }
 }
 
-/// Issue 14, acceptance 2: 3 relays × 5,000 events with batch sends (the default): every event
+/// 3 relays × 5,000 events with batch sends (the default): every event
 /// received, none twice, and the calls carried batches.
 async fn three_workers_deliver_5000_events_once_each_in_batches(ctx: &TestContext, addr: &str) {
     const N: usize = 5000;
@@ -529,7 +529,7 @@ async fn points(db: &impl ConnectionTrait) -> i64 {
     .expect("points")
 }
 
-/// Issue 4, idempotent consumer: the same outbox event sent three times through the real broker
+/// The idempotent consumer: the same outbox event sent three times through the real broker
 /// (as re-sends after reclaims are) adds points once; a failing handler leaves no
 /// `t_consumed_message` row, and the redelivered message is then processed.
 async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
@@ -633,7 +633,7 @@ async fn resent_event_adds_points_once(ctx: &TestContext, addr: &str) {
     clients.shutdown().await;
 }
 
-/// Issue 12: each event type goes to its topic (a map with a default topic); headers and the
+/// Each event type goes to its topic (a map with a default topic); headers and the
 /// W3C trace context recorded by `with_event` (feature `opentelemetry`) arrive as message
 /// properties, read back from the broker.
 async fn event_types_reach_their_topics_with_headers(ctx: &TestContext, addr: &str) {

@@ -255,7 +255,7 @@ async fn outage_drill(ctx: &TestContext, cluster: &PrivateCluster) {
     received.assert_all_arrived(&ids);
 }
 
-/// Issue 14, acceptance 2: the broker killed (SIGKILL) while 3 relays send batches of 100:
+/// The broker killed (SIGKILL) while 3 relays send batches of 100:
 /// the batches in flight fail and their events back off; after the restart every event is
 /// delivered, none is lost and none is a dead letter.
 async fn mid_batch_drill(ctx: &TestContext, cluster: &PrivateCluster) {
