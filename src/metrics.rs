@@ -41,7 +41,10 @@ pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
 /// letter, seconds (0 when none).
 pub const OLDEST_BLOCKED_AGE: &str = "outbox_oldest_blocked_age_seconds";
 /// Gauge: workers of this process whose wake-on-commit is live (a `LISTEN` connection whose
-/// self-check passed); 0 while they only poll.
+/// self-check passed); 0 while they only poll. A `LISTEN` connection that goes quiet without
+/// closing (half-open) counts no more about 15 seconds later: after 10 s without a
+/// notification the worker sends a `NOTIFY` of its own through the pool, which must come back
+/// within 5 s (as long as the database answers through the pool).
 pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 
 /// Counts a guarded pool's leaked transaction (only a backend with guarded pools calls it).

@@ -129,8 +129,9 @@ impl Wake {
                          polling meanwhile"
                     );
                     metrics::gauge!(WAKE_LISTENING).increment(-1.0);
-                    // Dropping the listener closes its dead connection. The first retry is
-                    // immediate: after a failover the database is usually reachable.
+                    // Dropping the listener does not wait, not even on a half-open connection
+                    // (see `Listener`). The first retry is immediate: after a failover the
+                    // database is usually reachable.
                     self.mode = Mode::Polling {
                         retry_at: Instant::now(),
                     };

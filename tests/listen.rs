@@ -3,7 +3,9 @@
 //! in transaction mode) fails its self-check once, at WARN, and the worker polls. The gauge
 //! `outbox_wake_listening` follows both. With `StatementProtocol::Simple` the relay delivers
 //! every event through PgBouncer 1.18 in transaction mode (by polling), and rows read with the
-//! simple protocol (text format) decode into the models as prepared (binary) reads do.
+//! simple protocol (text format) decode into the models as prepared (binary) reads do. A
+//! `LISTEN` connection frozen by a proxy (no FIN, no RST) is found by the worker's own `NOTIFY`
+//! and replaced, with one WARN.
 //!
 //! A missing Postgres fails the tests (see `tests/common`); so does a missing `pgbouncer`
 //! binary under `CI=true` (`.ci/run` installs it; elsewhere that test says so and returns).
@@ -31,8 +33,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use common::wait_until;
 use common::{count, Backend, TestContext};
+use metrics::SharedString;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use sea_orm::sqlx::postgres::PgConnectOptions;
+use sea_orm::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sea_orm::{
     ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend,
     EntityTrait, QueryFilter, Statement, TransactionTrait,
@@ -74,6 +77,17 @@ async fn postgres_lost_listen_is_noticed_and_re_established() {
         Backend::Postgres,
         "listen_lost",
         lost_listen_is_re_established,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn postgres_a_frozen_listen_connection_is_found_and_replaced() {
+    logs();
+    common::run_on(
+        Backend::Postgres,
+        "listen_frozen",
+        frozen_listen_is_found_and_replaced,
     )
     .await
 }
@@ -283,19 +297,21 @@ impl Relay {
     }
 }
 
-/// The backends of `ctx`'s database whose last statement was a `LISTEN` (the relay's listener;
-/// the test's own sessions never run one).
-async fn listen_backends(ctx: &TestContext) -> Vec<i32> {
+/// The `column` (`pid`, `client_port`) of the backends of `ctx`'s database whose last
+/// statement was a `LISTEN` (the relay's listener; the test's own connections never run one).
+async fn listen_backends(ctx: &TestContext, column: &str) -> Vec<i32> {
     // language=SQL
-    let sql = "SELECT pid FROM pg_stat_activity \
-               WHERE datname = current_database() AND query ILIKE 'LISTEN%' \
-               AND pid <> pg_backend_pid() ORDER BY pid";
+    let sql = format!(
+        "SELECT {column} FROM pg_stat_activity \
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%' \
+         AND pid <> pg_backend_pid() ORDER BY pid"
+    );
     ctx.db
         .query_all_raw(Statement::from_string(DbBackend::Postgres, sql))
         .await
         .expect("pg_stat_activity")
         .iter()
-        .map(|r| r.try_get::<i32>("", "pid").expect("pid"))
+        .map(|r| r.try_get::<i32>("", column).expect(column))
         .collect()
 }
 
@@ -353,10 +369,10 @@ async fn lost_listen_is_re_established(ctx: &TestContext) {
         gauge.get()
     );
     let found = wait_until(WAIT, Duration::from_millis(5), || async {
-        listen_backends(ctx).await.len() == 1
+        listen_backends(ctx, "pid").await.len() == 1
     })
     .await;
-    let before = listen_backends(ctx).await;
+    let before = listen_backends(ctx, "pid").await;
     assert!(
         found,
         "one LISTEN backend in the test's database: {before:?}"
@@ -433,7 +449,7 @@ async fn lost_listen_is_re_established(ctx: &TestContext) {
         "and the reconnect at INFO"
     );
     assert_eq!(gauge.get(), Some(1.0), "listening again");
-    let after = listen_backends(ctx).await;
+    let after = listen_backends(ctx, "pid").await;
     assert!(
         after.len() == 1 && after[0] != old_pid,
         "a new LISTEN backend replaced {old_pid}: {after:?}"
@@ -454,6 +470,193 @@ async fn lost_listen_is_re_established(ctx: &TestContext) {
         EVENTS_AFTER_LOSS as u64
     );
     assert_eq!(gauge.get(), Some(0.0), "a stopped worker does not listen");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A LISTEN connection frozen by a proxy (no FIN, no RST).
+
+/// The poll delay of the frozen-LISTEN test: only a wake-up explains an event published
+/// within seconds.
+const VERY_LONG_POLL: Duration = Duration::from_secs(60);
+
+/// The bound on finding a frozen `LISTEN` connection.
+const FOUND_WITHIN: Duration = Duration::from_secs(30);
+
+/// Events committed one by one after the frozen connection was replaced.
+const EVENTS_AFTER_FREEZE: usize = 20;
+
+/// Every value the gauge `outbox_wake_listening` took, in order: a recorder of that gauge
+/// alone, so that a 0 between two 1s shows however briefly it lasted.
+#[derive(Clone, Default)]
+struct GaugeHistory(Arc<Mutex<Vec<f64>>>);
+
+impl GaugeHistory {
+    fn values(&self) -> Vec<f64> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl metrics::GaugeFn for GaugeHistory {
+    fn increment(&self, value: f64) {
+        let mut values = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let next = values.last().copied().unwrap_or(0.0) + value;
+        values.push(next);
+    }
+    fn decrement(&self, value: f64) {
+        self.increment(-value);
+    }
+    fn set(&self, value: f64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(value);
+    }
+}
+
+impl metrics::Recorder for GaugeHistory {
+    fn describe_counter(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: SharedString) {}
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        if key.name() == sea_orm_outbox::metrics::WAKE_LISTENING {
+            metrics::Gauge::from_arc(Arc::new(self.clone()))
+        } else {
+            metrics::Gauge::noop()
+        }
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// A worker listens through a proxy that freezes its `LISTEN` connection (stops forwarding
+/// both ways, keeps the sockets open). Within [`FOUND_WITHIN`] the worker finds it (its own
+/// `NOTIFY` does not come back), logs one WARN, the gauge goes 1 → 0 → 1, and a new `LISTEN`
+/// connection through the proxy wakes it on commit again while the old one stays frozen: the
+/// commit→publish p99 of [`EVENTS_AFTER_FREEZE`] events is far below the 60 s poll delay.
+async fn frozen_listen_is_found_and_replaced(ctx: &TestContext) {
+    let history = GaugeHistory::default();
+    let _guard = metrics::set_default_local_recorder(&history);
+    let direct = PgConnectOptions::from_str(&ctx.url).expect("test URL");
+    let freezer = common::freezer::Freezer::start(direct.get_host(), direct.get_port()).await;
+    let proxied = PgPoolOptions::new()
+        .max_connections(5)
+        .connect_lazy_with(direct.clone().host("127.0.0.1").port(freezer.port));
+    let db = sea_orm::SqlxPostgresConnector::from_sqlx_postgres_pool(proxied);
+
+    let publisher = Arc::new(Arrivals::default());
+    let config = common::test_config("listen-frozen").poll_delay(VERY_LONG_POLL);
+    let relay = Relay::start(db, publisher.clone(), config);
+    let listening = wait_until(WAIT, Duration::from_millis(5), || async {
+        history.values() == [0.0, 1.0] && listen_backends(ctx, "client_port").await.len() == 1
+    })
+    .await;
+    let ports = listen_backends(ctx, "client_port").await;
+    assert!(
+        listening,
+        "listening: gauge history {:?}, LISTEN client ports {ports:?}",
+        history.values()
+    );
+    let old_port = u16::try_from(ports[0]).expect("a TCP port");
+
+    assert!(
+        freezer.freeze(old_port),
+        "the LISTEN connection went through the proxy"
+    );
+    let frozen_at = Instant::now();
+    let found = wait_until(FOUND_WITHIN, Duration::from_millis(10), || {
+        std::future::ready(relay.logged("WARN", "LISTEN connection lost") > 0)
+    })
+    .await;
+    let found_after = frozen_at.elapsed();
+    assert!(
+        found,
+        "the frozen LISTEN connection is found within {FOUND_WITHIN:?}"
+    );
+    let replaced = wait_until(WAIT, Duration::from_millis(5), || async {
+        history.values().len() == 4
+            && listen_backends(ctx, "client_port")
+                .await
+                .iter()
+                .any(|p| *p != i32::from(old_port))
+    })
+    .await;
+    assert!(
+        replaced,
+        "a new LISTEN connection: gauge history {:?}, LISTEN client ports {:?}",
+        history.values(),
+        listen_backends(ctx, "client_port").await
+    );
+    assert_eq!(
+        history.values(),
+        [0.0, 1.0, 0.0, 1.0],
+        "the gauge went 0 at the loss and 1 at the reconnect"
+    );
+
+    let mut latencies = Vec::with_capacity(EVENTS_AFTER_FREEZE);
+    for i in 0..EVENTS_AFTER_FREEZE {
+        let biz_no = format!("FROZEN-{i:02}");
+        let committed = commit_one(&ctx.db, &biz_no).await;
+        let mut arrived = None;
+        let published = wait_until(WAIT, Duration::from_millis(1), || {
+            arrived = publisher.arrival(&biz_no);
+            std::future::ready(arrived.is_some())
+        })
+        .await;
+        assert!(published, "{biz_no} published within {WAIT:?}");
+        latencies.push(
+            arrived
+                .expect("arrival")
+                .saturating_duration_since(committed.sent),
+        );
+    }
+    latencies.sort_unstable();
+    let (p50, p99) = (percentile(&latencies, 50), percentile(&latencies, 99));
+    println!(
+        "figure: LISTEN connection frozen by a proxy (no FIN, no RST), found after {:.1} s; \
+         then {EVENTS_AFTER_FREEZE} events committed one by one (poll delay \
+         {VERY_LONG_POLL:?}): commit->publish p50 {:.1} ms, p99 {:.1} ms",
+        found_after.as_secs_f64(),
+        ms(p50),
+        ms(p99)
+    );
+    assert!(
+        p99 < Duration::from_secs(1),
+        "p99 {p99:?}: woken on commit, not left to the poll delay"
+    );
+    assert_eq!(
+        relay.logged("WARN", "LISTEN connection lost"),
+        1,
+        "the loss is logged once at WARN"
+    );
+    assert_eq!(relay.logged("WARN", "cannot LISTEN"), 0);
+    assert!(
+        freezer.is_frozen(old_port)
+            && listen_backends(ctx, "client_port")
+                .await
+                .contains(&i32::from(old_port)),
+        "the old connection is still there, frozen"
+    );
+
+    let s = relay.stop().await;
+    assert_eq!(
+        (s.published, s.errors),
+        (EVENTS_AFTER_FREEZE as u64, 0),
+        "{s:?}"
+    );
+    assert!(
+        publisher.counts().values().all(|&n| n == 1),
+        "each event published once"
+    );
+    assert_eq!(
+        history.values(),
+        [0.0, 1.0, 0.0, 1.0, 0.0],
+        "a stopped worker does not listen"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -891,7 +1094,7 @@ async fn waking_worker(
     let fleet = common::Fleet::start(ctx, 4, publisher, [cfg]).await;
     assert!(fleet.started(WAIT).await, "the worker ran a first round");
     let listening = wait_until(WAIT, Duration::from_millis(5), || async {
-        listen_backends(ctx).await.len() == 1
+        listen_backends(ctx, "pid").await.len() == 1
     })
     .await;
     assert!(listening, "the worker's LISTEN connection is up");

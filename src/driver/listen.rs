@@ -9,6 +9,14 @@ pub(crate) const LISTEN_SETUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest the self-check's `NOTIFY` may take to come back: 2 seconds.
 pub(crate) const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Silence after which a [`Listener`] proves its connection: when nothing arrived for 10
+/// seconds, it sends a self-check `NOTIFY` through the pool (a probe).
+pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(10);
+
+/// Longest a probe may take to be sent, and then to come back: 5 seconds each. A probe that
+/// does not come back ends the listener (the connection is half-open or its server is gone).
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The payload prefix of the self-check's `NOTIFY`: never a wake reason, whoever sent it.
 pub(crate) const SELF_CHECK_PREFIX: &str = "sea_orm_outbox:self-check:";
 

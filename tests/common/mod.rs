@@ -11,6 +11,7 @@
 
 pub mod events;
 pub mod fleet;
+pub mod freezer;
 pub mod hooked_order;
 pub mod order;
 pub mod ordered;

@@ -1,19 +1,34 @@
 //! Wake-on-commit, the relays' side: a `LISTEN` connection on [`WAKE_CHANNEL`] that has
-//! passed a self-check, and the wait on it ([`Listener`]). The wake-up's policy (back-off,
-//! re-checks, logging, follow-ups) is `crate::wake`'s.
-use sea_orm::sqlx::postgres::PgListener;
+//! passed a self-check, and the wait on it ([`Listener`]), which probes the connection after
+//! a silence. The wake-up's policy (back-off, re-checks, logging, follow-ups) is
+//! `crate::wake`'s.
+use sea_orm::sqlx::postgres::{PgListener, PgPool};
 use sea_orm::sqlx::{AssertSqlSafe, Executor};
 use sea_orm::DatabaseConnection;
 use tokio::time::Instant;
 
 use super::WAKE_CHANNEL;
 use crate::driver::listen::{
-    Heard, ListenFailure, LISTEN_SETUP_TIMEOUT, SELF_CHECK_PREFIX, SELF_CHECK_TIMEOUT,
+    Heard, ListenFailure, LISTEN_SETUP_TIMEOUT, PROBE_AFTER, PROBE_TIMEOUT, SELF_CHECK_PREFIX,
+    SELF_CHECK_TIMEOUT,
 };
 
 /// A `LISTEN` connection (one connection of the pool, held while listening) whose self-check
 /// passed.
-pub(crate) struct Listener(PgListener);
+///
+/// Dropping it hands its connection back to the pool after an `UNLISTEN *` that sqlx sends
+/// from a task of its own, so a drop never waits. On a connection that no longer answers
+/// (half-open: no FIN, no RST) that task waits until the operating system gives up on the
+/// connection, and holds that pool connection meanwhile.
+pub(crate) struct Listener {
+    listener: PgListener,
+    /// The pool the connection came from; the probes go through it.
+    pool: PgPool,
+    /// When the connection last delivered a notification (or was opened).
+    heard_at: Instant,
+    /// When the probe now awaited was sent.
+    probe_sent: Option<Instant>,
+}
 
 impl Listener {
     /// A new `LISTEN` connection that passed the self-check.
@@ -40,7 +55,7 @@ impl Listener {
             // No LISTEN: through a pooler it would leave a server connection subscribed.
             return Err(ListenFailure::SharedBackends);
         }
-        let payload = format!("{SELF_CHECK_PREFIX}{}", uuid::Uuid::new_v4().simple());
+        let payload = self_check_payload();
         let send = async {
             listener.listen(WAKE_CHANNEL).await?;
             (&mut other)
@@ -67,24 +82,42 @@ impl Listener {
             }
         };
         match tokio::time::timeout(SELF_CHECK_TIMEOUT, arrived).await {
-            Ok(Ok(())) => Ok(Listener(listener)),
+            Ok(Ok(())) => Ok(Listener {
+                listener,
+                pool: pool.clone(),
+                heard_at: Instant::now(),
+                probe_sent: None,
+            }),
             Ok(Err(failure)) => Err(failure),
             // Dropping the listener gives its connection back to the pool (after `UNLISTEN *`).
             Err(_) => Err(ListenFailure::NotDelivered),
         }
     }
 
-    /// Waits on `listener` until `deadline` or a notification (other than a self-check's).
+    /// Waits on the connection until `deadline` or a notification (other than a self-check's).
     /// `Err` with the reason when the connection was lost.
+    ///
+    /// A connection that can go quiet without closing (half-open) is found by a probe: after
+    /// [`PROBE_AFTER`] without any notification it sends a self-check `NOTIFY` through the
+    /// pool, and `Err` when no notification arrives within [`PROBE_TIMEOUT`] after it. Any
+    /// notification (another relay's probe too) proves the connection. Sending the probe can
+    /// hold the wait past `deadline` by up to [`PROBE_TIMEOUT`].
     pub(crate) async fn wait_until(&mut self, deadline: Instant) -> Result<Heard, String> {
-        let listener = &mut self.0;
         loop {
+            let probe_at = match self.probe_sent {
+                Some(sent) => sent + PROBE_TIMEOUT,
+                None => self.heard_at + PROBE_AFTER,
+            };
             tokio::select! {
-                () = tokio::time::sleep_until(deadline) => return Ok(Heard::Timer),
-                got = listener.try_recv() => match got {
-                    Ok(Some(n)) if is_self_check(n.payload()) => continue,
-                    Ok(Some(_)) => {
-                        while listener.next_buffered().is_some() {}
+                biased;
+                got = self.listener.try_recv() => match got {
+                    Ok(Some(n)) => {
+                        self.heard_at = Instant::now();
+                        self.probe_sent = None;
+                        if is_self_check(n.payload()) {
+                            continue;
+                        }
+                        while self.listener.next_buffered().is_some() {}
                         return Ok(Heard::Notified);
                     }
                     // `try_recv` says `None` when the connection closed (it does not
@@ -92,8 +125,38 @@ impl Listener {
                     Ok(None) => return Err("the connection closed".to_owned()),
                     Err(e) => return Err(e.to_string()),
                 },
+                () = tokio::time::sleep_until(probe_at) => {
+                    if self.probe_sent.is_some() {
+                        return Err(format!(
+                            "its own NOTIFY did not come back within {} s: the connection is \
+                             half-open or its server is gone",
+                            PROBE_TIMEOUT.as_secs()
+                        ));
+                    }
+                    self.send_probe().await;
+                }
+                () = tokio::time::sleep_until(deadline) => return Ok(Heard::Timer),
             }
         }
+    }
+
+    /// Sends a probe through the pool, not through the listening connection: the self-check's
+    /// `NOTIFY sea_orm_outbox, 'sea_orm_outbox:self-check:<token>'` ([`self_check_sql`]).
+    /// A probe that cannot be sent within [`PROBE_TIMEOUT`] says nothing about the listening
+    /// connection (the database may be down, which the relay's own statements report, or the
+    /// pool busy): it is logged at DEBUG and the next one goes after another [`PROBE_AFTER`].
+    async fn send_probe(&mut self) {
+        let sql = AssertSqlSafe(self_check_sql(&self_check_payload()));
+        let error = match tokio::time::timeout(PROBE_TIMEOUT, self.pool.execute(sql)).await {
+            Ok(Ok(_)) => {
+                self.probe_sent = Some(Instant::now());
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "timed out".to_owned(),
+        };
+        tracing::debug!(%error, "the LISTEN probe could not be sent; trying again later");
+        self.heard_at = Instant::now();
     }
 }
 
@@ -127,6 +190,11 @@ fn pids_show_sharing(first: i32, theirs: i32, again: i32) -> bool {
 /// Whether `payload` is a self-check's (of this worker or another): never a wake reason.
 fn is_self_check(payload: &str) -> bool {
     payload.starts_with(SELF_CHECK_PREFIX)
+}
+
+/// A fresh payload for a self-check's `NOTIFY`: [`SELF_CHECK_PREFIX`] and a random token.
+fn self_check_payload() -> String {
+    format!("{SELF_CHECK_PREFIX}{}", uuid::Uuid::new_v4().simple())
 }
 
 /// The self-check's `NOTIFY` (simple protocol, so that it passes any pooler). `payload` is
