@@ -12,6 +12,7 @@
 pub mod events;
 pub mod fleet;
 pub mod hooked_order;
+pub mod http;
 pub mod order;
 pub mod ordered;
 
