@@ -137,6 +137,8 @@ pub(crate) fn page(frame: Frame<'_>, body: Markup) -> Markup {
                         (link("dead", "Dead letters", Nav::Dead))
                         (link("events", "Search", Nav::Events))
                     }
+                    // The console's state at a glance: its mode, and beside it any other
+                    // badge of the whole outbox (a health badge belongs here).
                     div.badges {
                         @if writable {
                             span.badge.rw title="Retry and discard need the console's token" {
