@@ -42,7 +42,7 @@ fn low_port() -> u16 {
         .expect("a free port below 32768")
 }
 
-/// chromedriver and the WebDriver session of a headless Chromium it started.
+/// chromedriver and the headless Chromium it drives.
 pub struct Browser {
     driver: Child,
     pub client: Client,
@@ -98,12 +98,12 @@ impl Browser {
             .capabilities(caps)
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
-            .expect("a Chromium session");
+            .expect("Chromium through chromedriver");
         let driver = guard.0.take().expect("the driver");
         Some(Browser { driver, client })
     }
 
-    /// Runs `f` with the browser's client, then closes the session and chromedriver, also
+    /// Runs `f` with the browser's client, then closes Chromium and chromedriver, also
     /// when `f` panics (the panic is the test's failure). Does nothing outside CI when no
     /// browser is installed.
     pub async fn with<F>(f: F)
@@ -122,7 +122,7 @@ impl Browser {
         }
     }
 
-    /// Ends the session (Chromium quits), then chromedriver.
+    /// Closes Chromium, then ends chromedriver.
     async fn stop(self) {
         let Browser { driver, client } = self;
         let _ = tokio::time::timeout(Duration::from_secs(10), client.close()).await;
