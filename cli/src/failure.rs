@@ -32,6 +32,8 @@ pub(crate) enum Failure {
     /// The command line asks for something the command cannot do (exit status 2, as clap's
     /// own usage errors).
     Usage(String),
+    /// `console` could not listen on its address.
+    Listen(std::net::SocketAddr, std::io::Error),
 }
 
 impl From<OutboxError> for Failure {
@@ -93,6 +95,7 @@ impl Failure {
             }
             Failure::Json(e) => format!("cannot write JSON: {e}"),
             Failure::Usage(m) => m.clone(),
+            Failure::Listen(addr, e) => format!("cannot listen on {addr}: {e}"),
         }
     }
 

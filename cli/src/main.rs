@@ -9,6 +9,7 @@
 //! outbox dead discard <id>               delete one dead letter
 //! outbox purge --older-than 7d [--batch 1000]   delete delivered (SUCCESS) rows only
 //! outbox relay [flags]                   run a relay worker until Ctrl-C / SIGTERM
+//! outbox console [--addr 127.0.0.1:8080] [--token T]   the web console until Ctrl-C / SIGTERM
 //! ```
 //! The database comes from `--database-url` or `DATABASE_URL`. Its password is never printed:
 //! every URL and every error goes through [`redact`]. Every command works on the table
@@ -24,8 +25,9 @@
 //! table is missing (run `outbox migrate up`).
 //!
 //! Modules: [`args`] the command line, [`connect`] reaching the database, [`commands`] the
-//! one-shot sub-commands, [`relay`] the relay worker, [`failure`] errors and exit status, [`redact`] keeping passwords out of the output, and
-//! `chaos` the fault injection of a `chaos-testing` build.
+//! one-shot sub-commands, [`relay`] the relay worker, [`console`] the web console, [`failure`]
+//! errors and exit status, [`redact`] keeping passwords out of the output, and `chaos` the
+//! fault injection of a `chaos-testing` build.
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,6 +41,7 @@ mod args;
 mod chaos;
 mod commands;
 mod connect;
+mod console;
 mod failure;
 mod redact;
 mod relay;
@@ -52,7 +55,7 @@ use failure::Failure;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Relay(_)) {
+    let default_level = if matches!(cli.command, Command::Relay(_) | Command::Console(_)) {
         "info"
     } else {
         "warn"
@@ -104,6 +107,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Purge { older_than, batch } => {
             commands::purge(&outbox, &db, older_than, batch).await
         }
+        Command::Console(args) => console::console(&outbox, &db, args).await,
         Command::Relay(_) => Ok(()), // handled above
     };
     db.close().await.ok();

@@ -221,7 +221,7 @@ mod rmq {
 /// A future that resolves on Ctrl-C or (on Unix) SIGTERM. The handlers are installed by this
 /// call, not on the first poll, so a signal that arrives right after it is not lost.
 #[cfg(unix)]
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt()).ok();
     let mut term = signal(SignalKind::terminate()).ok();
@@ -246,7 +246,7 @@ async fn next_signal(signal: Option<&mut tokio::signal::unix::Signal>) {
 
 /// A future that resolves on Ctrl-C.
 #[cfg(not(unix))]
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;

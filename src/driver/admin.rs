@@ -128,11 +128,11 @@ impl Driver {
             .filter(self.status_guard(Expr::val(EventStatus::Fail.as_str())))
     }
 
-    /// `DELETE FROM t_event_record WHERE id = :id AND status = 'FAIL'` (run through the primary
-    /// key).
-    pub fn discard_dead(self, id: i64) -> ByIds {
+    /// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'FAIL'`: dead letters deleted
+    /// (run through the primary key).
+    pub fn discard_dead(self, ids: &[i64]) -> ByIds {
         ByIds::delete(self)
-            .id(id)
+            .ids(ids)
             .filter(self.status_guard(Expr::val(EventStatus::Fail.as_str())))
     }
 

@@ -1,10 +1,11 @@
 //! Dead letters (retry, discard) and the retention of delivered rows.
 use std::time::Duration;
 
+use sea_orm::sea_query::SelectStatement;
 use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
 use sea_orm_outbox_entity::event_record::Model;
 
-use crate::driver::{exec_by_ids, query_events, query_ids, retry_transient, RECLAIM_BATCH};
+use crate::driver::{exec_by_ids, query_events, query_ids, retry_transient, ByIds, RECLAIM_BATCH};
 use crate::error::OutboxError;
 use crate::outbox::Outbox;
 
@@ -20,14 +21,21 @@ pub async fn dead_letters<C: ConnectionTrait>(
     db: &C,
     limit: u64,
 ) -> Result<Vec<Model>, OutboxError> {
+    check_limit(limit, "dead-letter")?;
+    let query = outbox.driver(db)?.dead_letters(limit);
+    Ok(query_events(db, &query).await?)
+}
+
+/// Fails with [`OutboxError::InvalidArgument`] when `limit` is over `i64::MAX` (no database
+/// takes it); `what` names the limit in the message.
+pub(super) fn check_limit(limit: u64, what: &str) -> Result<(), OutboxError> {
     if i64::try_from(limit).is_err() {
         return Err(OutboxError::InvalidArgument(format!(
-            "dead-letter limit must be at most {}",
+            "{what} limit must be at most {}",
             i64::MAX
         )));
     }
-    let query = outbox.driver(db)?.dead_letters(limit);
-    Ok(query_events(db, &query).await?)
+    Ok(())
 }
 
 /// Outcome of an operation on one dead letter ([`retry_dead`], [`discard_dead`]).
@@ -73,15 +81,30 @@ pub async fn retry_all_dead<C: ConnectionTrait>(
     db: &C,
 ) -> Result<u64, OutboxError> {
     let driver = outbox.driver(db)?;
+    by_pages(
+        db,
+        |after| driver.dead_letter_ids(after, RECLAIM_BATCH),
+        |ids| driver.retry_dead(ids),
+    )
+    .await
+}
+
+/// Runs `act` on the ids `page` reads, page after page in ascending id until a page comes back
+/// short (`page(after)` reads the ids above `after`, at most [`RECLAIM_BATCH`]); returns the
+/// rows `act` changed in all. Paged by id: an event retried and failed again while this runs is
+/// not met twice, and the loop ends even while relays keep dead-lettering.
+pub(super) async fn by_pages<C: ConnectionTrait>(
+    db: &C,
+    page: impl Fn(i64) -> SelectStatement,
+    act: impl Fn(&[i64]) -> ByIds,
+) -> Result<u64, OutboxError> {
     let mut total = 0;
-    // Paged by id: a retried event that fails again while this runs is not retried twice, and
-    // the loop ends even while relays keep dead-lettering.
     let mut after = i64::MIN;
     loop {
-        let ids = query_ids(db, &driver.dead_letter_ids(after, RECLAIM_BATCH)).await?;
+        let ids = query_ids(db, &page(after)).await?;
         let Some(&last) = ids.last() else { break };
         after = last;
-        total += exec_by_ids(db, &driver.retry_dead(&ids)).await?;
+        total += exec_by_ids(db, &act(&ids)).await?;
         if (ids.len() as u64) < RECLAIM_BATCH {
             break;
         }
@@ -101,8 +124,29 @@ pub async fn discard_dead<C: ConnectionTrait>(
     db: &C,
     id: i64,
 ) -> Result<DeadLetterOutcome, OutboxError> {
-    let delete = outbox.driver(db)?.discard_dead(id);
+    let delete = outbox.driver(db)?.discard_dead(&[id]);
     Ok(outcome(exec_by_ids(db, &delete).await?))
+}
+
+/// [`discard_dead`] for every dead letter; returns how many were deleted.
+///
+/// SQL: paged as [`retry_all_dead`], `SELECT id FROM t_event_record WHERE status = 'FAIL' AND
+/// id > :last ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN (:ids)
+/// AND status = 'FAIL'` through the primary key.
+///
+/// # Errors
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+pub async fn discard_all_dead<C: ConnectionTrait>(
+    outbox: &Outbox,
+    db: &C,
+) -> Result<u64, OutboxError> {
+    let driver = outbox.driver(db)?;
+    by_pages(
+        db,
+        |after| driver.dead_letter_ids(after, RECLAIM_BATCH),
+        |ids| driver.discard_dead(ids),
+    )
+    .await
 }
 
 /// One purge batch in its own transaction: how many ids were selected, how many rows deleted.

@@ -18,8 +18,12 @@ use crate::error::OutboxError;
 use crate::outbox::Outbox;
 
 mod dead;
+mod groups;
+mod search;
 
 pub use dead::*;
+pub use groups::*;
+pub use search::*;
 
 /// A snapshot of the outbox table, from [`stats`].
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -90,6 +90,20 @@ pub async fn age_many(db: &impl ConnectionTrait, ids: &[i64], col: Column, ago: 
         .expect("age");
 }
 
+/// Makes the events `ids` dead letters that failed with `error`: `status = 'FAIL'`,
+/// `last_error = error`, `update_time` the database's now.
+pub async fn dead_letter(db: &impl ConnectionTrait, ids: &[i64], error: Option<&str>) {
+    let backend = db.get_database_backend();
+    Events::update_many()
+        .col_expr(Column::Status, Expr::val(EventStatus::Fail.as_str()))
+        .col_expr(Column::LastError, Expr::val(error.map(str::to_owned)))
+        .col_expr(Column::UpdateTime, db_now(backend, None))
+        .filter(Column::Id.is_in(ids.to_vec()))
+        .exec(db)
+        .await
+        .expect("dead-letter");
+}
+
 /// Writes `per_key` events for each of `keys`, round robin (so the keys' ids interleave), in
 /// transactions of 500; returns each key's ids, ascending.
 pub async fn insert_keys(

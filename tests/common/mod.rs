@@ -13,14 +13,15 @@ pub mod events;
 pub mod fleet;
 pub mod freezer;
 pub mod hooked_order;
+pub mod http;
 pub mod order;
 pub mod ordered;
 
 // Each suite uses a part of these (and of the rest of this module, see `allow(dead_code)`).
 #[allow(unused_imports)]
 pub use events::{
-    age, age_many, claim_by_hand, count, db_now, db_now_sql, event, event_by_biz_no, insert_keys,
-    insert_many, new_event, wait_for_success,
+    age, age_many, claim_by_hand, count, db_now, db_now_sql, dead_letter, event, event_by_biz_no,
+    insert_keys, insert_many, new_event, wait_for_success,
 };
 #[allow(unused_imports)]
 pub use fleet::Fleet;

@@ -42,7 +42,10 @@ fn admin() {
         "admin_retry_dead",
         render(|b| b.retry_dead(&[7, 8]).build())
     );
-    insta::assert_snapshot!("admin_discard_dead", render(|b| b.discard_dead(7).build()));
+    insta::assert_snapshot!(
+        "admin_discard_dead",
+        render(|b| b.discard_dead(&[7, 8]).build())
+    );
     insta::assert_snapshot!(
         "admin_purge_ids",
         render(|b| b
@@ -54,5 +57,42 @@ fn admin() {
     insta::assert_snapshot!(
         "owned_ids",
         render(|b| b.backend().build(&b.owned_ids(&[7, 8], "me")))
+    );
+}
+
+/// The statements of the dead letters grouped by error and of the search.
+#[test]
+fn dead_letter_groups_and_search() {
+    insta::assert_snapshot!(
+        "admin_dead_letter_groups",
+        render(|b| b.build(&b.dead_letter_groups()))
+    );
+    insta::assert_snapshot!(
+        "admin_dead_letter_group_ids",
+        render(|b| b.build(&b.dead_letter_group_ids(Some("boom"), 7, driver::RECLAIM_BATCH)))
+    );
+    insta::assert_snapshot!(
+        "admin_dead_letter_group_ids_null",
+        render(|b| b.build(&b.dead_letter_group_ids(None, 7, driver::RECLAIM_BATCH)))
+    );
+    insta::assert_snapshot!(
+        "admin_dead_letters_with_error",
+        render(|b| b.build(&b.dead_letters_with_error(Some("boom"), 50)))
+    );
+    insta::assert_snapshot!(
+        "admin_retry_dead_group",
+        render(|b| b.retry_dead_group(&[7, 8], Some("boom")).build())
+    );
+    insta::assert_snapshot!(
+        "admin_discard_dead_group",
+        render(|b| b.discard_dead_group(&[7, 8], None).build())
+    );
+    insta::assert_snapshot!(
+        "admin_find_events",
+        render(|b| b.build(&b.find_events("42", Some(42), 50)))
+    );
+    insta::assert_snapshot!(
+        "admin_find_events_by_key",
+        render(|b| b.build(&b.find_events("ORD-1", None, 50)))
     );
 }
