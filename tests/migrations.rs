@@ -40,6 +40,7 @@ const EVENT_RECORD: &str = "m20261130_000001_create_t_event_record";
 const CONSUMED_MESSAGE: &str = "m20261130_000002_create_t_consumed_message";
 const EVENT_HEADERS: &str = "m20261201_000003_add_event_headers";
 const BIZ_NO_INDEX: &str = "m20261202_000004_add_biz_no_status_index";
+const OUTBOX_RELAY: &str = "m20261206_000005_create_t_outbox_relay";
 
 /// The application's first migration: its own table `t_order`.
 mod m20250101_000001_create_t_order {
@@ -590,12 +591,14 @@ async fn producer_migrations_create_only_the_outbox_table(ctx: &TestContext) {
     .await;
     assert_eq!(
         history(ctx, "seaql_migrations").await,
-        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX]
+        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX, OUTBOX_RELAY]
     );
+    assert!(has_table(ctx, "t_outbox_relay").await);
     ProducerMigrator::down(&ctx.db, None)
         .await
         .expect("producer down");
     assert!(!has_table(ctx, "t_event_record").await);
+    assert!(!has_table(ctx, "t_outbox_relay").await);
 }
 
 async fn consumer_migrations_create_only_the_consumed_table(ctx: &TestContext) {
@@ -625,11 +628,17 @@ fn names(list: Vec<Box<dyn MigrationTrait>>) -> Vec<String> {
 fn migration_names_are_stable() {
     assert_eq!(
         names(outbox_migration::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
     assert_eq!(
         names(outbox_migration::producer_migrations()),
-        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX]
+        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX, OUTBOX_RELAY]
     );
     assert_eq!(
         names(outbox_migration::consumer_migrations()),
@@ -637,7 +646,13 @@ fn migration_names_are_stable() {
     );
     assert_eq!(
         names(sea_orm_outbox::Migrator::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
     assert_eq!(
         MigrationName::name(&outbox_migration::CreateEventRecord),
@@ -656,13 +671,18 @@ fn migration_names_are_stable() {
         BIZ_NO_INDEX
     );
     assert_eq!(
+        MigrationName::name(&outbox_migration::CreateOutboxRelay),
+        OUTBOX_RELAY
+    );
+    assert_eq!(
         names(ComposedMigrator::migrations()),
         [
             APP_ORDER,
             EVENT_RECORD,
             CONSUMED_MESSAGE,
             EVENT_HEADERS,
-            BIZ_NO_INDEX
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
         ]
     );
 }

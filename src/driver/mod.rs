@@ -18,6 +18,7 @@ mod claim;
 pub mod consumed;
 mod error;
 mod exec;
+pub mod health;
 mod insert;
 // Without the `postgres` feature nothing listens, and the listener's parts go unused.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
@@ -29,6 +30,7 @@ mod pool;
 mod postgres;
 mod reclaim;
 mod relay_db;
+pub mod relays;
 mod runs;
 mod sqlite;
 mod table;
