@@ -81,10 +81,10 @@ fn health() {
     };
     insta::assert_snapshot!(
         "relay_heartbeat_first",
-        render_each(|b| Some(
-            b.with_table(table)
-                .build(&b.heartbeat(&beat(true, false, false)))
-        ))
+        render_each(|b| {
+            let b = b.with_table(table);
+            Some(b.build(&b.heartbeat(&beat(true, false, false))))
+        })
     );
     insta::assert_snapshot!(
         "relay_heartbeat_round",
