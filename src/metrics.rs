@@ -64,7 +64,9 @@ pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
 /// letter, seconds (0 when none).
 pub const OLDEST_BLOCKED_AGE: &str = "outbox_oldest_blocked_age_seconds";
 /// Gauge: workers of this process whose wake-on-commit is live (a `LISTEN` connection whose
-/// self-check passed); 0 while they only poll.
+/// self-check passed); 0 while they only poll. Exported once a worker that should listen
+/// starts (Postgres with `wake_on_commit`); a process whose workers poll by design (MySQL,
+/// SQLite, `wake_on_commit(false)`) exports none.
 pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 
 /// Counts a guarded pool's leaked transaction (only a backend with guarded pools calls it).

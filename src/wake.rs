@@ -99,8 +99,11 @@ impl Wake {
         } else {
             Mode::Off
         };
-        // Registers the gauge at 0, so that "not listening" is visible from the start.
-        metrics::gauge!(WAKE_LISTENING).increment(0.0);
+        // Registers the gauge at 0 where the worker will listen, so that "not listening" is
+        // visible from the start (a worker that only polls by design exports none).
+        if matches!(mode, Mode::Polling { .. }) {
+            metrics::gauge!(WAKE_LISTENING).increment(0.0);
+        }
         state.set(ListenState::IDLE);
         Wake {
             db: db.clone(),

@@ -10,8 +10,8 @@ use sea_orm_outbox_entity::EventStatus;
 
 use super::{mysql, postgres, Backend, Driver};
 
-/// The oldest transaction of another connection that holds a snapshot
-/// ([`Driver::snapshot_holder`]).
+/// An open transaction of another connection that holds a snapshot
+/// ([`Driver::snapshot_holders`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotHolder {
     /// The server's id of the connection: Postgres' backend pid, MySQL/MariaDB's thread id
@@ -40,15 +40,15 @@ impl Driver {
             .to_owned()
     }
 
-    /// The oldest open transaction of another connection to this database that holds a
-    /// snapshot, with its age (columns `pid`, `age_seconds`, `state`, `user_name`, `client`;
-    /// at most one row). Postgres: `pg_stat_activity`, `postgres/health.rs`; MySQL/MariaDB:
-    /// `information_schema.innodb_trx`, `mysql/health.rs`. `None` on SQLite, whose readers
-    /// hold back no cleanup of other transactions.
-    pub fn snapshot_holder(self) -> Option<Statement> {
+    /// The oldest open transactions of other connections that hold a snapshot, oldest first,
+    /// at most `limit`, with their ages (columns `pid`, `age_seconds`, `state`, `user_name`,
+    /// `client`). Postgres: `pg_stat_activity` of this database, `postgres/health.rs`;
+    /// MySQL/MariaDB: `information_schema.innodb_trx`, `mysql/health.rs`. `None` on SQLite,
+    /// whose readers hold back no cleanup of other transactions.
+    pub fn snapshot_holders(self, limit: u64) -> Option<Statement> {
         match self.backend {
-            Backend::Postgres => Some(self.build(&postgres::health::snapshot_holder())),
-            Backend::MySql => Some(self.build(&mysql::health::snapshot_holder())),
+            Backend::Postgres => Some(self.build(&postgres::health::snapshot_holders(limit))),
+            Backend::MySql => Some(self.build(&mysql::health::snapshot_holders(limit))),
             Backend::Sqlite => None,
         }
     }
@@ -67,23 +67,27 @@ pub async fn dead_letters_since<C: ConnectionTrait>(
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// The row of [`Driver::snapshot_holder`]; `None` when no other transaction is open (or on
+/// The rows of [`Driver::snapshot_holders`]; empty when no other transaction is open (and on
 /// SQLite).
-pub async fn snapshot_holder<C: ConnectionTrait>(
+pub async fn snapshot_holders<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
-) -> Result<Option<SnapshotHolder>, DbErr> {
-    let Some(stmt) = driver.snapshot_holder() else {
-        return Ok(None);
+    limit: u64,
+) -> Result<Vec<SnapshotHolder>, DbErr> {
+    let Some(stmt) = driver.snapshot_holders(limit) else {
+        return Ok(Vec::new());
     };
-    let Some(r) = db.query_one_raw(stmt).await? else {
-        return Ok(None);
-    };
-    Ok(Some(SnapshotHolder {
-        pid: r.try_get("", "pid")?,
-        age_seconds: r.try_get("", "age_seconds")?,
-        state: r.try_get("", "state")?,
-        user: r.try_get("", "user_name")?,
-        client: r.try_get("", "client")?,
-    }))
+    db.query_all_raw(stmt)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(SnapshotHolder {
+                pid: r.try_get("", "pid")?,
+                age_seconds: r.try_get("", "age_seconds")?,
+                state: r.try_get("", "state")?,
+                user: r.try_get("", "user_name")?,
+                client: r.try_get("", "client")?,
+            })
+        })
+        .collect()
 }

@@ -225,10 +225,11 @@ pub async fn health<C: ConnectionTrait>(
             message,
         ));
     }
-    let holder = driver_health::snapshot_holder(db, driver).await?;
     let limit = thresholds.transaction_age.as_secs_f64();
-    if let Some(h) = holder.filter(|h| h.age_seconds > limit) {
-        let message = long_transaction(&h, limit);
+    let mut holders = driver_health::snapshot_holders(db, driver, LONG_TRANSACTIONS_NAMED).await?;
+    holders.retain(|h| h.age_seconds > limit);
+    if !holders.is_empty() {
+        let message = long_transactions(&holders, limit);
         reasons.push(reason(
             HealthStatus::Degraded,
             HealthCode::LongTransaction,
@@ -247,20 +248,29 @@ pub(crate) fn reason(status: HealthStatus, code: HealthCode, message: String) ->
     }
 }
 
-/// The message about a snapshot held `h.age_seconds` (over `limit` seconds).
-fn long_transaction(h: &SnapshotHolder, limit: f64) -> String {
+/// Most transactions a [`HealthCode::LongTransaction`] reason names, oldest first.
+const LONG_TRANSACTIONS_NAMED: u64 = 5;
+
+/// The message about the snapshots `holders` hold (each over `limit` seconds).
+fn long_transactions(holders: &[SnapshotHolder], limit: f64) -> String {
     let or_dash = |v: &Option<String>| v.clone().filter(|v| !v.is_empty()).unwrap_or("-".into());
+    let named: Vec<String> = holders
+        .iter()
+        .map(|h| {
+            format!(
+                "connection {} (user {}, client {}, state {}) open for {:.1} s",
+                h.pid,
+                or_dash(&h.user),
+                or_dash(&h.client),
+                or_dash(&h.state),
+                h.age_seconds
+            )
+        })
+        .collect();
     format!(
-        "connection {} (user {}, client {}) has held a transaction open for {:.1} s, state {} \
-         (threshold {limit} s): its snapshot keeps the database from cleaning up the rows the \
-         relay finished with, which slows every claim; end it (Postgres: \
-         pg_terminate_backend({}); MySQL/MariaDB: KILL {})",
-        h.pid,
-        or_dash(&h.user),
-        or_dash(&h.client),
-        h.age_seconds,
-        or_dash(&h.state),
-        h.pid,
-        h.pid
+        "transactions held open longer than {limit} s keep the database from cleaning up the \
+         rows the relay finished with, which slows every claim: {}; end them, or find their \
+         owners by these ids (Postgres: pg_stat_activity.pid; MySQL/MariaDB: SHOW PROCESSLIST)",
+        named.join("; ")
     )
 }

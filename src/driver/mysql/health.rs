@@ -5,11 +5,12 @@ use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, Order, Query, SelectS
 /// t.trx_started, CONVERT_TZ(UTC_TIMESTAMP(6), '+00:00', 'SYSTEM')) / 1e6 AS age_seconds, t.trx_state
 /// AS state, p.USER AS user_name, p.HOST AS client FROM information_schema.innodb_trx AS t LEFT
 /// JOIN information_schema.PROCESSLIST AS p ON p.ID = t.trx_mysql_thread_id WHERE
-/// t.trx_mysql_thread_id <> CONNECTION_ID() ORDER BY t.trx_started LIMIT 1`: the oldest InnoDB
-/// transaction of another connection (its read view holds back purge). InnoDB gives
+/// t.trx_mysql_thread_id <> CONNECTION_ID() ORDER BY t.trx_started LIMIT :limit`: the oldest
+/// InnoDB transactions of other connections, of any database (InnoDB's purge is one for the
+/// whole server, and an old read view holds it back for every table). InnoDB gives
 /// `trx_started` in the server's system time zone, whatever the connection's, in whole
-/// seconds. Needs the `PROCESS` privilege; the query text is not read (it may hold literals).
-pub(crate) fn snapshot_holder() -> SelectStatement {
+/// seconds (truncated: the age reads up to 1 s high). Needs the `PROCESS` privilege; the query text is not read (it may hold literals).
+pub(crate) fn snapshot_holders(limit: u64) -> SelectStatement {
     let (t, p) = (Alias::new("t"), Alias::new("p"));
     let thread = || Expr::col((t.clone(), Alias::new("trx_mysql_thread_id")));
     Query::select()
@@ -36,6 +37,6 @@ pub(crate) fn snapshot_holder() -> SelectStatement {
         )
         .and_where(thread().ne(Expr::cust("CONNECTION_ID()")))
         .order_by((t, Alias::new("trx_started")), Order::Asc)
-        .limit(1)
+        .limit(limit)
         .to_owned()
 }

@@ -68,7 +68,7 @@ fn health() {
     );
     insta::assert_snapshot!(
         "health_snapshot_holder",
-        render_each(|b| b.snapshot_holder())
+        render_each(|b| b.snapshot_holders(5))
     );
     let table = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
     let beat = |first, round, success| Beat {
