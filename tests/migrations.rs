@@ -200,7 +200,8 @@ impl MigratorTrait for BeforeHeadersMigrator {
     }
 }
 
-/// [`BeforeHeadersMigrator`] after the upgrade: `AddEventHeaders` appended.
+/// [`BeforeHeadersMigrator`] after the upgrade to this version: `AddEventHeaders` and
+/// `CreateOutboxRelay` (which this version's relay needs too) appended.
 struct AfterHeadersMigrator;
 
 #[async_trait::async_trait]
@@ -208,6 +209,7 @@ impl MigratorTrait for AfterHeadersMigrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         let mut all = BeforeHeadersMigrator::migrations();
         all.push(Box::new(outbox_migration::AddEventHeaders));
+        all.push(Box::new(outbox_migration::CreateOutboxRelay));
         all
     }
 }
@@ -338,7 +340,8 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Applied),
             (EVENT_HEADERS, Applied),
-            (BIZ_NO_INDEX, Applied)
+            (BIZ_NO_INDEX, Applied),
+            (OUTBOX_RELAY, Applied)
         ])
     );
     sea_orm_outbox::Migrator::status(db)
@@ -347,7 +350,13 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(MIGRATION_TABLE, "seaql_migrations_outbox");
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
     assert_eq!(
         history(ctx, "seaql_migrations").await,
@@ -382,7 +391,8 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
             (EVENT_RECORD, Pending),
             (CONSUMED_MESSAGE, Pending),
             (EVENT_HEADERS, Pending),
-            (BIZ_NO_INDEX, Pending)
+            (BIZ_NO_INDEX, Pending),
+            (OUTBOX_RELAY, Pending)
         ])
     );
     // `down` empties the tracking table but leaves it in place.
@@ -473,7 +483,8 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             EVENT_RECORD,
             CONSUMED_MESSAGE,
             EVENT_HEADERS,
-            BIZ_NO_INDEX
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
         ]
     );
     assert!(
@@ -484,10 +495,11 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
 
     // `down(Some(n))` rolls back n migrations: the last entries of the list that are applied
     // (sea-orm-migration walks the applied migrations in reverse list order), here the
-    // outbox's `biz_no` index, its `headers` column, then `t_consumed_message`.
-    ComposedMigrator::down(db, Some(3))
+    // outbox's heartbeat table, its `biz_no` index, its `headers` column, then
+    // `t_consumed_message`.
+    ComposedMigrator::down(db, Some(4))
         .await
-        .expect("down three");
+        .expect("down four");
     assert_tables(
         ctx,
         &[
@@ -495,7 +507,7 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             ("t_event_record", true),
             ("t_consumed_message", false),
         ],
-        "after down(Some(3))",
+        "after down(Some(4))",
     )
     .await;
     assert_eq!(
@@ -505,7 +517,8 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Pending),
             (EVENT_HEADERS, Pending),
-            (BIZ_NO_INDEX, Pending)
+            (BIZ_NO_INDEX, Pending),
+            (OUTBOX_RELAY, Pending)
         ])
     );
     assert_eq!(
@@ -544,6 +557,7 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
             (CONSUMED_MESSAGE, Applied),
             (EVENT_HEADERS, Applied),
             (BIZ_NO_INDEX, Applied),
+            (OUTBOX_RELAY, Applied),
             (APP_INVOICE, Pending)
         ])
     );
@@ -564,9 +578,9 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
         "down(Some(1)) rolls back the last of the list",
     )
     .await;
-    ComposedLaterMigrator::down(db, Some(3))
+    ComposedLaterMigrator::down(db, Some(4))
         .await
-        .expect("down three more");
+        .expect("down four more");
     assert_tables(
         ctx,
         &[("t_consumed_message", false), ("t_event_record", true)],
@@ -758,7 +772,8 @@ async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
             (APP_ORDER, Applied),
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Applied),
-            (EVENT_HEADERS, Applied)
+            (EVENT_HEADERS, Applied),
+            (OUTBOX_RELAY, Applied)
         ])
     );
     let new_id = db
@@ -787,10 +802,10 @@ async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
         "{rows:?}"
     );
 
-    // And back: down(Some(1)) drops the column again, the events stay.
-    AfterHeadersMigrator::down(db, Some(1))
+    // And back: down(Some(2)) drops the heartbeat table and the column again, the events stay.
+    AfterHeadersMigrator::down(db, Some(2))
         .await
-        .expect("down one");
+        .expect("down two");
     assert_eq!(
         statuses::<BeforeHeadersMigrator>(ctx).await,
         expect(&[
