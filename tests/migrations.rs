@@ -431,7 +431,13 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(history(ctx, "seaql_migrations").await, [APP_ORDER]);
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
 }
 
