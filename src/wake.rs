@@ -41,6 +41,15 @@ impl ListenState {
         self.0.load(Ordering::Relaxed) == Self::DOWN
     }
 
+    /// Marks [`WAKE_LISTENING`] as current while the worker listens or tries to (its value is
+    /// moved by increments at each change only): a recorder that drops gauges left unchanged
+    /// for a while (an idle timeout) keeps it.
+    pub(crate) fn touch_gauge(&self) {
+        if self.0.load(Ordering::Relaxed) != Self::IDLE {
+            metrics::gauge!(WAKE_LISTENING).increment(0.0);
+        }
+    }
+
     fn set(&self, state: u8) {
         self.0.store(state, Ordering::Relaxed);
     }

@@ -86,12 +86,13 @@ impl Outbox {
             .instance_id
             .clone()
             .unwrap_or_else(|| instance_id("outbox"));
+        let listen = ListenState::default();
         Ok(Worker {
             observer: Observer::new(&owner),
             reclaimer: Reclaimer::new(db.clone(), &config),
             renewer: LeaseRenewer::new(db.clone(), &config),
-            monitor: Monitor::new(db.clone(), &config, &owner),
-            listen: ListenState::default(),
+            monitor: Monitor::new(db.clone(), &config, &owner, listen.clone()),
+            listen,
             db,
             publisher,
             config,

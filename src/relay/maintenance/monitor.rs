@@ -11,6 +11,7 @@ use crate::error::OutboxError;
 use crate::ops::Backlog;
 use crate::outbox::Outbox;
 use crate::relay::{Observer, Op, WorkerSummary};
+use crate::wake::ListenState;
 
 /// The monitor of one worker: its heartbeat and the gauges of its table, all labelled `table`
 /// (`schema.table`, or `table`), so that two outboxes in one process keep gauges of their own.
@@ -24,16 +25,20 @@ pub(crate) struct Monitor {
     interval: Duration,
     /// Whether the blocked-key gauges are refreshed too.
     blocked: bool,
+    /// The worker's wake-on-commit, whose gauge each pass marks as current.
+    listen: ListenState,
 }
 
 impl Monitor {
-    /// The monitor of the worker `owner` configured with `c`, over the relay's connection `db`.
-    pub(crate) fn new(db: RelayDb, c: &WorkerConfig, owner: &str) -> Self {
+    /// The monitor of the worker `owner` configured with `c`, over the relay's connection `db`,
+    /// with the worker's wake-on-commit state `listen`.
+    pub(crate) fn new(db: RelayDb, c: &WorkerConfig, owner: &str, listen: ListenState) -> Self {
         Monitor {
             db,
             owner: owner.to_owned(),
             interval: c.heartbeat_interval,
             blocked: c.ordered == Some(crate::OrderedPolicy::Block),
+            listen,
         }
     }
 
@@ -88,6 +93,7 @@ impl Monitor {
         let gauge = |name: &'static str, value: f64| {
             metrics::gauge!(name, "table" => table.clone()).set(value);
         };
+        self.listen.touch_gauge();
         let b = crate::ops::backlog(&outbox, &self.db).await?;
         for (status, rows) in [("WAIT", b.wait), ("SENDING", b.sending), ("FAIL", b.fail)] {
             metrics::gauge!(m::BACKLOG, "status" => status, "table" => table.clone())

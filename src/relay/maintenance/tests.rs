@@ -149,7 +149,7 @@ async fn monitor_reads_the_backlog() {
         .expect("dead letter");
     let relay_db = RelayDb::extended(db.clone());
     let config = WorkerConfig::default().ordered(Some(OrderedPolicy::Block));
-    let g = Monitor::new(relay_db, &config, "me");
+    let g = Monitor::new(relay_db, &config, "me", Default::default());
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let b = {
