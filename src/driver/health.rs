@@ -28,9 +28,9 @@ pub struct SnapshotHolder {
 }
 
 impl Driver {
-    /// `SELECT COUNT(id) AS n FROM t_event_record WHERE status = 'FAIL' AND update_time > now
-    /// - :window`: the events that became dead letters within `window` (or were last touched
-    /// then).
+    /// `SELECT COUNT(id) AS n FROM t_event_record WHERE status = 'FAIL' AND update_time >
+    /// now - :window`: the events that became dead letters within `window` (or were last
+    /// touched then).
     pub fn dead_letters_since(self, window: Duration) -> SelectStatement {
         Query::select()
             .expr_as(Expr::col(Column::Id).count(), "n")
