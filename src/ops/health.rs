@@ -179,6 +179,8 @@ pub async fn health<C: ConnectionTrait>(
     let driver = outbox.driver(db)?;
     let table = driver.table().label();
     let mut reasons = Vec::new();
+    // The outbox table first: without it the heartbeats mean nothing.
+    let b = super::backlog(outbox, db).await?;
     let (relays, _) = super::relays_at(outbox, db).await?;
     if super::alive(&relays) == 0 {
         let message = match relays.first() {
@@ -197,7 +199,6 @@ pub async fn health<C: ConnectionTrait>(
             message,
         ));
     }
-    let b = super::backlog(outbox, db).await?;
     let limit = thresholds.undelivered_age.as_secs_f64();
     if b.oldest_undelivered_age_seconds > limit {
         let message = format!(
