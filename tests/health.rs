@@ -29,6 +29,7 @@ backend_tests!(
     a_failing_publisher_shows_in_the_undelivered_age_and_health,
     an_aborted_worker_is_reported_stopped_within_its_heartbeat_timeout,
     worker_health_reports_a_misconfigured_publisher,
+    recent_dead_letters_degrade_health,
 );
 
 backend_test!(
@@ -42,6 +43,10 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 const TIMEOUT: Duration = Duration::from_secs(3);
 /// Between two checks of a polled condition.
 const POLL: Duration = Duration::from_millis(50);
+/// Between two reads of `ops::health` on MariaDB: InnoDB refills `innodb_trx` only when it was
+/// last read more than 100 ms before, so tests that read it more often, together, would freeze
+/// it for each other.
+const HEALTH_POLL: Duration = Duration::from_millis(250);
 
 /// An outbox table of this test's own (`<name>_<backend>`), so that its gauges are its own in
 /// this process.
@@ -134,6 +139,7 @@ async fn a_failing_publisher_shows_in_the_undelivered_age_and_health(ctx: &TestC
     let crossing = first + threshold;
     let (mut gauge_at, mut health_at) = (None, None);
     let mut overdue_max: f64 = 0.0;
+    let mut health_read = Instant::now() - HEALTH_POLL;
     while (gauge_at.is_none() || health_at.is_none())
         && Instant::now() < crossing + 2 * HEARTBEAT + Duration::from_secs(1)
     {
@@ -143,15 +149,18 @@ async fn a_failing_publisher_shows_in_the_undelivered_age_and_health(ctx: &TestC
         }
         let overdue = prom::gauge(handle, m::OLDEST_WAIT_AGE, table).unwrap_or(0.0);
         overdue_max = overdue_max.max(overdue);
-        let h = ops::health(&outbox, &ctx.db, &thresholds)
-            .await
-            .expect("health");
-        let failing = h.status == HealthStatus::Failing
-            && h.reasons
-                .iter()
-                .any(|r| r.code == HealthCode::UndeliveredTooOld);
-        if health_at.is_none() && failing {
-            health_at = Some(Instant::now());
+        if health_at.is_none() && health_read.elapsed() >= HEALTH_POLL {
+            health_read = Instant::now();
+            let h = ops::health(&outbox, &ctx.db, &thresholds)
+                .await
+                .expect("health");
+            let failing = h.status == HealthStatus::Failing
+                && h.reasons
+                    .iter()
+                    .any(|r| r.code == HealthCode::UndeliveredTooOld);
+            if failing {
+                health_at = Some(Instant::now());
+            }
         }
         tokio::time::sleep(POLL).await;
     }
@@ -322,8 +331,41 @@ async fn worker_health_reports_a_misconfigured_publisher(ctx: &TestContext) {
     );
 }
 
-/// Another connection opens a REPEATABLE READ transaction and reads (its snapshot holds back
-/// vacuum or purge): once it is older than 2 s, `ops::health` is degraded for it, naming its
+/// An event the publisher refuses for good becomes a dead letter: `ops::health` is degraded
+/// for it within the dead-letter window, and not once the window is shorter than its age.
+async fn recent_dead_letters_degrade_health(ctx: &TestContext) {
+    let outbox = own_outbox(ctx, "hdlq").await;
+    let cancel = CancellationToken::new();
+    let config = test_config("dlq").heartbeat_interval(HEARTBEAT);
+    let publisher = ScriptedPublisher::failing_all(true);
+    let (_, task) = start(ctx, &outbox, publisher, config, &cancel).await;
+    assert!(alive(&ctx.db, &outbox, &["dlq"]).await, "a relay beats");
+    outbox
+        .with_event(&ctx.db, NewEvent::raw("D-1", "ORDER_CREATED", "{}"))
+        .await
+        .expect("write");
+    let dead = common::wait_until(Duration::from_secs(10), POLL, || async {
+        ops::backlog(&outbox, &ctx.db).await.expect("backlog").fail == 1
+    })
+    .await;
+    assert!(dead, "a dead letter");
+    let h = ops::health(&outbox, &ctx.db, &HealthThresholds::default())
+        .await
+        .expect("health");
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    let r = &h.reasons[0];
+    assert_eq!(r.code, HealthCode::RecentDeadLetters, "{h:?}");
+    assert!(r.message.starts_with("1 event(s)"), "{}", r.message);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let short = HealthThresholds::default().dead_letter_window(Duration::from_millis(200));
+    let h = ops::health(&outbox, &ctx.db, &short).await.expect("health");
+    cancel.cancel();
+    task.await.expect("worker task");
+    assert_eq!(h.status, HealthStatus::Healthy, "{h:?}");
+}
+
+/// Another connection opens a REPEATABLE READ transaction and reads (MariaDB: and locks what
+/// it read; its snapshot holds back vacuum or purge): once it is older than 2 s, `ops::health` is degraded for it, naming its
 /// connection id (`pg_backend_pid()`, `CONNECTION_ID()`) and an age of at least 2 s.
 async fn a_long_transaction_degrades_health(ctx: &TestContext) {
     let outbox = own_outbox(ctx, "hltx").await;
@@ -332,36 +374,46 @@ async fn a_long_transaction_degrades_health(ctx: &TestContext) {
     let (_, task) = start(ctx, &outbox, ScriptedPublisher::ok(), config, &cancel).await;
     assert!(alive(&ctx.db, &outbox, &["beside"]).await, "a relay beats");
 
+    // A transaction on a connection of its own that reads (Postgres, REPEATABLE READ: the
+    // snapshot is the transaction's) and, for InnoDB to list it, locks what it read (a read-only
+    // InnoDB transaction is not always in `innodb_trx`): the application's `orders`, empty.
     let holder = ctx.pool(1).await;
     let txn = holder
         .begin_with_config(Some(IsolationLevel::RepeatableRead), None)
         .await
         .expect("begin");
-    let pid_sql = match ctx.backend {
-        Backend::Postgres => "SELECT pg_backend_pid()::int8 AS pid",
-        _ => "SELECT CAST(CONNECTION_ID() AS SIGNED) AS pid",
+    let (pid_sql, read) = match ctx.backend {
+        Backend::Postgres => (
+            "SELECT pg_backend_pid()::int8 AS pid",
+            "SELECT COUNT(*) AS n FROM orders",
+        ),
+        _ => (
+            "SELECT CAST(CONNECTION_ID() AS SIGNED) AS pid",
+            "SELECT COUNT(*) AS n FROM orders FOR UPDATE",
+        ),
     };
     let row = txn.query_one_raw(stmt(ctx, pid_sql)).await.expect("pid");
     let pid: i64 = row.expect("a row").try_get("", "pid").expect("pid");
-    let read = format!("SELECT COUNT(*) AS n FROM {}", outbox.table_name());
-    txn.query_one_raw(stmt(ctx, &read)).await.expect("a read");
+    txn.query_one_raw(stmt(ctx, read)).await.expect("a read");
     let opened = Instant::now();
 
     let limit = Duration::from_secs(2);
     let thresholds = HealthThresholds::default().transaction_age(limit);
     let named = format!("connection {pid} (");
     let mut found = None;
+    let mut last = None;
     while found.is_none() && opened.elapsed() < limit + Duration::from_secs(5) {
         let h = ops::health(&outbox, &ctx.db, &thresholds)
             .await
             .expect("health");
+        last = Some(h.clone());
         found = h
             .reasons
             .iter()
             .find(|r| r.code == HealthCode::LongTransaction && r.message.contains(&named))
             .map(|r| (h.status, r.status, r.message.clone()));
         if found.is_none() {
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(HEALTH_POLL).await;
         }
     }
     let reported_after = opened.elapsed();
@@ -369,7 +421,7 @@ async fn a_long_transaction_degrades_health(ctx: &TestContext) {
     cancel.cancel();
     task.await.expect("worker task");
     let (status, reason_status, message) =
-        found.unwrap_or_else(|| panic!("connection {pid} never named"));
+        found.unwrap_or_else(|| panic!("connection {pid} never named: {last:?}"));
     println!(
         "{:?}: named after {reported_after:?}: {message}",
         ctx.backend

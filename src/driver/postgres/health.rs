@@ -2,8 +2,8 @@
 use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
 
 /// `SELECT pid::int8 AS pid, EXTRACT(EPOCH FROM (CURRENT_TIMESTAMP - xact_start))::float8 AS
-/// age_seconds, state, usename::text AS user_name, concat_ws(' ',
-/// NULLIF(application_name, ''), client_addr::text) AS client FROM pg_stat_activity WHERE datname = current_database() AND
+/// age_seconds, state, usename::text AS user_name, concat_ws(' ', NULLIF(application_name, ''),
+/// client_addr::text) AS client FROM pg_stat_activity WHERE datname = current_database() AND
 /// backend_type = 'client backend' AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
 /// AND pid <> pg_backend_pid() ORDER BY xact_start LIMIT :limit`: the oldest transactions of
 /// other clients of this database that hold a snapshot (`backend_xmin`) or a transaction id

@@ -115,19 +115,31 @@ impl Monitor {
     }
 
     /// One pass: the heartbeat ([`Monitor::beat`]), then the gauges; an error of either is
-    /// logged and counted into `s`, and the other still runs.
-    async fn pass(&self, s: &mut WorkerSummary, observer: &Observer, beat: (bool, bool, bool)) {
+    /// logged and counted into `s`, and the other still runs. Returns whether the heartbeat
+    /// was written.
+    async fn pass(
+        &self,
+        s: &mut WorkerSummary,
+        observer: &Observer,
+        beat: (bool, bool, bool),
+    ) -> bool {
         let (first, round, success) = beat;
-        if let Err(e) = self.beat(first, round, success).await {
-            observer.error(s, Op::Heartbeat, &e, "heartbeat not written");
-        }
+        let written = match self.beat(first, round, success).await {
+            Ok(()) => true,
+            Err(e) => {
+                observer.error(s, Op::Heartbeat, &e, "heartbeat not written");
+                false
+            }
+        };
         if let Err(e) = self.refresh_gauges().await {
             observer.error(s, Op::Gauges, &e, "gauges not refreshed");
         }
+        written
     }
 
     /// A pass at once and then every heartbeat interval until `cancel` fires. A claim round or
-    /// a publish since the previous pass shows in the worker's totals (`observer`).
+    /// a publish since the previous written heartbeat shows in the worker's totals
+    /// (`observer`); until one is written, each is the run's first.
     pub(crate) async fn run(&self, cancel: &CancellationToken, observer: &Observer) {
         let mut last: Option<WorkerSummary> = None;
         while !cancel.is_cancelled() {
@@ -139,9 +151,10 @@ impl Monitor {
                 now.published > before.published,
             );
             let mut s = WorkerSummary::default();
-            self.pass(&mut s, observer, beat).await;
+            if self.pass(&mut s, observer, beat).await {
+                last = Some(now);
+            }
             observer.commit(&mut s);
-            last = Some(now);
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep(self.interval) => {}
