@@ -39,7 +39,7 @@ fn schema_name(value: &str) -> Result<String, String> {
 #[command(
     name = "outbox",
     version,
-    about = "Operate a sea-orm-outbox table: migrations, backlog, dead letters, retention, relay"
+    about = "Operate a sea-orm-outbox table: migrations, backlog, dead letters, retention, relay, health"
 )]
 pub(crate) struct Cli {
     /// Database URL (postgres://, mysql://, sqlite://). Never printed with its password.

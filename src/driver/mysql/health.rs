@@ -7,7 +7,7 @@ use sea_orm::sea_query::{Alias, Expr, ExprTrait, JoinType, Order, Query, SelectS
 /// AS t LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = t.trx_mysql_thread_id WHERE
 /// p.DB = DATABASE() AND t.trx_mysql_thread_id <> CONNECTION_ID() ORDER BY t.trx_started
 /// LIMIT :limit`: the oldest InnoDB transactions of other connections whose default database is
-/// this one, as the Postgres check sees this database's sessions. (InnoDB's purge is one for the
+/// this one, as the Postgres check sees this database's connections. (InnoDB's purge is one for the
 /// whole server: an old transaction of another database holds it back too, unnamed here.)
 ///
 /// InnoDB gives `trx_started` in the server's system time zone, whatever the connection's, in

@@ -8,7 +8,7 @@ use sea_orm::sea_query::{Expr, ExprTrait, Order, Query, SelectStatement};
 /// AND pid <> pg_backend_pid() ORDER BY xact_start LIMIT :limit`: the oldest transactions of
 /// other clients of this database that hold a snapshot (`backend_xmin`) or a transaction id
 /// (`backend_xid`), either of which keeps vacuum from removing dead rows. Without the role
-/// `pg_read_all_stats` (or superuser) the sessions of other roles show no `backend_xmin` and
+/// `pg_read_all_stats` (or superuser) the connections of other roles show no `backend_xmin` and
 /// are not seen. The query text is not read: it may hold literals (passwords, personal data);
 /// the pid finds it in `pg_stat_activity`.
 pub(crate) fn snapshot_holders(limit: u64) -> SelectStatement {
