@@ -158,15 +158,17 @@ impl HealthThresholds {
 ///   older than `undelivered_age` (by `create_time`).
 /// - [`HealthCode::RecentDeadLetters`] (degraded): events became `FAIL` within
 ///   `dead_letter_window`; the message counts them.
-/// - [`HealthCode::LongTransaction`] (degraded): another connection's transaction has held a
-///   snapshot longer than `transaction_age` (Postgres `pg_stat_activity`, needing
-///   `pg_read_all_stats` to see other roles; MySQL/MariaDB `information_schema.innodb_trx`,
-///   needing `PROCESS`; never on SQLite); the message names its pid, age, state, user and
-///   client, not its query, whose literals may be secret.
+/// - [`HealthCode::LongTransaction`] (degraded): another connection to this database has held
+///   a transaction (a snapshot) open longer than `transaction_age` (Postgres
+///   `pg_stat_activity`, needing `pg_read_all_stats` to see other roles; MySQL/MariaDB
+///   `information_schema.innodb_trx` of the connections whose default database is this one,
+///   needing `PROCESS`; never on SQLite); the message names up to five, oldest first, by
+///   connection id, age, state, user and client, not by their query, whose literals may be
+///   secret.
 ///
-/// SQL (reads only, by the database clock): the read of [`super::relays`], the one of
-/// [`super::backlog`], `SELECT COUNT(id) FROM t_event_record WHERE status = 'FAIL' AND
-/// update_time > now - :window`, and the oldest snapshot holder.
+/// SQL (reads only, by the database clock): the read of [`super::backlog`], the one of
+/// [`super::relays`], `SELECT COUNT(id) FROM t_event_record WHERE status = 'FAIL' AND
+/// update_time > now - :window`, and the five oldest transactions of other connections.
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the outbox table, [`OutboxError::SchemaOutdated`]
