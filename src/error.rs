@@ -76,15 +76,17 @@ pub enum OutboxError {
          t_event_record: `create_outbox_table` in a migration of your own): {0}"
     )]
     TableMissing(#[source] DbErr),
-    /// The outbox table lacks a column this version of the library reads or writes: a newer
-    /// migration has not been applied (the database error names the column).
+    /// The outbox table lacks a column this version of the library reads or writes, or the
+    /// relays' heartbeat table `t_outbox_relay` is missing: a newer migration has not been
+    /// applied (the database error names the column or the table).
     #[error(
-        "the outbox table lacks a column of this sea-orm-outbox version: apply the outbox's newer \
-         migration `m20261201_000003_add_event_headers` (adds `headers`): with your own \
-         Migrator, add a module `m20261201_000003_add_event_headers` holding `pub use \
-         sea_orm_outbox_migration::AddEventHeaders as Migration;`, list it, and run `sea-orm-cli \
-         migrate up` (docs/migrations.md); with the standalone one, `outbox migrate up` or \
-         `Migrator::up(&db, None)`: {0}"
+        "the outbox's tables lack a part of this sea-orm-outbox version: apply the outbox's newer \
+         migrations (`m20261201_000003_add_event_headers` adds the column `headers`, \
+         `m20261206_000005_create_t_outbox_relay` the relays' heartbeat table \
+         `t_outbox_relay`): with your own Migrator, add a module of each name holding `pub use \
+         sea_orm_outbox_migration::AddEventHeaders as Migration;` (`CreateOutboxRelay`), list \
+         them, and run `sea-orm-cli migrate up` (docs/migrations.md); with the standalone one, \
+         `outbox migrate up` or `Migrator::up(&db, None)`: {0}"
     )]
     SchemaOutdated(#[source] DbErr),
     /// An argument that cannot work, such as an empty or over-long consumer group or message

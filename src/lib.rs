@@ -10,9 +10,9 @@
 //! for a while, and reclaimed if its sender dies. Delivery is at-least-once, so consumers must
 //! be idempotent ([`consumer::consume_once`] deduplicates on the `eventId` property).
 //!
-//! Operating it: [`ops`] (stats, dead letters, purge), [`metrics`] (the metric names),
-//! [`migration`] (the tables), [`event_record`] (the table's entity). ARCHITECTURE.md maps the
-//! code.
+//! Operating it: [`ops`] (stats, dead letters, purge, relay heartbeats, health), [`metrics`]
+//! (the metric names), [`migration`] (the tables), [`event_record`] (the table's entity).
+//! ARCHITECTURE.md maps the code.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 

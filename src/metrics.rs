@@ -23,17 +23,40 @@ pub const CONFIG_FAULTS: &str = "outbox_config_faults_total";
 /// [`crate::guarded_pool`]) found inside an open transaction before use, and closed.
 pub const LEAKED_TRANSACTIONS: &str = "outbox_leaked_transactions_total";
 /// Counter: errors met by the relay, labelled `op` (`claim`, `record`, `renew`, `reclaim`,
-/// `gauges`; `send` for a send task that died).
+/// `heartbeat`, `gauges`; `send` for a send task that died).
 pub const ERRORS: &str = "outbox_errors_total";
 /// Histogram: one publish call, seconds.
 pub const SEND_DURATION: &str = "outbox_send_duration_seconds";
 /// Histogram: claim to outcome, seconds.
 pub const SENDING_DWELL: &str = "outbox_sending_dwell_seconds";
 /// Gauge: rows per status, labelled `status` (`WAIT`, `SENDING`, `FAIL`). This gauge and the
-/// three below are also labelled `table` (the outbox's table, `schema.table` with a schema).
+/// seven below are also labelled `table` (the outbox's table, `schema.table` with a schema).
+/// Every running worker refreshes them every heartbeat interval
+/// ([`crate::WorkerConfig::heartbeat_interval`], default 10 s), each from the database, so
+/// they stay right while any instance of the table lives: aggregate them with `max by
+/// (table)`, not `sum`.
 pub const BACKLOG: &str = "outbox_backlog";
-/// Gauge: age of the oldest due `WAIT` row, seconds.
+/// Gauge: how long the most overdue `WAIT` row has been due (now − its `next_retry_time`),
+/// seconds: the relay's lag behind due events. Events backing off after failed sends are not
+/// due, so a publisher failing every send keeps it near 0: watch
+/// [`OLDEST_UNDELIVERED_AGE`] for delivery.
 pub const OLDEST_WAIT_AGE: &str = "outbox_oldest_wait_age_seconds";
+/// Gauge: age of the oldest event not yet delivered (`WAIT` or `SENDING`, due or backing
+/// off), seconds: database now − its `create_time`; 0 when there is none. Grows while sends
+/// fail, whatever the back-off.
+pub const OLDEST_UNDELIVERED_AGE: &str = "outbox_oldest_undelivered_age_seconds";
+/// Gauge: `WAIT` events that failed before (`retry_count > 0`) and wait out their back-off
+/// (`next_retry_time` in the future).
+pub const BACKOFF_EVENTS: &str = "outbox_backoff_events";
+/// Gauge: relay instances of the table whose heartbeat has not expired (rows of
+/// `t_outbox_relay` with `expires_at` after the database's now). Exported by every live
+/// instance, so a dead one is counted out by the others; with none alive no one exports it
+/// (alert on its absence too).
+pub const RELAYS_ALIVE: &str = "outbox_relays_alive";
+/// Gauge: seconds since the newest successful publish of any relay of the table (the newest
+/// `last_success_at` in `t_outbox_relay`, at heartbeat precision); when none has succeeded
+/// yet, since the oldest relay's start.
+pub const LAST_SUCCESS_AGE: &str = "outbox_last_success_age_seconds";
 /// Gauge: ordered mode with the `Block` policy: keys whose `WAIT` events sit behind a dead
 /// letter of their key.
 pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
@@ -44,7 +67,9 @@ pub const OLDEST_BLOCKED_AGE: &str = "outbox_oldest_blocked_age_seconds";
 /// self-check passed); 0 while they only poll. A `LISTEN` connection that goes quiet without
 /// closing (half-open) counts no more about 15 seconds later: after 10 s without a
 /// notification the worker sends a `NOTIFY` of its own through the pool, which must come back
-/// within 5 s (as long as the database answers through the pool).
+/// within 5 s (as long as the database answers through the pool). Exported once a worker that should listen
+/// starts (Postgres with `wake_on_commit`); a process whose workers poll by design (MySQL,
+/// SQLite, `wake_on_commit(false)`) exports none.
 pub const WAKE_LISTENING: &str = "outbox_wake_listening";
 
 /// Counts a guarded pool's leaked transaction (only a backend with guarded pools calls it).

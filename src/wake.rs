@@ -2,6 +2,8 @@
 //! (Postgres) also a `LISTEN` on [`crate::driver::WAKE_CHANNEL`], notified by every committed
 //! event that keeps [`crate::NewEvent::notify_relays`] on. Polling stays as the safety net;
 //! the gauge [`WAKE_LISTENING`] tells whether wake-on-commit is live.
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
@@ -19,6 +21,39 @@ const RECONNECT_BACKOFF_FIRST: Duration = Duration::from_millis(500);
 
 /// Longest pause between attempts to re-establish a lost `LISTEN` connection.
 const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Whether a worker's wake-on-commit is down, shared by the worker ([`crate::Worker::health`])
+/// and its [`Wake`]: down from a failed attempt to listen (or a lost `LISTEN` connection) until
+/// the next one that succeeds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListenState(Arc<AtomicU8>);
+
+impl ListenState {
+    /// Not listening and not trying: wake-on-commit off, nothing to listen on, not running.
+    const IDLE: u8 = 0;
+    /// A `LISTEN` connection whose self-check passed.
+    const LISTENING: u8 = 1;
+    /// Wake-on-commit is wanted but down: the worker polls.
+    const DOWN: u8 = 2;
+
+    /// Whether wake-on-commit is wanted but down.
+    pub(crate) fn is_down(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == Self::DOWN
+    }
+
+    /// Marks [`WAKE_LISTENING`] as current while the worker listens or tries to (its value is
+    /// moved by increments at each change only): a recorder that drops gauges left unchanged
+    /// for a while (an idle timeout) keeps it.
+    pub(crate) fn touch_gauge(&self) {
+        if self.0.load(Ordering::Relaxed) != Self::IDLE {
+            metrics::gauge!(WAKE_LISTENING).increment(0.0);
+        }
+    }
+
+    fn set(&self, state: u8) {
+        self.0.store(state, Ordering::Relaxed);
+    }
+}
 
 /// Why the wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,12 +91,15 @@ pub(crate) struct Wake {
     check_failed: bool,
     /// The next wait when it is a follow-up (see [`Wake::wait`]).
     next_follow_up: Option<Duration>,
+    /// What the worker is told of the mode.
+    state: ListenState,
 }
 
 impl Wake {
     /// Listens when `enabled` where the driver can ([`Driver::listens`]); polls otherwise. The
     /// first wait connects (one connection of `db`'s pool), so the first round is not delayed.
-    pub(crate) fn new(db: &DatabaseConnection, enabled: bool) -> Self {
+    /// `state` follows the mode.
+    pub(crate) fn new(db: &DatabaseConnection, enabled: bool, state: ListenState) -> Self {
         let listens = Driver::of(db.get_database_backend()).is_some_and(Driver::listens);
         let mode = if enabled && listens {
             Mode::Polling {
@@ -70,8 +108,12 @@ impl Wake {
         } else {
             Mode::Off
         };
-        // Registers the gauge at 0, so that "not listening" is visible from the start.
-        metrics::gauge!(WAKE_LISTENING).increment(0.0);
+        // Registers the gauge at 0 where the worker will listen, so that "not listening" is
+        // visible from the start (a worker that only polls by design exports none).
+        if matches!(mode, Mode::Polling { .. }) {
+            metrics::gauge!(WAKE_LISTENING).increment(0.0);
+        }
+        state.set(ListenState::IDLE);
         Wake {
             db: db.clone(),
             mode,
@@ -80,6 +122,7 @@ impl Wake {
             check_warned: false,
             check_failed: false,
             next_follow_up: None,
+            state,
         }
     }
 
@@ -129,6 +172,7 @@ impl Wake {
                          polling meanwhile"
                     );
                     metrics::gauge!(WAKE_LISTENING).increment(-1.0);
+                    self.state.set(ListenState::DOWN);
                     // Dropping the listener does not wait, not even on a half-open connection
                     // (see `Listener`). The first retry is immediate: after a failover the
                     // database is usually reachable.
@@ -172,6 +216,7 @@ impl Wake {
                 }
                 self.mode = Mode::Listening(listener);
                 metrics::gauge!(WAKE_LISTENING).increment(1.0);
+                self.state.set(ListenState::LISTENING);
                 self.failures = 0;
                 self.listened = true;
                 self.check_failed = false;
@@ -231,6 +276,7 @@ impl Wake {
         self.mode = Mode::Polling {
             retry_at: Instant::now() + pause,
         };
+        self.state.set(ListenState::DOWN);
         false
     }
 }
@@ -241,6 +287,7 @@ impl Drop for Wake {
         if matches!(self.mode, Mode::Listening(_)) {
             metrics::gauge!(WAKE_LISTENING).increment(-1.0);
         }
+        self.state.set(ListenState::IDLE);
     }
 }
 

@@ -40,6 +40,7 @@ const EVENT_RECORD: &str = "m20261130_000001_create_t_event_record";
 const CONSUMED_MESSAGE: &str = "m20261130_000002_create_t_consumed_message";
 const EVENT_HEADERS: &str = "m20261201_000003_add_event_headers";
 const BIZ_NO_INDEX: &str = "m20261202_000004_add_biz_no_status_index";
+const OUTBOX_RELAY: &str = "m20261206_000005_create_t_outbox_relay";
 
 /// The application's first migration: its own table `t_order`.
 mod m20250101_000001_create_t_order {
@@ -199,7 +200,8 @@ impl MigratorTrait for BeforeHeadersMigrator {
     }
 }
 
-/// [`BeforeHeadersMigrator`] after the upgrade: `AddEventHeaders` appended.
+/// [`BeforeHeadersMigrator`] after the upgrade to this version: `AddEventHeaders` and
+/// `CreateOutboxRelay` (which this version's relay needs too) appended.
 struct AfterHeadersMigrator;
 
 #[async_trait::async_trait]
@@ -207,6 +209,7 @@ impl MigratorTrait for AfterHeadersMigrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         let mut all = BeforeHeadersMigrator::migrations();
         all.push(Box::new(outbox_migration::AddEventHeaders));
+        all.push(Box::new(outbox_migration::CreateOutboxRelay));
         all
     }
 }
@@ -337,7 +340,8 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Applied),
             (EVENT_HEADERS, Applied),
-            (BIZ_NO_INDEX, Applied)
+            (BIZ_NO_INDEX, Applied),
+            (OUTBOX_RELAY, Applied)
         ])
     );
     sea_orm_outbox::Migrator::status(db)
@@ -346,7 +350,13 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(MIGRATION_TABLE, "seaql_migrations_outbox");
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
     assert_eq!(
         history(ctx, "seaql_migrations").await,
@@ -381,7 +391,8 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
             (EVENT_RECORD, Pending),
             (CONSUMED_MESSAGE, Pending),
             (EVENT_HEADERS, Pending),
-            (BIZ_NO_INDEX, Pending)
+            (BIZ_NO_INDEX, Pending),
+            (OUTBOX_RELAY, Pending)
         ])
     );
     // `down` empties the tracking table but leaves it in place.
@@ -420,7 +431,13 @@ async fn standalone_migrator_runs_beside_the_app_migrator(ctx: &TestContext) {
     assert_eq!(history(ctx, "seaql_migrations").await, [APP_ORDER]);
     assert_eq!(
         history(ctx, MIGRATION_TABLE).await,
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
 }
 
@@ -472,7 +489,8 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             EVENT_RECORD,
             CONSUMED_MESSAGE,
             EVENT_HEADERS,
-            BIZ_NO_INDEX
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
         ]
     );
     assert!(
@@ -483,10 +501,11 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
 
     // `down(Some(n))` rolls back n migrations: the last entries of the list that are applied
     // (sea-orm-migration walks the applied migrations in reverse list order), here the
-    // outbox's `biz_no` index, its `headers` column, then `t_consumed_message`.
-    ComposedMigrator::down(db, Some(3))
+    // outbox's heartbeat table, its `biz_no` index, its `headers` column, then
+    // `t_consumed_message`.
+    ComposedMigrator::down(db, Some(4))
         .await
-        .expect("down three");
+        .expect("down four");
     assert_tables(
         ctx,
         &[
@@ -494,7 +513,7 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             ("t_event_record", true),
             ("t_consumed_message", false),
         ],
-        "after down(Some(3))",
+        "after down(Some(4))",
     )
     .await;
     assert_eq!(
@@ -504,7 +523,8 @@ async fn composed_migrator_records_everything_in_one_history(ctx: &TestContext) 
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Pending),
             (EVENT_HEADERS, Pending),
-            (BIZ_NO_INDEX, Pending)
+            (BIZ_NO_INDEX, Pending),
+            (OUTBOX_RELAY, Pending)
         ])
     );
     assert_eq!(
@@ -543,6 +563,7 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
             (CONSUMED_MESSAGE, Applied),
             (EVENT_HEADERS, Applied),
             (BIZ_NO_INDEX, Applied),
+            (OUTBOX_RELAY, Applied),
             (APP_INVOICE, Pending)
         ])
     );
@@ -563,9 +584,9 @@ async fn composed_down_follows_the_list_not_the_names(ctx: &TestContext) {
         "down(Some(1)) rolls back the last of the list",
     )
     .await;
-    ComposedLaterMigrator::down(db, Some(3))
+    ComposedLaterMigrator::down(db, Some(4))
         .await
-        .expect("down three more");
+        .expect("down four more");
     assert_tables(
         ctx,
         &[("t_consumed_message", false), ("t_event_record", true)],
@@ -590,12 +611,14 @@ async fn producer_migrations_create_only_the_outbox_table(ctx: &TestContext) {
     .await;
     assert_eq!(
         history(ctx, "seaql_migrations").await,
-        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX]
+        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX, OUTBOX_RELAY]
     );
+    assert!(has_table(ctx, "t_outbox_relay").await);
     ProducerMigrator::down(&ctx.db, None)
         .await
         .expect("producer down");
     assert!(!has_table(ctx, "t_event_record").await);
+    assert!(!has_table(ctx, "t_outbox_relay").await);
 }
 
 async fn consumer_migrations_create_only_the_consumed_table(ctx: &TestContext) {
@@ -625,11 +648,17 @@ fn names(list: Vec<Box<dyn MigrationTrait>>) -> Vec<String> {
 fn migration_names_are_stable() {
     assert_eq!(
         names(outbox_migration::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
     assert_eq!(
         names(outbox_migration::producer_migrations()),
-        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX]
+        [EVENT_RECORD, EVENT_HEADERS, BIZ_NO_INDEX, OUTBOX_RELAY]
     );
     assert_eq!(
         names(outbox_migration::consumer_migrations()),
@@ -637,7 +666,13 @@ fn migration_names_are_stable() {
     );
     assert_eq!(
         names(sea_orm_outbox::Migrator::migrations()),
-        [EVENT_RECORD, CONSUMED_MESSAGE, EVENT_HEADERS, BIZ_NO_INDEX]
+        [
+            EVENT_RECORD,
+            CONSUMED_MESSAGE,
+            EVENT_HEADERS,
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
+        ]
     );
     assert_eq!(
         MigrationName::name(&outbox_migration::CreateEventRecord),
@@ -656,13 +691,18 @@ fn migration_names_are_stable() {
         BIZ_NO_INDEX
     );
     assert_eq!(
+        MigrationName::name(&outbox_migration::CreateOutboxRelay),
+        OUTBOX_RELAY
+    );
+    assert_eq!(
         names(ComposedMigrator::migrations()),
         [
             APP_ORDER,
             EVENT_RECORD,
             CONSUMED_MESSAGE,
             EVENT_HEADERS,
-            BIZ_NO_INDEX
+            BIZ_NO_INDEX,
+            OUTBOX_RELAY
         ]
     );
 }
@@ -738,7 +778,8 @@ async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
             (APP_ORDER, Applied),
             (EVENT_RECORD, Applied),
             (CONSUMED_MESSAGE, Applied),
-            (EVENT_HEADERS, Applied)
+            (EVENT_HEADERS, Applied),
+            (OUTBOX_RELAY, Applied)
         ])
     );
     let new_id = db
@@ -767,10 +808,10 @@ async fn upgrade_adds_headers_and_keeps_the_events(ctx: &TestContext) {
         "{rows:?}"
     );
 
-    // And back: down(Some(1)) drops the column again, the events stay.
-    AfterHeadersMigrator::down(db, Some(1))
+    // And back: down(Some(2)) drops the heartbeat table and the column again, the events stay.
+    AfterHeadersMigrator::down(db, Some(2))
         .await
-        .expect("down one");
+        .expect("down two");
     assert_eq!(
         statuses::<BeforeHeadersMigrator>(ctx).await,
         expect(&[

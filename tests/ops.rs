@@ -197,8 +197,9 @@ async fn consume_once_rejects_bad_ids_and_missing_table(ctx: &TestContext) {
         .expect("64 characters fit");
     assert!(matches!(first, Outcome::Processed(())), "{first:?}");
     assert_eq!(consumed(db).await, 1);
-    // The newest three: the biz_no index, the headers column, then the consumer's table.
-    Migrator::down(db, Some(3)).await.expect("down");
+    // The newest four: the heartbeat table, the biz_no index, the headers column, then the
+    // consumer's table.
+    Migrator::down(db, Some(4)).await.expect("down");
     let err = consume_once(db, "g", "1", async |_| Ok::<_, OutboxError>(()))
         .await
         .expect_err("no table");

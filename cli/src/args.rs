@@ -39,7 +39,7 @@ fn schema_name(value: &str) -> Result<String, String> {
 #[command(
     name = "outbox",
     version,
-    about = "Operate a sea-orm-outbox table: migrations, backlog, dead letters, retention, relay"
+    about = "Operate a sea-orm-outbox table: migrations, backlog, dead letters, retention, relay, health"
 )]
 pub(crate) struct Cli {
     /// Database URL (postgres://, mysql://, sqlite://). Never printed with its password.
@@ -97,6 +97,28 @@ pub(crate) enum Command {
         /// Rows deleted per transaction.
         #[arg(long, default_value_t = 1000)]
         batch: u64,
+    },
+    /// The outbox's health: relays alive, oldest undelivered event, recent dead letters, long
+    /// transactions. Exit status 0 healthy, 4 degraded, 5 failing.
+    Health {
+        /// Failing when the oldest undelivered event is older than this.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+        undelivered_age: Duration,
+        /// Degraded when another connection holds a snapshot longer than this.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+        transaction_age: Duration,
+        /// Degraded when events became dead letters within this window.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+        dead_letter_window: Duration,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The relay instances of the table, from their heartbeats: alive, or stopped within a day.
+    Relays {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ at the name server
     /// given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`; without one it refuses to
@@ -228,6 +250,10 @@ pub(crate) struct RelayArgs {
     /// [default: extended].
     #[arg(long, env = "OUTBOX_STATEMENT_PROTOCOL", value_enum)]
     pub(crate) statement_protocol: Option<Protocol>,
+    /// Between heartbeats into t_outbox_relay (and gauge refreshes); the relay counts as
+    /// stopped three intervals after its last one [default: 10s].
+    #[arg(long, env = "OUTBOX_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
+    pub(crate) heartbeat_interval: Option<Duration>,
     /// RocketMQ name server(s), `host:port[;host:port]`, where the relay publishes. Required
     /// (unset or empty is an error) unless --dry-run.
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
@@ -351,6 +377,9 @@ impl RelayArgs {
         }
         if let Some(d) = self.send_timeout {
             c = c.send_timeout(d);
+        }
+        if let Some(d) = self.heartbeat_interval {
+            c = c.heartbeat_interval(d);
         }
         let mut retry = c.retry;
         if let Some(n) = self.max_retries {

@@ -81,10 +81,12 @@ impl Failure {
                  `create_outbox_table` in a migration of your own). ({e})"
             ),
             Failure::Outbox(OutboxError::SchemaOutdated(e)) => format!(
-                "the outbox table lacks a column of this version: run the newer migration first \
-                 (with your own Migrator: list `m20261201_000003_add_event_headers` in it, a module \
-                 re-exporting `sea_orm_outbox_migration::AddEventHeaders` as `Migration`, and run \
-                 `sea-orm-cli migrate up`; with the standalone one: `outbox migrate up`). ({e})"
+                "the outbox's tables lack a part of this version: run the newer migrations first \
+                 (with your own Migrator: list `m20261201_000003_add_event_headers` and \
+                 `m20261206_000005_create_t_outbox_relay` in it, modules re-exporting \
+                 `sea_orm_outbox_migration::AddEventHeaders` and `CreateOutboxRelay` as \
+                 `Migration`, and run `sea-orm-cli migrate up`; with the standalone one: `outbox \
+                 migrate up`). ({e})"
             ),
             Failure::Outbox(e) => e.to_string(),
             Failure::Migration(e) => format!("migration failed: {e}"),

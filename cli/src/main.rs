@@ -10,6 +10,8 @@
 //! outbox purge --older-than 7d [--batch 1000]   delete delivered (SUCCESS) rows only
 //! outbox relay [flags]                   run a relay worker until Ctrl-C / SIGTERM
 //! outbox console [--addr 127.0.0.1:8080] [--token T]   the web console until Ctrl-C / SIGTERM
+//! outbox health [--undelivered-age 60s] [--transaction-age 5m] [--dead-letter-window 5m] [--json]
+//! outbox relays [--json]                 the relay instances, from their heartbeats
 //! ```
 //! The database comes from `--database-url` or `DATABASE_URL`. Its password is never printed:
 //! every URL and every error goes through [`redact`]. Every command works on the table
@@ -22,12 +24,13 @@
 //! 0). A malformed URL, a refused login or a missing table still fail at once.
 //!
 //! Exit status: 0 success; 1 error (including "not a dead letter"); 2 usage error; 3 the outbox
-//! table is missing (run `outbox migrate up`).
+//! table is missing or lacks a newer migration (run `outbox migrate up`); `outbox health`: 4
+//! degraded, 5 failing (0 healthy).
 //!
 //! Modules: [`args`] the command line, [`connect`] reaching the database, [`commands`] the
-//! one-shot sub-commands, [`relay`] the relay worker, [`console`] the web console, [`failure`]
-//! errors and exit status, [`redact`] keeping passwords out of the output, and `chaos` the
-//! fault injection of a `chaos-testing` build.
+//! one-shot sub-commands, [`health`] `health` and `relays`, [`relay`] the relay worker,
+//! [`console`] the web console, [`failure`] errors and exit status, [`redact`] keeping
+//! passwords out of the output, and `chaos` the fault injection of a `chaos-testing` build.
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -43,6 +46,7 @@ mod commands;
 mod connect;
 mod console;
 mod failure;
+mod health;
 mod redact;
 mod relay;
 
@@ -71,7 +75,7 @@ async fn main() -> ExitCode {
         .with_writer(move || RedactingLine::new(log_url.clone()))
         .try_init();
     match run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("error: {}", redact_secrets(&failure.message(), &url));
             ExitCode::from(failure.exit_code())
@@ -79,9 +83,9 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Runs one command: `relay` waits for the database; every other command connects once and
-/// closes the connection when done.
-async fn run(cli: Cli) -> Result<(), Failure> {
+/// Runs one command and returns its exit status: `relay` waits for the database; every other
+/// command connects once and closes the connection when done.
+async fn run(cli: Cli) -> Result<u8, Failure> {
     let url = cli.database_url.ok_or(Failure::NoUrl)?;
     let mut outbox = Outbox::new().table(&cli.table)?;
     if let Some(schema) = &cli.schema {
@@ -89,7 +93,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     // The relay waits for the database; every other command fails at once without it.
     if let Command::Relay(args) = &cli.command {
-        return relay::relay(&url, args, &outbox).await;
+        return relay::relay(&url, args, &outbox).await.map(|()| 0);
     }
     if matches!(cli.command, Command::Migrate { .. }) && outbox != Outbox::new() {
         return Err(Failure::Usage(
@@ -101,14 +105,30 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     let db = connect::connect(&url).await?;
     let result = match cli.command {
-        Command::Migrate { action } => commands::migrate(&db, action).await,
-        Command::Stats { lease, json } => commands::stats(&outbox, &db, lease, json).await,
-        Command::Dead { action } => commands::dead(&outbox, &db, action).await,
-        Command::Purge { older_than, batch } => {
-            commands::purge(&outbox, &db, older_than, batch).await
+        Command::Health {
+            undelivered_age,
+            transaction_age,
+            dead_letter_window,
+            json,
+        } => {
+            let thresholds = sea_orm_outbox::ops::HealthThresholds::default()
+                .undelivered_age(undelivered_age)
+                .transaction_age(transaction_age)
+                .dead_letter_window(dead_letter_window);
+            health::health(&outbox, &db, &thresholds, json).await
         }
-        Command::Console(args) => console::console(&outbox, &db, args).await,
-        Command::Relay(_) => Ok(()), // handled above
+        command => match command {
+            Command::Migrate { action } => commands::migrate(&db, action).await,
+            Command::Stats { lease, json } => commands::stats(&outbox, &db, lease, json).await,
+            Command::Dead { action } => commands::dead(&outbox, &db, action).await,
+            Command::Purge { older_than, batch } => {
+                commands::purge(&outbox, &db, older_than, batch).await
+            }
+            Command::Relays { json } => health::relays(&outbox, &db, json).await,
+            Command::Console(args) => console::console(&outbox, &db, args).await,
+            Command::Health { .. } | Command::Relay(_) => Ok(()), // handled above
+        }
+        .map(|()| 0),
     };
     db.close().await.ok();
     result

@@ -142,20 +142,34 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
             && out.contains("Applied  m20261130_000002_create_t_consumed_message")
             && out.contains("Applied  m20261201_000003_add_event_headers")
             && out.contains("Applied  m20261202_000004_add_biz_no_status_index")
+            && out.contains("Applied  m20261206_000005_create_t_outbox_relay")
             && !out.contains("pending"),
         "{out}"
     );
-    // down rolls back one migration, the newest: the biz_no index goes.
+    // down rolls back one migration, the newest: the heartbeat table goes, and `health` and
+    // `relays` name the migration to apply (exit status 3).
+    let out = outbox_ok(ctx, &["migrate", "down"]);
+    assert!(
+        out.contains("Pending  m20261206_000005_create_t_outbox_relay")
+            && out.contains("1 pending"),
+        "{out}"
+    );
+    for args in [&["health"][..], &["relays"]] {
+        let o = outbox(ctx, args);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("CreateOutboxRelay"), "{}", stderr(&o));
+    }
+    // Then the biz_no index.
     let out = outbox_ok(ctx, &["migrate", "down"]);
     assert!(
         out.contains("Pending  m20261202_000004_add_biz_no_status_index")
-            && out.contains("1 pending"),
+            && out.contains("2 pending"),
         "{out}"
     );
     // Then the headers column.
     let out = outbox_ok(ctx, &["migrate", "down"]);
     assert!(
-        out.contains("Pending  m20261201_000003_add_event_headers") && out.contains("2 pending"),
+        out.contains("Pending  m20261201_000003_add_event_headers") && out.contains("3 pending"),
         "{out}"
     );
     // This version on a table without it: a clear error naming the migration, exit status 3.
@@ -168,7 +182,7 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
     let o = outbox(ctx, &["dead", "list"]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("lacks a column") && stderr(&o).contains("AddEventHeaders"),
+        stderr(&o).contains("lack a part") && stderr(&o).contains("AddEventHeaders"),
         "{}",
         stderr(&o)
     );
@@ -176,7 +190,7 @@ async fn cli_migrate_up_down_status(ctx: &TestContext) {
     let out = outbox_ok(ctx, &["migrate", "down"]);
     assert!(
         out.contains("Pending  m20261130_000002_create_t_consumed_message")
-            && out.contains("3 pending"),
+            && out.contains("4 pending"),
         "{out}"
     );
     let err = consume_once(&ctx.db, "g", "1", async |_| Ok::<_, OutboxError>(()))
@@ -593,6 +607,7 @@ async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
         &["dead", "discard", "1"],
         &["purge", "--older-than", "7d"],
         &["relay", "--dry-run", "--poll-delay", "100ms"],
+        &["health"],
     ];
     for args in commands {
         let o = outbox_with(&ctx.url, args, &[], Duration::from_secs(20));
@@ -606,7 +621,7 @@ async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
     }
     // `migrate status` is how to find out; it succeeds and lists what is pending.
     let out = outbox_ok(ctx, &["migrate", "status"]);
-    assert!(out.contains("4 pending"), "{out}");
+    assert!(out.contains("5 pending"), "{out}");
 }
 
 // ---------------------------------------------------------------------------------------------

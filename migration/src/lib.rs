@@ -1,5 +1,6 @@
 //! Migrations of [sea-orm-outbox](https://docs.rs/sea-orm-outbox): the outbox table
-//! `t_event_record` (the producer side) and the idempotent consumer's `t_consumed_message`.
+//! `t_event_record` and the relays' heartbeat table `t_outbox_relay` (the producer side), and
+//! the idempotent consumer's `t_consumed_message`.
 //!
 //! Two ways to apply them, both with `sea-orm-cli migrate`; use one, never both on one database:
 //!
@@ -16,7 +17,8 @@
 //!    // migration/src/m20261130_000001_create_t_event_record.rs, and one such file per
 //!    // migration: m20261130_000002_create_t_consumed_message.rs (CreateConsumedMessage),
 //!    // m20261201_000003_add_event_headers.rs (AddEventHeaders),
-//!    // m20261202_000004_add_biz_no_status_index.rs (AddBizNoStatusIndex)
+//!    // m20261202_000004_add_biz_no_status_index.rs (AddBizNoStatusIndex),
+//!    // m20261206_000005_create_t_outbox_relay.rs (CreateOutboxRelay)
 //!    pub use sea_orm_outbox_migration::CreateEventRecord as Migration;
 //!
 //!    // migration/src/lib.rs
@@ -28,6 +30,7 @@
 //!    mod m20261130_000002_create_t_consumed_message;
 //!    mod m20261201_000003_add_event_headers;
 //!    mod m20261202_000004_add_biz_no_status_index;
+//!    mod m20261206_000005_create_t_outbox_relay;
 //!
 //!    pub struct Migrator;
 //!
@@ -40,6 +43,7 @@
 //!                Box::new(m20261130_000002_create_t_consumed_message::Migration),
 //!                Box::new(m20261201_000003_add_event_headers::Migration),
 //!                Box::new(m20261202_000004_add_biz_no_status_index::Migration),
+//!                Box::new(m20261206_000005_create_t_outbox_relay::Migration),
 //!            ]
 //!        }
 //!    }
@@ -47,7 +51,7 @@
 //!
 //!    `examples/existing_app/migration` in the repository is this layout, compiled and run by
 //!    CI. A service that only consumes events lists `CreateConsumedMessage` alone
-//!    ([`consumer_migrations`]); one that only produces them the other three
+//!    ([`consumer_migrations`]); one that only produces them the other four
 //!    ([`producer_migrations`]).
 //!
 //! 2. **Standalone**: run this crate's [`Migrator`] beside your own. It records itself in the
@@ -59,8 +63,8 @@
 //!
 //! The migration names are stable (`m20261130_000001_create_t_event_record`,
 //! `m20261130_000002_create_t_consumed_message`, `m20261201_000003_add_event_headers`,
-//! `m20261202_000004_add_biz_no_status_index`); a later version adds new migrations and never
-//! changes these.
+//! `m20261202_000004_add_biz_no_status_index`, `m20261206_000005_create_t_outbox_relay`); a
+//! later version adds new migrations and never changes these.
 //!
 //! ## Upgrading
 //! A release that adds a migration names it in its release notes. Composed: give it a module
@@ -79,6 +83,11 @@
 //!   ordered mode (relays in the default mode do not need it; without it the ordered claim
 //!   still works, reading the key's rows without the index). `migrate down -n 1` drops the
 //!   index.
+//! - [`CreateOutboxRelay`] (`m20261206_000005_create_t_outbox_relay`, the relays' heartbeat
+//!   table `t_outbox_relay`): a relay of the new version refuses to start without it
+//!   (`OutboxError::SchemaOutdated`, naming the migration); relays of the previous version
+//!   ignore the table. `outbox health` and `outbox relays` read it. `migrate down -n 1` drops
+//!   it (and the heartbeats in it).
 #![deny(missing_docs)]
 
 use sea_orm_migration::sea_orm::{DbErr, DynIden};
@@ -164,6 +173,9 @@ pub mod m20261201_000003_add_event_headers;
 /// The migration `m20261202_000004_add_biz_no_status_index`: the index
 /// `idx_t_event_record_biz_no_status_id (biz_no, status, id)` of the ordered claim.
 pub mod m20261202_000004_add_biz_no_status_index;
+/// The migration `m20261206_000005_create_t_outbox_relay`: the relays' heartbeat table
+/// `t_outbox_relay`.
+pub mod m20261206_000005_create_t_outbox_relay;
 
 /// Creates the outbox table `t_event_record` (the producer side).
 pub use m20261130_000001_create_t_event_record::Migration as CreateEventRecord;
@@ -173,12 +185,19 @@ pub use m20261130_000002_create_t_consumed_message::Migration as CreateConsumedM
 pub use m20261201_000003_add_event_headers::Migration as AddEventHeaders;
 /// Adds `idx_t_event_record_biz_no_status_id` (the producer side; after [`CreateEventRecord`]).
 pub use m20261202_000004_add_biz_no_status_index::Migration as AddBizNoStatusIndex;
+/// Creates the relays' heartbeat table `t_outbox_relay` (the producer side).
+pub use m20261206_000005_create_t_outbox_relay::Migration as CreateOutboxRelay;
+
+/// The relays' heartbeat table the migration [`CreateOutboxRelay`] creates: `t_outbox_relay`,
+/// one per database (its rows name their outbox table), in the connection's default schema.
+pub const RELAY_TABLE: &str = "t_outbox_relay";
 
 /// The tracking table of the standalone [`Migrator`].
 pub const MIGRATION_TABLE: &str = "seaql_migrations_outbox";
 
 /// Every outbox migration, in the order to apply them: [`CreateEventRecord`],
-/// [`CreateConsumedMessage`], [`AddEventHeaders`], then [`AddBizNoStatusIndex`] (the order in
+/// [`CreateConsumedMessage`], [`AddEventHeaders`], [`AddBizNoStatusIndex`], then
+/// [`CreateOutboxRelay`] (the order in
 /// which they were released, so that a standalone history stays in order across upgrades).
 /// The standalone [`Migrator`] runs these; in your own `Migrator::migrations()` prefer naming
 /// each one (see the crate documentation).
@@ -188,16 +207,18 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(CreateConsumedMessage),
         Box::new(AddEventHeaders),
         Box::new(AddBizNoStatusIndex),
+        Box::new(CreateOutboxRelay),
     ]
 }
 
 /// The migrations a service that writes and relays events needs: [`CreateEventRecord`],
-/// [`AddEventHeaders`] and [`AddBizNoStatusIndex`].
+/// [`AddEventHeaders`], [`AddBizNoStatusIndex`] and [`CreateOutboxRelay`].
 pub fn producer_migrations() -> Vec<Box<dyn MigrationTrait>> {
     vec![
         Box::new(CreateEventRecord),
         Box::new(AddEventHeaders),
         Box::new(AddBizNoStatusIndex),
+        Box::new(CreateOutboxRelay),
     ]
 }
 

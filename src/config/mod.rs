@@ -20,6 +20,14 @@ const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 const MIN_LEASE: Duration = Duration::from_secs(1);
 /// Lease renewals per lease; a publisher's send timeout is at most the lease over this.
 pub(crate) const RENEWALS_PER_LEASE: u32 = 3;
+/// Shortest heartbeat interval accepted: 100 ms (each beat is a few reads and one write).
+pub const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest heartbeat interval accepted: 10 min (a relay that stopped is noticed within three
+/// intervals).
+pub const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(600);
+/// Heartbeats that may be missed before an instance counts as stopped: its row's `expires_at`
+/// is the heartbeat plus this many intervals.
+pub const HEARTBEATS_PER_TIMEOUT: u32 = 3;
 /// With wake-on-commit, the first follow-up wait after a round woken by a notification (twice
 /// the writers' default notify interval; see `crate::wake`).
 pub const WAKE_FOLLOW_UP: Duration = Duration::from_millis(20);
@@ -84,6 +92,11 @@ pub struct WorkerConfig {
     /// send slot, stopping at the first failure. Needs [`ClaimStrategy::Batch`] and the index
     /// of migration `m20261202_000004_add_biz_no_status_index`; see docs/ordered.md.
     pub ordered: Option<OrderedPolicy>,
+    /// Between two monitor passes of the worker (default 10 s; 100 ms to 10 min): each writes
+    /// the instance's heartbeat into `t_outbox_relay` (it counts as stopped three intervals
+    /// after its last one), deletes heartbeats expired for more than a day, and refreshes the
+    /// gauges of [`crate::metrics`].
+    pub heartbeat_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -101,6 +114,7 @@ impl Default for WorkerConfig {
             relay_pool: RelayPool::default(),
             statement_protocol: StatementProtocol::Extended,
             ordered: None,
+            heartbeat_interval: Duration::from_secs(10),
         }
     }
 }
@@ -132,6 +146,7 @@ setters! {
     relay_pool: RelayPool,
     statement_protocol: StatementProtocol,
     ordered: Option<OrderedPolicy>,
+    heartbeat_interval: Duration,
 }
 
 impl WorkerConfig {
@@ -153,7 +168,8 @@ impl WorkerConfig {
     /// [`OutboxError::InvalidConfig`] when the batch size or send concurrency is 0, the batch
     /// size is over 10,000, a duration is zero or over 7 days, the lease is shorter than 1 s,
     /// the instance id is empty, longer than 111 characters or not one plain word, ordered mode
-    /// is asked for with [`ClaimStrategy::PerRow`], or the relay pool or the retry policy fails
+    /// is asked for with [`ClaimStrategy::PerRow`], the heartbeat interval is not 100 ms to
+    /// 10 min, or the relay pool or the retry policy fails
     /// its own `validate`.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
@@ -207,6 +223,9 @@ impl WorkerConfig {
                  ClaimStrategy::Batch (the default) with ordered"
                     .into(),
             );
+        }
+        if !(MIN_HEARTBEAT_INTERVAL..=MAX_HEARTBEAT_INTERVAL).contains(&self.heartbeat_interval) {
+            return bad("heartbeat_interval must be 100 ms to 10 min".into());
         }
         if self.lease < MIN_LEASE {
             return bad("lease must be at least 1 s (it is renewed every third of it, and expired leases are \

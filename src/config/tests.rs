@@ -8,7 +8,16 @@ fn defaults_are_the_seeds_and_valid() {
     assert_eq!(c.lease, Duration::from_secs(600));
     assert_eq!(c.send_timeout, Duration::from_secs(3));
     assert_eq!(c.retry.max_retries, 12);
+    assert_eq!(c.heartbeat_interval, Duration::from_secs(10));
     assert!(c.validate().is_ok());
+}
+
+#[test]
+fn heartbeat_interval_is_bounded() {
+    for (ms, ok) in [(99, false), (100, true), (600_000, true), (600_001, false)] {
+        let c = WorkerConfig::default().heartbeat_interval(Duration::from_millis(ms));
+        assert_eq!(c.validate().is_ok(), ok, "{ms} ms");
+    }
 }
 
 #[test]

@@ -24,6 +24,33 @@ impl Driver {
         q.group_by_col(Column::Status).to_owned()
     }
 
+    /// `SELECT status, COUNT(id) AS n, MIN(create_time) AS oldest_created, MIN(next_retry_time)
+    /// AS oldest_due, COUNT(CASE WHEN retry_count > 0 AND next_retry_time > now THEN 1 END) AS
+    /// backing_off, now AS now FROM t_event_record WHERE status IN ('WAIT', 'SENDING', 'FAIL')
+    /// GROUP BY status`: the unfinished rows per status in one pass over their index range,
+    /// with the oldest of each, the failed ones waiting out their back-off, and the database
+    /// clock.
+    pub fn backlog(self) -> SelectStatement {
+        let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
+        let backing_off = Expr::case(
+            Expr::col(Column::RetryCount)
+                .gt(0)
+                .and(Expr::col(Column::NextRetryTime).gt(self.now())),
+            1,
+        );
+        Query::select()
+            .column(Column::Status)
+            .expr_as(Expr::col(Column::Id).count(), "n")
+            .expr_as(Expr::col(Column::CreateTime).min(), "oldest_created")
+            .expr_as(Expr::col(Column::NextRetryTime).min(), "oldest_due")
+            .expr_as(Func::count(backing_off), "backing_off")
+            .expr_as(self.now(), "now")
+            .from(self.table())
+            .and_where(Expr::col(Column::Status).is_in(open.iter().map(|s| s.as_str())))
+            .group_by_col(Column::Status)
+            .to_owned()
+    }
+
     /// `SELECT MIN(column) AS oldest, now AS now FROM t_event_record WHERE status = 'WAIT'`: the
     /// oldest waiting row's `column` and the database clock, read together.
     pub fn oldest_wait(self, column: Column) -> SelectStatement {
@@ -168,6 +195,41 @@ pub async fn count_by_status<C: ConnectionTrait>(
         .await?
         .iter()
         .map(|r| Ok((r.try_get_by_index(0)?, r.try_get_by_index(1)?)))
+        .collect()
+}
+
+/// One row of [`Driver::backlog`]: a status's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BacklogRow {
+    /// `WAIT`, `SENDING` or `FAIL`.
+    pub status: String,
+    /// Its rows.
+    pub rows: i64,
+    /// The oldest `create_time` among them.
+    pub oldest_created: Option<DateTimeUtc>,
+    /// The earliest `next_retry_time` among them.
+    pub oldest_due: Option<DateTimeUtc>,
+    /// Those with `retry_count > 0` and `next_retry_time` in the future.
+    pub backing_off: i64,
+    /// The database's now.
+    pub now: DateTimeUtc,
+}
+
+/// The rows of [`Driver::backlog`].
+pub async fn backlog<C: ConnectionTrait>(db: &C, driver: Driver) -> Result<Vec<BacklogRow>, DbErr> {
+    db.query_all(&driver.backlog())
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(BacklogRow {
+                status: r.try_get("", "status")?,
+                rows: r.try_get("", "n")?,
+                oldest_created: r.try_get("", "oldest_created")?,
+                oldest_due: r.try_get("", "oldest_due")?,
+                backing_off: r.try_get("", "backing_off")?,
+                now: r.try_get("", "now")?,
+            })
+        })
         .collect()
 }
 

@@ -77,7 +77,9 @@ impl OutboxError {
 
 impl From<DbErr> for OutboxError {
     fn from(err: DbErr) -> Self {
-        if is_missing_table(&err) {
+        if is_missing_relay_table(&err) {
+            OutboxError::SchemaOutdated(err)
+        } else if is_missing_table(&err) {
             OutboxError::TableMissing(err)
         } else if is_missing_outbox_column(&err) {
             OutboxError::SchemaOutdated(err)
@@ -96,6 +98,13 @@ fn is_missing_table(err: &DbErr) -> bool {
     let text = err.to_string();
     names_word(&text, "t_consumed_message")
         || known_names().iter().any(|name| names_word(&text, name))
+}
+
+/// Whether `err` says the relays' heartbeat table `t_outbox_relay` (a later migration's) is
+/// missing.
+fn is_missing_relay_table(err: &DbErr) -> bool {
+    db_error_kind(err) == DbErrorKind::MissingTable
+        && names_word(&err.to_string(), sea_orm_outbox_migration::RELAY_TABLE)
 }
 
 /// Whether `text` holds `name` as a whole word (not inside a longer name: the table `events`

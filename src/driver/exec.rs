@@ -184,11 +184,16 @@ impl Driver {
     }
 }
 
-/// Checks that the outbox table has every column this version reads and writes.
+/// Checks that the outbox table has every column this version reads and writes, and that the
+/// relays' heartbeat table exists ([`Driver::relay_table_probe`]).
 ///
 /// # Errors
-/// The database error of [`Driver::schema_probe`]: as an [`crate::OutboxError`],
-/// `SchemaOutdated` for the missing column, `TableMissing` without the table.
+/// The database error of [`Driver::schema_probe`] or [`Driver::relay_table_probe`]: as an
+/// [`crate::OutboxError`], `SchemaOutdated` for the missing column or heartbeat table,
+/// `TableMissing` without the outbox table.
 pub async fn check_schema(db: &RelayDb) -> Result<(), DbErr> {
-    db.query_all(&db.driver().schema_probe()).await.map(drop)
+    db.query_all(&db.driver().schema_probe()).await?;
+    db.query_all(&db.driver().relay_table_probe())
+        .await
+        .map(drop)
 }

@@ -19,6 +19,7 @@ pub mod consumed;
 pub mod dead_groups;
 mod error;
 mod exec;
+pub mod health;
 mod insert;
 // Without the `postgres` feature nothing listens, and the listener's parts go unused.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
@@ -30,6 +31,7 @@ mod pool;
 mod postgres;
 mod reclaim;
 mod relay_db;
+pub mod relays;
 mod runs;
 mod sqlite;
 mod table;

@@ -85,6 +85,15 @@ impl Table {
         self.schema
     }
 
+    /// The table as operators name it: `schema.name`, or `name` without a schema (the `table`
+    /// label of the gauges, the `outbox_table` of the relays' heartbeats).
+    pub fn label(self) -> String {
+        match self.schema {
+            Some(schema) => format!("{schema}.{}", self.name),
+            None => self.name.to_owned(),
+        }
+    }
+
     /// The table as SQL text quoted with `quote` (`"` or `` ` ``): `"schema"."name"` or
     /// `"name"`. The names are checked, so they hold no quote.
     pub fn quoted(self, quote: char) -> String {

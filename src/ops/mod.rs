@@ -1,4 +1,5 @@
-//! Operating the outbox: backlog statistics, dead-letter handling and retention.
+//! Operating the outbox: backlog statistics, dead-letter handling, retention, the relays'
+//! heartbeats ([`relays`]) and a health verdict ([`health`]).
 //!
 //! The library side of the `outbox` command-line tool. Each function works on the table of the
 //! [`Outbox`] it is given first (`ops::stats(&Outbox::default(), &db, lease)` for
@@ -19,10 +20,14 @@ use crate::outbox::Outbox;
 
 mod dead;
 mod groups;
+mod health;
+mod relays;
 mod search;
 
 pub use dead::*;
 pub use groups::*;
+pub use health::*;
+pub use relays::*;
 pub use search::*;
 
 /// A snapshot of the outbox table, from [`stats`].
@@ -148,27 +153,40 @@ pub struct Backlog {
     /// How long, in seconds by the database clock, the most overdue `WAIT` row has been due
     /// (now − its `next_retry_time`): the relay's lag. 0 when nothing is due.
     pub oldest_wait_age_seconds: f64,
+    /// Age in seconds (database now − `create_time`) of the oldest event not yet delivered,
+    /// `WAIT` or `SENDING`, due or backing off; 0 when there is none.
+    pub oldest_undelivered_age_seconds: f64,
+    /// `WAIT` events that failed before (`retry_count > 0`) and wait out their back-off
+    /// (`next_retry_time` in the future).
+    pub backing_off: u64,
 }
 
-/// Reads the [`Backlog`]: `SELECT status, COUNT(id) FROM t_event_record WHERE status IN ('WAIT',
-/// 'SENDING', 'FAIL') GROUP BY status` (an index range that skips the delivered rows) and
-/// `SELECT MIN(next_retry_time), now FROM t_event_record WHERE status = 'WAIT'` (one index
-/// probe). The worker refreshes the `outbox_backlog{status,table}` and
-/// `outbox_oldest_wait_age_seconds` gauges with it.
+/// Reads the [`Backlog`] in one statement, an index range over the unfinished rows that skips
+/// the delivered ones: `SELECT status, COUNT(id), MIN(create_time), MIN(next_retry_time),
+/// COUNT(CASE WHEN retry_count > 0 AND next_retry_time > now THEN 1 END), now FROM
+/// t_event_record WHERE status IN ('WAIT', 'SENDING', 'FAIL') GROUP BY status`. The worker
+/// refreshes the gauges `outbox_backlog{status}`, `outbox_oldest_wait_age_seconds`,
+/// `outbox_oldest_undelivered_age_seconds` and `outbox_backoff_events` with it.
 ///
 /// # Errors
 /// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
 pub async fn backlog<C: ConnectionTrait>(outbox: &Outbox, db: &C) -> Result<Backlog, OutboxError> {
-    let open = [EventStatus::Wait, EventStatus::Sending, EventStatus::Fail];
-    let count = by_status(admin::count_by_status(db, outbox.driver(db)?, Some(&open)).await?);
-    let oldest_wait_age_seconds = oldest_wait_age(db, outbox, Column::NextRetryTime)
-        .await?
-        .unwrap_or(0.0);
+    let rows = admin::backlog(db, outbox.driver(db)?).await?;
+    let of = |status: EventStatus| rows.iter().find(|r| r.status == status.as_str());
+    let count = |status| of(status).map_or(0, |r| u64::try_from(r.rows).unwrap_or(0));
+    let age = |then: Option<DateTime<Utc>>, now| then.map_or(0.0, |t| seconds_between(t, now));
+    let undelivered = [EventStatus::Wait, EventStatus::Sending]
+        .into_iter()
+        .filter_map(of)
+        .map(|r| age(r.oldest_created, r.now))
+        .fold(0.0, f64::max);
     Ok(Backlog {
         wait: count(EventStatus::Wait),
         sending: count(EventStatus::Sending),
         fail: count(EventStatus::Fail),
-        oldest_wait_age_seconds,
+        oldest_wait_age_seconds: of(EventStatus::Wait).map_or(0.0, |r| age(r.oldest_due, r.now)),
+        oldest_undelivered_age_seconds: undelivered,
+        backing_off: of(EventStatus::Wait).map_or(0, |r| u64::try_from(r.backing_off).unwrap_or(0)),
     })
 }
 

@@ -83,7 +83,6 @@ impl<'w> Claimer<'w> {
         if cancel.is_cancelled() {
             return Ok(Claimed::new(Vec::new(), false));
         }
-        s.rounds += 1;
         w.check_schema().await?;
         // A fencing token of this claim's own (see `crate::instance`).
         let owner = crate::instance::claim_owner(&w.owner);
@@ -95,6 +94,7 @@ impl<'w> Claimer<'w> {
             (None, ClaimStrategy::Batch) => self.claim_batch(&owner, want, recorder, s).await?,
             (None, ClaimStrategy::PerRow) => self.claim_per_row(&owner, want, cancel, s).await?,
         };
+        s.rounds += 1;
         s.claimed += claimed.events.len() as u64;
         self.inflight
             .claimed(&owner, claimed.events.iter().map(|e| e.id));

@@ -16,11 +16,12 @@ use crate::error::OutboxError;
 use crate::instance::instance_id;
 use crate::outbox::Outbox;
 use crate::publisher::Publisher;
-use crate::wake::Wake;
-use maintenance::{GaugeRefresher, LeaseRenewer, Reclaimer};
+use crate::wake::{ListenState, Wake};
+use maintenance::{LeaseRenewer, Monitor, Reclaimer};
 use sea_orm_outbox_entity::event_record::Model;
 
 mod claim;
+mod health;
 mod inflight;
 mod maintenance;
 mod observe;
@@ -58,7 +59,9 @@ pub struct Worker {
     observer: Observer,
     reclaimer: Reclaimer,
     renewer: LeaseRenewer,
-    gauges: GaugeRefresher,
+    monitor: Monitor,
+    /// Whether the worker's wake-on-commit is down (while it runs).
+    listen: ListenState,
     /// Set once [`Worker::check_schema`] passed.
     schema_checked: tokio::sync::OnceCell<()>,
 }
@@ -83,11 +86,13 @@ impl Outbox {
             .instance_id
             .clone()
             .unwrap_or_else(|| instance_id("outbox"));
+        let listen = ListenState::default();
         Ok(Worker {
             observer: Observer::new(&owner),
             reclaimer: Reclaimer::new(db.clone(), &config),
             renewer: LeaseRenewer::new(db.clone(), &config),
-            gauges: GaugeRefresher::new(db.clone(), &config),
+            monitor: Monitor::new(db.clone(), &config, &owner, listen.clone()),
+            listen,
             db,
             publisher,
             config,
@@ -154,13 +159,19 @@ impl Worker {
     /// claims only as many events as it has free slots (at most `batch_size` per claim), and
     /// waits `poll_delay` (or a commit's notification) when a claim comes back short.
     /// Meanwhile it reclaims expired leases (every tenth of the lease, at most every 60 s),
-    /// renews its own (every third) and refreshes the backlog gauges (every 15 s). Errors are
-    /// logged and counted; the loops go on. On cancellation no new claim or send starts; sends
-    /// in flight finish (bounded by the send timeout) and are recorded.
+    /// renews its own (every third), and every heartbeat interval writes its heartbeat into
+    /// `t_outbox_relay` and refreshes the gauges (see [`WorkerConfig::heartbeat_interval`]).
+    /// Errors are logged and counted; the loops go on. On cancellation no new claim or send
+    /// starts; sends in flight finish (bounded by the send timeout) and are recorded, and the
+    /// worker deletes its heartbeat (an instance that dies instead leaves its row to expire).
     pub async fn run(&self, cancel: CancellationToken) -> WorkerSummary {
         let span = tracing::info_span!("outbox_worker", owner = %self.owner);
         tracing::info!(parent: &span, owner = %self.owner, "outbox worker started");
-        let wake = Wake::new(self.db.inner(), self.config.wake_on_commit);
+        let wake = Wake::new(
+            self.db.inner(),
+            self.config.wake_on_commit,
+            self.listen.clone(),
+        );
         let inflight = Inflight::default();
         let signals = slots::Signals::default();
         let sending = async {
@@ -172,10 +183,22 @@ impl Worker {
                 () = self.renewer.run(&inflight, &self.observer) => {}
             }
         };
-        let gauges = self.gauges.run(&cancel, &self.observer);
-        async { tokio::join!(sending, self.reclaimer.run(&cancel, &self.observer), gauges) }
-            .instrument(span.clone())
-            .await;
+        let monitor = self.monitor.run(&cancel, &self.observer);
+        async {
+            tokio::join!(
+                sending,
+                self.reclaimer.run(&cancel, &self.observer),
+                monitor
+            )
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(e) = self.monitor.remove().await {
+            let mut s = WorkerSummary::default();
+            let what = "heartbeat not deleted at shutdown; it expires by itself";
+            self.observer.error(&mut s, Op::Heartbeat, &e, what);
+            self.observer.commit(&mut s);
+        }
         let total = self.summary();
         tracing::info!(parent: &span, ?total, "outbox worker stopped");
         total

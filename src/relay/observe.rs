@@ -1,6 +1,7 @@
 //! The one place that observes what the relay did: each outcome updates the summary, the metric
 //! and the log together, so the three cannot drift.
 use std::fmt::Display;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,9 @@ pub(crate) enum Op {
     Renew,
     /// Reclaiming expired leases.
     Reclaim,
-    /// Refreshing the backlog gauges.
+    /// Writing the worker's heartbeat.
+    Heartbeat,
+    /// Refreshing the gauges.
     Gauges,
     /// A send task that ended without an outcome (the runtime is shutting down).
     Send,
@@ -36,6 +39,7 @@ impl Op {
             Op::Record => "record",
             Op::Renew => "renew",
             Op::Reclaim => "reclaim",
+            Op::Heartbeat => "heartbeat",
             Op::Gauges => "gauges",
             Op::Send => "send",
         }
@@ -49,6 +53,8 @@ pub(crate) struct Observer {
     totals: Mutex<WorkerSummary>,
     /// When the last configuration-fault ERROR line was written, and the faults since.
     config_faults: Mutex<(Option<Instant>, u64)>,
+    /// Configuration faults since the last successful publish (for [`crate::Worker::health`]).
+    faults_since_success: AtomicU64,
 }
 
 /// Shortest time between two ERROR lines about configuration faults of one worker (the ones in
@@ -61,7 +67,14 @@ impl Observer {
             owner: owner.to_owned(),
             totals: Mutex::new(WorkerSummary::default()),
             config_faults: Mutex::new((None, 0)),
+            faults_since_success: AtomicU64::new(0),
         }
+    }
+
+    /// Configuration faults ([`crate::PublishErrorKind::Configuration`]) since the worker's
+    /// last successful publish (since its start before the first).
+    pub(crate) fn faults_since_success(&self) -> u64 {
+        self.faults_since_success.load(Ordering::Relaxed)
     }
 
     /// The worker's totals so far.
@@ -95,6 +108,9 @@ impl Observer {
     /// been reclaimed meanwhile (late acks).
     pub(crate) fn published(&self, s: &mut WorkerSummary, ids: &[i64], applied: u64) {
         s.published += applied;
+        if applied > 0 {
+            self.faults_since_success.store(0, Ordering::Relaxed);
+        }
         metrics::counter!(m::PUBLISHED).increment(applied);
         tracing::info!(owner = %self.owner, published = applied, event_ids = ?ids, "events published");
         let late = (ids.len() as u64).saturating_sub(applied);
@@ -144,6 +160,7 @@ impl Observer {
     /// otherwise.
     fn config_fault(&self, s: &mut WorkerSummary, event: &Model, delay: Duration, error: &str) {
         s.config_faults += 1;
+        self.faults_since_success.fetch_add(1, Ordering::Relaxed);
         metrics::counter!(m::CONFIG_FAULTS).increment(1);
         let since_last_line = {
             let mut log = self.config_faults.lock().unwrap_or_else(|p| p.into_inner());

@@ -5,7 +5,8 @@
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerSummary {
-    /// Claim rounds run (one claim statement, or one per-row claim pass, each).
+    /// Claim rounds completed (one claim statement, or one per-row claim pass, each, that did
+    /// not fail).
     pub rounds: u64,
     /// Candidates read (per-row claiming) or rows claimed (batch claiming).
     pub candidates: u64,

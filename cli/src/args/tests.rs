@@ -167,3 +167,49 @@ fn no_chaos_flag_without_the_feature() {
         .expect_err("no such flag");
     assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
 }
+
+/// `--heartbeat-interval` reaches the worker's configuration; unset keeps the library's 10 s.
+#[test]
+fn heartbeat_interval_parses() {
+    let config = |args: &[&str]| {
+        let cli = Cli::try_parse_from(args).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        args.config().heartbeat_interval
+    };
+    assert_eq!(
+        config(&["outbox", "relay", "--heartbeat-interval", "1s"]),
+        Duration::from_secs(1)
+    );
+    assert_eq!(
+        config(&["outbox", "relay"]),
+        WorkerConfig::default().heartbeat_interval
+    );
+}
+
+/// `outbox health` takes its thresholds as durations, with the library's defaults.
+#[test]
+fn health_thresholds_parse() {
+    let cli = Cli::try_parse_from(["outbox", "health", "--undelivered-age", "3s", "--json"])
+        .expect("parse");
+    let Command::Health {
+        undelivered_age,
+        transaction_age,
+        dead_letter_window,
+        json,
+    } = cli.command
+    else {
+        panic!("health")
+    };
+    let d = sea_orm_outbox::ops::HealthThresholds::default();
+    assert_eq!(
+        (undelivered_age, transaction_age, dead_letter_window, json),
+        (
+            Duration::from_secs(3),
+            d.transaction_age,
+            d.dead_letter_window,
+            true
+        )
+    );
+}

@@ -4,6 +4,7 @@
 pub(super) mod by_ids;
 pub(super) mod claim;
 pub(super) mod error;
+pub(super) mod health;
 pub(super) mod ordered;
 #[cfg(feature = "mysql")]
 pub(super) mod pool;

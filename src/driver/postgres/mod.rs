@@ -4,6 +4,7 @@
 //! `postgres` feature only.
 pub(super) mod claim;
 pub(super) mod error;
+pub(super) mod health;
 #[cfg(feature = "postgres")]
 pub(super) mod listen;
 pub(super) mod notify;

@@ -2,7 +2,7 @@
 //! the relay's.
 use std::time::Duration;
 
-use super::render::render;
+use super::render::{render, render_each};
 use crate::driver;
 use crate::EventStatus;
 
@@ -94,5 +94,65 @@ fn dead_letter_groups_and_search() {
     insta::assert_snapshot!(
         "admin_find_events_by_key",
         render(|b| b.build(&b.find_events("ORD-1", None, 50)))
+    );
+}
+
+/// The statements of the heartbeats and the health verdict.
+#[test]
+fn health() {
+    use crate::driver::relays::Beat;
+    insta::assert_snapshot!("health_backlog", render(|b| b.build(&b.backlog())));
+    insta::assert_snapshot!(
+        "health_dead_letters_since",
+        render(|b| b.build(&b.dead_letters_since(Duration::from_secs(300))))
+    );
+    insta::assert_snapshot!(
+        "health_snapshot_holder",
+        render_each(|b| b.snapshot_holders(5))
+    );
+    let table = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
+    let beat = |first, round, success| Beat {
+        instance_id: "order-1-abcdef",
+        version: "0.1.0",
+        timeout: Duration::from_secs(30),
+        first,
+        round,
+        success,
+    };
+    insta::assert_snapshot!(
+        "relay_heartbeat_first",
+        render_each(|b| {
+            let b = b.with_table(table);
+            Some(b.build(&b.heartbeat(&beat(true, false, false))))
+        })
+    );
+    insta::assert_snapshot!(
+        "relay_heartbeat_round",
+        render_each(|b| Some(b.build(&b.heartbeat(&beat(false, true, false)))))
+    );
+    insta::assert_snapshot!(
+        "relay_heartbeat_success",
+        render_each(|b| Some(b.build(&b.heartbeat(&beat(false, true, true)))))
+    );
+    insta::assert_snapshot!(
+        "relay_relays",
+        render_each(|b| {
+            let b = b.with_table(table);
+            Some(b.build(&b.relays()))
+        })
+    );
+    insta::assert_snapshot!(
+        "relay_delete",
+        render_each(|b| Some(b.build(&b.delete_relay("order-1-abcdef"))))
+    );
+    insta::assert_snapshot!(
+        "relay_delete_expired",
+        render_each(|b| Some(
+            b.build(&b.delete_expired_relays(driver::relays::EXPIRED_RELAYS_KEPT))
+        ))
+    );
+    insta::assert_snapshot!(
+        "relay_table_probe",
+        render_each(|b| Some(b.build(&b.relay_table_probe())))
     );
 }

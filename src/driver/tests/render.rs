@@ -64,3 +64,19 @@ pub(super) fn values(s: &Statement) -> String {
         })
         .unwrap_or_default()
 }
+
+/// `stmt` for each backend that has it, SQL and values, without the check of the outbox
+/// table's name: for the statements on other tables (`t_outbox_relay`, the server's views).
+pub(super) fn render_each(stmt: impl Fn(Driver) -> Option<Statement>) -> String {
+    let mut out = String::new();
+    for driver in drivers() {
+        let Some(s) = stmt(driver) else { continue };
+        out.push_str(&format!(
+            "-- {:?}\n{}\n-- values: [{}]\n\n",
+            driver.backend(),
+            s.sql,
+            values(&s)
+        ));
+    }
+    out
+}

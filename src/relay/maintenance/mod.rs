@@ -1,7 +1,8 @@
-//! The relay's maintenance services, each with a bounded `run_once` (tests call it directly)
-//! and a loop over [`every`] that logs an error and goes on: [`Reclaimer`] (expired leases back
-//! to `WAIT` or `FAIL`), [`LeaseRenewer`] (the leases a worker holds), [`GaugeRefresher`] (the
-//! backlog gauges).
+//! The relay's maintenance services, each with a bounded pass (tests call it directly) and a
+//! loop that logs an error and goes on: [`Reclaimer`] (expired leases back to `WAIT` or
+//! `FAIL`) and [`LeaseRenewer`] (the leases a worker holds) over [`every`], [`Monitor`] (the
+//! worker's heartbeat and the gauges) with a loop of its own that remembers the previous
+//! pass.
 use std::future::Future;
 use std::time::Duration;
 
@@ -9,14 +10,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::relay::{Observer, WorkerSummary};
 
-mod gauges;
+mod monitor;
 mod reclaimer;
 mod renewer;
 
 #[cfg(test)]
 mod tests;
 
-pub(crate) use gauges::GaugeRefresher;
+pub(crate) use monitor::Monitor;
 pub(crate) use reclaimer::Reclaimer;
 pub(crate) use renewer::LeaseRenewer;
 

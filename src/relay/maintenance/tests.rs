@@ -1,6 +1,6 @@
 //! The maintenance services' `run_once`, called directly on an in-memory SQLite database: the
-//! reclaimer works in bounded batches, the lease renewer reports lost leases, the gauge
-//! refresher reads the backlog. (Each statement runs on every backend in the driver's tests.)
+//! reclaimer works in bounded batches, the lease renewer reports lost leases, the monitor
+//! writes the heartbeat and reads the backlog into the gauges. (Each statement runs on every backend in the driver's tests.)
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use sea_orm_migration::MigratorTrait;
 use sea_orm_outbox_entity::event_record::{Column, Entity as Events};
 use sea_orm_outbox_entity::EventStatus;
 
-use super::{GaugeRefresher, LeaseRenewer, Reclaimer};
+use super::{LeaseRenewer, Monitor, Reclaimer};
 use crate::driver::{self, Driver, RelayDb};
 use crate::{NewEvent, OrderedPolicy, OutboxExt, RetryPolicy, WorkerConfig};
 
@@ -128,9 +128,10 @@ fn reclaims_every_tenth_of_the_lease_at_most_every_minute() {
     assert_eq!(interval(Duration::from_secs(3)), Duration::from_millis(300));
 }
 
-/// The gauge refresher reads the backlog by status, and the keys blocked behind a dead letter.
+/// The monitor reads the backlog by status, and the keys blocked behind a dead letter; its
+/// heartbeat makes the relay alive, and it counts the events backing off.
 #[tokio::test]
-async fn gauge_refresher_reads_the_backlog() {
+async fn monitor_reads_the_backlog() {
     let db = database().await;
     let ids = claimed(&db, 3, "me").await;
     for _ in 0..2 {
@@ -148,26 +149,27 @@ async fn gauge_refresher_reads_the_backlog() {
         .expect("dead letter");
     let relay_db = RelayDb::extended(db.clone());
     let config = WorkerConfig::default().ordered(Some(OrderedPolicy::Block));
-    let g = GaugeRefresher::new(relay_db, &config);
+    let g = Monitor::new(relay_db, &config, "me", Default::default());
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let b = {
         let _guard = metrics::set_default_local_recorder(&recorder);
-        g.run_once().await.expect("backlog")
+        g.beat(true, false, false).await.expect("heartbeat");
+        g.refresh_gauges().await.expect("backlog")
     };
     assert_eq!((b.wait, b.sending, b.fail), (2, 2, 1));
-    let blocked =
-        snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .find_map(|(key, _, _, v)| match v {
-                metrics_util::debugging::DebugValue::Gauge(v)
-                    if key.key().name() == crate::metrics::BLOCKED_KEYS =>
-                {
-                    Some(v.into_inner())
-                }
-                _ => None,
-            });
-    assert_eq!(blocked, Some(1.0));
+    assert_eq!(b.backing_off, 0);
+    let gauges = snapshotter.snapshot().into_vec();
+    let gauge = |name: &str| {
+        gauges.iter().find_map(|(key, _, _, v)| match v {
+            metrics_util::debugging::DebugValue::Gauge(v) if key.key().name() == name => {
+                Some(v.into_inner())
+            }
+            _ => None,
+        })
+    };
+    assert_eq!(gauge(crate::metrics::BLOCKED_KEYS), Some(1.0));
+    assert_eq!(gauge(crate::metrics::RELAYS_ALIVE), Some(1.0));
+    assert!(gauge(crate::metrics::OLDEST_UNDELIVERED_AGE).is_some_and(|age| age >= 0.0));
+    assert_eq!(gauge(crate::metrics::BACKOFF_EVENTS), Some(0.0));
 }

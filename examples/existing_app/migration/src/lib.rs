@@ -28,6 +28,8 @@ mod m20261130_000002_create_t_consumed_message;
 mod m20261201_000003_add_event_headers;
 // Upgrading to the version with ordered delivery (the index of its claim).
 mod m20261202_000004_add_biz_no_status_index;
+// Upgrading to the version with relay heartbeats (`t_outbox_relay`, read by `outbox health`).
+mod m20261206_000005_create_t_outbox_relay;
 
 /// The app's migrator: its own migrations and the outbox's, in the order they were adopted.
 pub struct Migrator;
@@ -41,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000002_create_t_consumed_message::Migration),
             Box::new(m20261201_000003_add_event_headers::Migration),
             Box::new(m20261202_000004_add_biz_no_status_index::Migration),
+            Box::new(m20261206_000005_create_t_outbox_relay::Migration),
         ]
     }
 }

@@ -1,0 +1,164 @@
+//! The monitor pass, every heartbeat interval: this worker's heartbeat in `t_outbox_relay`,
+//! the removal of heartbeats expired for more than a day, and the gauges.
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{WorkerConfig, HEARTBEATS_PER_TIMEOUT};
+use crate::driver::relays::{Beat, EXPIRED_RELAYS_KEPT};
+use crate::driver::RelayDb;
+use crate::error::OutboxError;
+use crate::ops::Backlog;
+use crate::outbox::Outbox;
+use crate::relay::{Observer, Op, WorkerSummary};
+use crate::wake::ListenState;
+
+/// The monitor of one worker: its heartbeat and the gauges of its table, all labelled `table`
+/// (`schema.table`, or `table`), so that two outboxes in one process keep gauges of their own.
+/// Every live instance exports every gauge; they agree, being read from the same tables.
+#[derive(Debug, Clone)]
+pub(crate) struct Monitor {
+    db: RelayDb,
+    /// The worker's instance id.
+    owner: String,
+    /// Between passes.
+    interval: Duration,
+    /// Whether the blocked-key gauges are refreshed too.
+    blocked: bool,
+    /// The worker's wake-on-commit, whose gauge each pass marks as current.
+    listen: ListenState,
+}
+
+impl Monitor {
+    /// The monitor of the worker `owner` configured with `c`, over the relay's connection `db`,
+    /// with the worker's wake-on-commit state `listen`.
+    pub(crate) fn new(db: RelayDb, c: &WorkerConfig, owner: &str, listen: ListenState) -> Self {
+        Monitor {
+            db,
+            owner: owner.to_owned(),
+            interval: c.heartbeat_interval,
+            blocked: c.ordered == Some(crate::OrderedPolicy::Block),
+            listen,
+        }
+    }
+
+    /// Writes this worker's heartbeat: `first` for the first of a run; `round` and `success`
+    /// when the worker completed a claim round, or published, since the previous one.
+    ///
+    /// SQL: [`crate::driver::Driver::heartbeat`], then
+    /// [`crate::driver::Driver::delete_expired_relays`] (rows expired more than 24 h ago).
+    pub(crate) async fn beat(
+        &self,
+        first: bool,
+        round: bool,
+        success: bool,
+    ) -> Result<(), OutboxError> {
+        use sea_orm::ConnectionTrait;
+        let driver = self.db.driver();
+        let beat = Beat {
+            instance_id: &self.owner,
+            version: env!("CARGO_PKG_VERSION"),
+            timeout: self.interval * HEARTBEATS_PER_TIMEOUT,
+            first,
+            round,
+            success,
+        };
+        self.db.execute(&driver.heartbeat(&beat)).await?;
+        self.db
+            .execute(&driver.delete_expired_relays(EXPIRED_RELAYS_KEPT))
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes this worker's heartbeat: it stopped cleanly.
+    pub(crate) async fn remove(&self) -> Result<(), OutboxError> {
+        use sea_orm::ConnectionTrait;
+        let delete = self.db.driver().delete_relay(&self.owner);
+        self.db.execute(&delete).await?;
+        Ok(())
+    }
+
+    /// Reads the backlog and the heartbeats (and the blocked keys) and sets the gauges; returns
+    /// the backlog. On a database error the gauges keep their last values.
+    ///
+    /// Gauges: `outbox_backlog{status}`, `outbox_oldest_wait_age_seconds`,
+    /// `outbox_oldest_undelivered_age_seconds`, `outbox_backoff_events` from
+    /// [`crate::ops::backlog`]; `outbox_relays_alive`, `outbox_last_success_age_seconds` from
+    /// the heartbeats; for a worker in ordered mode with [`crate::OrderedPolicy::Block`]
+    /// `outbox_blocked_keys` and `outbox_oldest_blocked_age_seconds`.
+    pub(crate) async fn refresh_gauges(&self) -> Result<Backlog, OutboxError> {
+        use crate::metrics as m;
+        let outbox = Outbox::of_table(self.db.table());
+        let table = self.db.table().label();
+        let gauge = |name: &'static str, value: f64| {
+            metrics::gauge!(name, "table" => table.clone()).set(value);
+        };
+        self.listen.touch_gauge();
+        let b = crate::ops::backlog(&outbox, &self.db).await?;
+        for (status, rows) in [("WAIT", b.wait), ("SENDING", b.sending), ("FAIL", b.fail)] {
+            metrics::gauge!(m::BACKLOG, "status" => status, "table" => table.clone())
+                .set(rows as f64);
+        }
+        gauge(m::OLDEST_WAIT_AGE, b.oldest_wait_age_seconds);
+        gauge(m::OLDEST_UNDELIVERED_AGE, b.oldest_undelivered_age_seconds);
+        gauge(m::BACKOFF_EVENTS, b.backing_off as f64);
+        let (relays, now) = crate::ops::relays_at(&outbox, &self.db).await?;
+        gauge(m::RELAYS_ALIVE, crate::ops::alive(&relays) as f64);
+        let last_success = now.map_or(0.0, |now| crate::ops::last_success_age(&relays, now));
+        gauge(m::LAST_SUCCESS_AGE, last_success);
+        if self.blocked {
+            let k = crate::ops::blocked_keys(&outbox, &self.db).await?;
+            gauge(m::BLOCKED_KEYS, k.keys as f64);
+            gauge(m::OLDEST_BLOCKED_AGE, k.oldest_age_seconds.unwrap_or(0.0));
+        }
+        Ok(b)
+    }
+
+    /// One pass: the heartbeat ([`Monitor::beat`]), then the gauges; an error of either is
+    /// logged and counted into `s`, and the other still runs. Returns whether the heartbeat
+    /// was written.
+    async fn pass(
+        &self,
+        s: &mut WorkerSummary,
+        observer: &Observer,
+        beat: (bool, bool, bool),
+    ) -> bool {
+        let (first, round, success) = beat;
+        let written = match self.beat(first, round, success).await {
+            Ok(()) => true,
+            Err(e) => {
+                observer.error(s, Op::Heartbeat, &e, "heartbeat not written");
+                false
+            }
+        };
+        if let Err(e) = self.refresh_gauges().await {
+            observer.error(s, Op::Gauges, &e, "gauges not refreshed");
+        }
+        written
+    }
+
+    /// A pass at once and then every heartbeat interval until `cancel` fires. A claim round or
+    /// a publish since the previous written heartbeat shows in the worker's totals
+    /// (`observer`); until one is written, each is the run's first.
+    pub(crate) async fn run(&self, cancel: &CancellationToken, observer: &Observer) {
+        let mut last: Option<WorkerSummary> = None;
+        while !cancel.is_cancelled() {
+            let now = observer.totals();
+            let before = last.unwrap_or_default();
+            let beat = (
+                last.is_none(),
+                now.rounds > before.rounds,
+                now.published > before.published,
+            );
+            let mut s = WorkerSummary::default();
+            if self.pass(&mut s, observer, beat).await {
+                last = Some(now);
+            }
+            observer.commit(&mut s);
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+        }
+    }
+}
