@@ -4,6 +4,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
+use sea_orm_outbox::ops::HealthStatus;
 use sea_orm_outbox::OutboxError;
 
 /// The pages of the navigation bar.
@@ -30,6 +31,8 @@ header input{padding:4px 8px;border-radius:4px;border:1px solid #374151;backgrou
 .badges{display:flex;gap:8px}
 .badge{font-size:12px;padding:2px 8px;border-radius:10px;background:#374151;color:#e5e7eb}
 .badge.rw{background:#7c2d12;color:#ffedd5}
+.badge.healthy{background:#dcfce7;color:#14532d}.badge.degraded{background:#fef3c7;color:#78350f}.badge.failing{background:#fee2e2;color:#7f1d1d}
+header .badge.healthy,header .badge.degraded,header .badge.failing{text-decoration:none}
 main{max-width:1120px;margin:0 auto;padding:20px 24px 40px}
 h1{font-size:20px;margin:4px 0 16px}
 h2{font-size:16px;margin:28px 0 10px}
@@ -75,6 +78,8 @@ pub(crate) struct Frame<'a> {
     pub(crate) base: &'a str,
     /// Reload the page every that many seconds (`<meta http-equiv="refresh">`).
     pub(crate) refresh: Option<u64>,
+    /// The outbox's health, shown as a badge (the overview's; other pages show none).
+    pub(crate) health: Option<HealthStatus>,
 }
 
 impl<'a> Frame<'a> {
@@ -86,6 +91,7 @@ impl<'a> Frame<'a> {
             writable,
             base: "",
             refresh: None,
+            health: None,
         }
     }
 }
@@ -112,6 +118,7 @@ pub(crate) fn page(frame: Frame<'_>, body: Markup) -> Markup {
         writable,
         base,
         refresh,
+        health,
     } = frame;
     let link = |href: &str, label: &str, this: Nav| {
         html! { a href={ (base) (href) } class=[(nav == this).then_some("on")] { (label) } }
@@ -137,9 +144,14 @@ pub(crate) fn page(frame: Frame<'_>, body: Markup) -> Markup {
                         (link("dead", "Dead letters", Nav::Dead))
                         (link("events", "Search", Nav::Events))
                     }
-                    // The console's state at a glance: its mode, and beside it any other
-                    // badge of the whole outbox (a health badge belongs here).
+                    // The console's state at a glance: its mode, and the outbox's health.
                     div.badges {
+                        @if let Some(status) = health {
+                            a #health-badge class={ "badge " (status.as_str()) } data-status=(status.as_str())
+                                href={ (base) "health" } title="The outbox's health (JSON)" {
+                                (status.as_str())
+                            }
+                        }
                         @if writable {
                             span.badge.rw title="Retry and discard need the console's token" {
                                 "actions enabled"

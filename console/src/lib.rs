@@ -7,6 +7,10 @@
 //! - `/dead` the dead letters grouped by error, with retry and discard for a group, for all,
 //!   and (on a group's list of events) for one.
 //! - `/events?q=` the events of a business key (`biz_no`) or the event of an id, every column.
+//! - `/health` the outbox's health as JSON ([`sea_orm_outbox::ops::health`] with the default
+//!   thresholds): 200 when healthy or degraded, 503 when failing or when the database cannot
+//!   be read. The overview shows the same verdict and its reasons, and the relay instances
+//!   from their heartbeats ([`sea_orm_outbox::ops::relays`]).
 //!
 //! Every action (retry, discard) goes through a confirmation page whose form posts it with the
 //! console's token. Without a token ([`Console::token`]) the console is read-only: it shows no
@@ -128,7 +132,7 @@ impl Console {
         self.shared.writable()
     }
 
-    /// The console's pages and actions: `GET /`, `/dead`, `/events`, `/confirm`; `POST
+    /// The console's pages and actions: `GET /`, `/dead`, `/events`, `/confirm`, `/health`; `POST
     /// /retry`, `/discard`. Nest it under a prefix (`Router::nest("/outbox", ...)`); every
     /// response carries a restrictive `Content-Security-Policy` and `Cache-Control: no-store`.
     pub fn router(&self) -> Router {
@@ -136,6 +140,7 @@ impl Console {
             .route("/", get(pages::overview))
             .route("/dead", get(pages::dead))
             .route("/events", get(pages::events))
+            .route("/health", get(pages::health))
             .route("/confirm", get(actions::confirm))
             .route("/retry", post(actions::retry))
             .route("/discard", post(actions::discard))

@@ -17,6 +17,7 @@ use std::time::Duration;
 use common::http::http;
 use common::{count, wait_until, Backend, Fleet, TestContext};
 use fantoccini::{Client, Locator};
+use sea_orm_outbox::ops::HealthThresholds;
 use sea_orm_outbox::{ops, EventStatus, InMemoryPublisher, Outbox};
 use sea_orm_outbox_console::Console;
 use support::{arrive, number, statuses, text, Browser, Seeded, Served, BROKER};
@@ -116,7 +117,6 @@ async fn overview_shows_the_stats(ctx: &TestContext, client: &Client, served: &S
             .len(),
         4
     );
-    screenshot(ctx, client, "overview").await;
 
     // The navigation's relative links stay under the prefix.
     client
@@ -135,7 +135,10 @@ async fn overview_shows_the_stats(ctx: &TestContext, client: &Client, served: &S
 /// `OUTBOX_CONSOLE_SCREENSHOT=1` (from the Postgres run), any other page (and the overview
 /// without the variable) to `outbox-console-<backend>-<page>.png` in the temp directory.
 async fn screenshot(ctx: &TestContext, client: &Client, page: &str) {
+    // The whole overview: a taller window for the picture, then the test's size again.
+    client.set_window_size(1280, 1400).await.expect("resize");
     let png = client.screenshot().await.expect("screenshot");
+    client.set_window_size(1280, 900).await.expect("resize");
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     let to_docs = std::env::var("OUTBOX_CONSOLE_SCREENSHOT").as_deref() == Ok("1")
         && ctx.backend == Backend::Postgres
@@ -208,6 +211,7 @@ async fn retrying_a_group_delivers_only_its_events(
         || async { statuses(ctx, &seeded.broker).await == [EventStatus::Success; 3] },
     )
     .await;
+    relay_and_health_on_the_overview(ctx, client, served).await;
     relay.stop().await;
     assert!(delivered, "the relay delivers the retried group");
     let sent = publisher.distinct_ids();
@@ -221,6 +225,53 @@ async fn retrying_a_group_delivers_only_its_events(
         seeded.wait.iter().all(|id| sent.contains(id)),
         "premise: the relay ran"
     );
+}
+
+/// While a relay runs: the overview lists its instance (from its heartbeat) as alive, its
+/// health badge and panel give the verdict of `ops::health`, and `/health` answers it as JSON.
+/// The screenshot of the overview is taken here, with the trend and a relay.
+async fn relay_and_health_on_the_overview(ctx: &TestContext, client: &Client, served: &Served) {
+    client.goto(&served.url("")).await.expect("overview");
+    arrive(client, "#relays").await;
+    let relays = ops::relays(&Outbox::default(), &ctx.db)
+        .await
+        .expect("relays");
+    let alive: Vec<_> = relays.iter().filter(|r| r.alive).collect();
+    assert!(!alive.is_empty(), "premise: the relay wrote its heartbeat");
+    let shown = text(client, "#relays").await;
+    for r in &alive {
+        assert!(
+            shown.contains(&r.instance_id),
+            "{} in {shown}",
+            r.instance_id
+        );
+    }
+    let health = ops::health(&Outbox::default(), &ctx.db, &HealthThresholds::default())
+        .await
+        .expect("health");
+    let badge = client
+        .find(Locator::Css("#health-badge"))
+        .await
+        .expect("the health badge")
+        .attr("data-status")
+        .await
+        .expect("status");
+    assert_eq!(badge.as_deref(), Some(health.status.as_str()));
+    screenshot(ctx, client, "overview").await;
+
+    client.goto(&served.url("/health")).await.expect("/health");
+    // Chromium shows a JSON answer's text in a `pre`.
+    let body = text(client, "pre").await;
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(json["status"], health.status.as_str(), "{body}");
+    let codes: Vec<_> = health.reasons.iter().map(|r| r.code.as_str()).collect();
+    let answered: Vec<_> = json["reasons"]
+        .as_array()
+        .expect("reasons")
+        .iter()
+        .map(|r| r["code"].as_str().expect("code"))
+        .collect();
+    assert_eq!(answered, codes, "{body}");
 }
 
 /// Types `token` into the confirmation form and submits it.

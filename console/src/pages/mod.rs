@@ -1,10 +1,12 @@
-//! The pages that only read: the overview, the dead letters by error, the search.
+//! The pages that only read: the overview, the dead letters by error, the search, the health.
 mod dead;
 mod events;
+mod health;
 mod overview;
 
 pub(crate) use dead::dead;
 pub(crate) use events::events;
+pub(crate) use health::health;
 pub(crate) use overview::overview;
 
 use maud::{html, Markup};

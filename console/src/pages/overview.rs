@@ -1,11 +1,14 @@
-//! `/`: the rows per status, the backlog's ages, and the trend of the last hour.
+//! `/`: the rows per status, the backlog's ages, the health, the relays, and the trend of the
+//! last hour.
 use std::time::Instant;
 
 use axum::extract::{OriginalUri, State};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
-use sea_orm_outbox::ops::{self, OutboxStats};
+use sea_orm_outbox::ops::{self, Health, HealthThresholds, OutboxStats, RelayInstance};
+use sea_orm_outbox::OutboxError;
 
+use super::health::{health_panel, relays_panel};
 use crate::layout::{self, age, count, Frame, Nav};
 use crate::state::{self, Shared};
 use crate::trend::{self, Sample, Series};
@@ -13,12 +16,20 @@ use crate::trend::{self, Sample, Series};
 /// Seconds between the overview's reloads.
 const REFRESH_SECONDS: u64 = 15;
 
-/// `GET /`: reads `ops::stats` (with the console's lease) and renders it with the trend.
+/// `GET /`: reads `ops::stats` (with the console's lease), `ops::health` (default thresholds)
+/// and `ops::relays`, and renders them with the trend. The health and the relays show their
+/// error in their panel when they cannot be read; the page fails only without the stats.
 pub(crate) async fn overview(
     State(state): State<state::State>,
     OriginalUri(uri): OriginalUri,
 ) -> Response {
-    let stats = match ops::stats(&state.outbox, &state.db, state.lease).await {
+    let thresholds = HealthThresholds::default();
+    let (stats, health, relays) = tokio::join!(
+        ops::stats(&state.outbox, &state.db, state.lease),
+        ops::health(&state.outbox, &state.db, &thresholds),
+        ops::relays(&state.outbox, &state.db),
+    );
+    let stats = match stats {
         Ok(stats) => stats,
         Err(e) => return layout::failure(state.writable(), &e),
     };
@@ -26,27 +37,35 @@ pub(crate) async fn overview(
     let frame = Frame {
         base: &base,
         refresh: Some(REFRESH_SECONDS),
+        health: health.as_ref().ok().map(|h| h.status),
         ..Frame::new("Overview", Nav::Overview, state.writable())
     };
-    let body = render(&state, &stats, &state.samples(), &base, Instant::now());
+    let read = Read {
+        stats: &stats,
+        health: &health,
+        relays: &relays,
+    };
+    let body = render(&state, &read, &state.samples(), &base, Instant::now());
     layout::page(frame, body).into_response()
 }
 
-/// The overview's sections, top to bottom. A panel of the running relays belongs after the
-/// backlog's ages (`now`), before the trend.
-fn render(
-    state: &Shared,
-    stats: &OutboxStats,
-    samples: &[Sample],
-    base: &str,
-    now: Instant,
-) -> Markup {
+/// What the overview read from the database.
+struct Read<'a> {
+    stats: &'a OutboxStats,
+    health: &'a Result<Health, OutboxError>,
+    relays: &'a Result<Vec<RelayInstance>, OutboxError>,
+}
+
+/// The overview's sections, top to bottom.
+fn render(state: &Shared, read: &Read<'_>, samples: &[Sample], base: &str, now: Instant) -> Markup {
     html! {
         h1 {
             "Outbox " span.muted { "table " code { (table_name(state)) } }
         }
-        (cards(stats, base))
-        (backlog(stats, base))
+        (cards(read.stats, base))
+        (backlog(read.stats, base))
+        (health_panel(read.health))
+        (relays_panel(read.relays))
         (trend_charts(state, samples, now))
     }
 }
