@@ -129,23 +129,6 @@ pub(crate) enum Command {
     Console(ConsoleArgs),
 }
 
-/// `outbox console` settings.
-#[derive(Args, Debug)]
-pub(crate) struct ConsoleArgs {
-    /// Address to listen on. Loopback by default; any other address makes the console
-    /// reachable from other hosts (put authentication in front of it).
-    #[arg(long, env = "OUTBOX_CONSOLE_ADDR", default_value = "127.0.0.1:8080")]
-    pub(crate) addr: std::net::SocketAddr,
-    /// The token that allows retry and discard (typed into each action's form); without one
-    /// the console is read-only. Prefer the environment variable (a flag shows in the process
-    /// list); never printed.
-    #[arg(long, env = "OUTBOX_CONSOLE_TOKEN", hide_env_values = true, value_parser = secret)]
-    pub(crate) token: Option<SecretKey>,
-    /// The workers' lease: SENDING rows claimed longer ago than this are shown as past it.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
-    pub(crate) lease: Duration,
-}
-
 /// `outbox migrate` actions.
 #[derive(Subcommand, Debug)]
 pub(crate) enum MigrateAction {
@@ -403,5 +386,8 @@ impl RelayArgs {
     }
 }
 
+mod console;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use console::ConsoleArgs;
