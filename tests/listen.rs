@@ -485,7 +485,7 @@ const FOUND_WITHIN: Duration = Duration::from_secs(30);
 /// Events committed one by one after the frozen connection was replaced.
 const EVENTS_AFTER_FREEZE: usize = 20;
 
-/// Every value the gauge `outbox_wake_listening` took, in order: a recorder of that gauge
+/// Every value the gauge `outbox_wake_listening` took, in order (each change once): a recorder of that gauge
 /// alone, so that a 0 between two 1s shows however briefly it lasted.
 #[derive(Clone, Default)]
 struct GaugeHistory(Arc<Mutex<Vec<f64>>>);
@@ -494,19 +494,28 @@ impl GaugeHistory {
     fn values(&self) -> Vec<f64> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// Records `value` when it differs from the last one: a touch that changes nothing (the
+    /// monitor pass marks the gauge as current with an increment by 0) is no step.
+    fn record(&self, value: impl FnOnce(Option<f64>) -> f64) {
+        let mut values = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let last = values.last().copied();
+        let next = value(last);
+        if last != Some(next) {
+            values.push(next);
+        }
+    }
 }
 
 impl metrics::GaugeFn for GaugeHistory {
     fn increment(&self, value: f64) {
-        let mut values = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let next = values.last().copied().unwrap_or(0.0) + value;
-        values.push(next);
+        self.record(|last| last.unwrap_or(0.0) + value);
     }
     fn decrement(&self, value: f64) {
         self.increment(-value);
     }
     fn set(&self, value: f64) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(value);
+        self.record(|_| value);
     }
 }
 
