@@ -7,6 +7,9 @@ use clap::{Args, Parser, Subcommand};
 use sea_orm_outbox::WorkerConfig;
 use sea_orm_outbox_rocketmq::SecretKey;
 
+mod console;
+pub(crate) use console::ConsoleArgs;
+
 /// A secret from the command line or the environment, kept redacted.
 fn secret(value: &str) -> Result<SecretKey, std::convert::Infallible> {
     Ok(SecretKey::new(value))
@@ -127,23 +130,6 @@ pub(crate) enum Command {
     /// Serve the web console (overview and trend, dead letters by error with retry and discard,
     /// search by biz_no or id) until Ctrl-C or SIGTERM. Without a token it is read-only.
     Console(ConsoleArgs),
-}
-
-/// `outbox console` settings.
-#[derive(Args, Debug)]
-pub(crate) struct ConsoleArgs {
-    /// Address to listen on. Loopback by default; any other address makes the console
-    /// reachable from other hosts (put authentication in front of it).
-    #[arg(long, env = "OUTBOX_CONSOLE_ADDR", default_value = "127.0.0.1:8080")]
-    pub(crate) addr: std::net::SocketAddr,
-    /// The token that allows retry and discard (typed into each action's form); without one
-    /// the console is read-only. Prefer the environment variable (a flag shows in the process
-    /// list); never printed.
-    #[arg(long, env = "OUTBOX_CONSOLE_TOKEN", hide_env_values = true, value_parser = secret)]
-    pub(crate) token: Option<SecretKey>,
-    /// The workers' lease: SENDING rows claimed longer ago than this are shown as past it.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
-    pub(crate) lease: Duration,
 }
 
 /// `outbox migrate` actions.
