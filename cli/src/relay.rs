@@ -121,6 +121,18 @@ async fn relay_on(
             return Err(e.into());
         }
     };
+    // A table lacking a newer migration refuses the start (exit status 3); any other error is
+    // left to the worker, which retries.
+    if let Err(e) = worker.check_schema().await {
+        if matches!(
+            e,
+            OutboxError::SchemaOutdated(_) | OutboxError::TableMissing(_)
+        ) {
+            drop(worker);
+            handle.shutdown().await;
+            return Err(e.into());
+        }
+    }
     tracing::info!(owner = %worker.owner(), database = %redact_url(url), table = outbox.table_name(), publisher = %target, config = ?worker.config(), "relay started");
     let summary = worker.run(cancel).await;
     // The worker holds the other reference to the publisher: drop it, then stop the producer.

@@ -67,8 +67,8 @@ pub async fn dead_letters_since<C: ConnectionTrait>(
     Ok(u64::try_from(n).unwrap_or(0))
 }
 
-/// The rows of [`Driver::snapshot_holders`]; empty when no other transaction is open (and on
-/// SQLite).
+/// The rows of [`Driver::snapshot_holders`]; empty when no other transaction is open, on
+/// SQLite, and on MySQL/MariaDB without the `PROCESS` privilege (which `innodb_trx` needs).
 pub async fn snapshot_holders<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
@@ -77,9 +77,12 @@ pub async fn snapshot_holders<C: ConnectionTrait>(
     let Some(stmt) = driver.snapshot_holders(limit) else {
         return Ok(Vec::new());
     };
-    db.query_all_raw(stmt)
-        .await?
-        .iter()
+    let rows = match db.query_all_raw(stmt).await {
+        Ok(rows) => rows,
+        Err(e) if mysql::health::lacks_process_privilege(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    rows.iter()
         .map(|r| {
             Ok(SnapshotHolder {
                 pid: r.try_get("", "pid")?,

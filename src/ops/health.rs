@@ -162,7 +162,7 @@ impl HealthThresholds {
 ///   a transaction (a snapshot) open longer than `transaction_age` (Postgres
 ///   `pg_stat_activity`, needing `pg_read_all_stats` to see other roles; MySQL/MariaDB
 ///   `information_schema.innodb_trx` of the connections whose default database is this one,
-///   needing `PROCESS`; never on SQLite); the message names up to five, oldest first, by
+///   needing `PROCESS`, without which none is seen; never on SQLite); the message names up to five, oldest first, by
 ///   connection id, age, state, user and client, not by their query, whose literals may be
 ///   secret.
 ///

@@ -47,3 +47,25 @@ pub(crate) fn snapshot_holders(limit: u64) -> SelectStatement {
         .limit(limit)
         .to_owned()
 }
+
+/// Whether `err` is MySQL/MariaDB refusing `information_schema.innodb_trx` to a user without
+/// the `PROCESS` privilege (error 1227): the snapshot holders are then not visible, as
+/// Postgres shows no other role's without `pg_read_all_stats`.
+pub(crate) fn lacks_process_privilege(err: &sea_orm::DbErr) -> bool {
+    #[cfg(feature = "mysql")]
+    {
+        use sea_orm::sqlx::mysql::MySqlDatabaseError;
+        use sea_orm::sqlx::Error::Database;
+        use sea_orm::DbErr;
+        use sea_orm::RuntimeErr::SqlxError;
+        if let DbErr::Query(SqlxError(e)) | DbErr::Exec(SqlxError(e)) = err {
+            if let Database(e) = e.as_ref() {
+                return e
+                    .try_downcast_ref::<MySqlDatabaseError>()
+                    .is_some_and(|e| e.number() == 1227);
+            }
+        }
+    }
+    let _ = err;
+    false
+}

@@ -137,12 +137,21 @@ impl Monitor {
         written
     }
 
-    /// A pass at once and then every heartbeat interval until `cancel` fires. A claim round or
-    /// a publish since the previous written heartbeat shows in the worker's totals
-    /// (`observer`); until one is written, each is the run's first.
+    /// A pass at once and then every heartbeat interval until `cancel` fires; the interval
+    /// counts from the start of a pass, so a slow pass does not push the next heartbeat
+    /// towards its row's expiry. A claim round or a publish since the previous written
+    /// heartbeat shows in the worker's totals (`observer`); until one is written, each is the
+    /// run's first.
     pub(crate) async fn run(&self, cancel: &CancellationToken, observer: &Observer) {
         let mut last: Option<WorkerSummary> = None;
-        while !cancel.is_cancelled() {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => break,
+                _ = tick.tick() => {}
+            }
             let now = observer.totals();
             let before = last.unwrap_or_default();
             let beat = (
@@ -155,10 +164,6 @@ impl Monitor {
                 last = Some(now);
             }
             observer.commit(&mut s);
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(self.interval) => {}
-            }
         }
     }
 }
