@@ -202,7 +202,7 @@ fn evals(alerts: &[(String, String)], minute: usize, table: &str, firing: &[&str
         let labels = if by_instance {
             format!("severity: {severity}, job: relay, instance: app-1")
         } else {
-            format!("severity: {severity}, table: {table}")
+            format!("severity: {severity}, job: relay, table: {table}")
         };
         out.push_str(&format!(
             "        exp_alerts:\n          - exp_labels: {{{labels}}}\n            exp_annotations: {{summary: \"{summary}\"}}\n"

@@ -634,8 +634,8 @@ async fn frozen_listen_is_found_and_replaced(ctx: &TestContext) {
         ms(p99)
     );
     assert!(
-        p99 < Duration::from_secs(1),
-        "p99 {p99:?}: woken on commit, not left to the poll delay"
+        p99 < Duration::from_secs(3),
+        "p99 {p99:?}: woken on commit, not left to the 60 s poll delay"
     );
     assert_eq!(
         relay.logged("WARN", "LISTEN connection lost"),

@@ -192,7 +192,8 @@ pub async fn health<C: ConnectionTrait>(
             ),
             None => format!(
                 "no relay of {table} is alive: none has a heartbeat (a relay that stops cleanly \
-                 deletes its own)"
+                 deletes its own; relays name the table as they were given it, with or without \
+                 its schema)"
             ),
         };
         reasons.push(reason(

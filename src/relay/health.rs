@@ -11,8 +11,9 @@ impl Worker {
     /// (failing) when its publisher refused sends for its own configuration or credentials
     /// ([`crate::PublishErrorKind::Configuration`]) since its last successful publish.
     ///
-    /// A readiness or liveness probe of the service can answer with it; every figure but the
-    /// worker's own comes from the database.
+    /// For alerting or a readiness probe; not for a liveness probe: most reasons are the
+    /// whole table's (a broker outage, an old backlog), and restarting every replica at once
+    /// cures none of them. Every figure but the worker's own comes from the database.
     ///
     /// # Errors
     /// As [`crate::ops::health`] (the database could not be read).
