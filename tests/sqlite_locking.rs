@@ -363,10 +363,12 @@ async fn begin_write_is_a_plain_transaction(ctx: &TestContext) {
     assert_eq!(ids, vec![kept]);
 }
 
-/// An idle relay takes no write lock: 3 relays polling an empty outbox every 20 ms while 1
-/// writer runs deferred transactions (select, insert an order, commit; no event, so the
-/// relays stay idle) for 1.5 s: none fails with `database is locked`. (A claim `UPDATE` takes
-/// the lock even when it matches no row; the relay reads first whether anything is due.)
+/// An idle relay's rounds take no write lock: 3 relays polling an empty outbox every 20 ms
+/// while 1 writer runs deferred transactions (select, insert an order, commit; no event, so
+/// the relays stay idle) for 1.5 s: none fails with `database is locked`. (A claim `UPDATE`
+/// takes the lock even when it matches no row; the relay reads first whether anything is
+/// due.) The relays' first heartbeats are written before the writer starts: a heartbeat is
+/// the one write of an idle relay, once per heartbeat interval (10 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_idle_relays_take_no_write_lock() {
     if !common::selected(Backend::Sqlite, "sqlite_idle_relays_take_no_write_lock") {
@@ -382,6 +384,18 @@ async fn sqlite_idle_relays_take_no_write_lock() {
     )
     .await;
     assert!(fleet.started(Duration::from_secs(10)).await, "relays start");
+    let beating = common::wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || async {
+            let relays = sea_orm_outbox::ops::relays(&sea_orm_outbox::Outbox::default(), &ctx.db)
+                .await
+                .expect("relays");
+            relays.iter().filter(|r| r.alive).count() == 3
+        },
+    )
+    .await;
+    assert!(beating, "the relays wrote their first heartbeats");
     let (mut transactions, mut locked, mut other) = (0usize, BTreeMap::new(), Vec::new());
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(1500) {
