@@ -47,6 +47,14 @@ pub enum EventError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The event's due time is further out than [`crate::NewEvent::MAX_DELAY`].
+    #[error("event is due in {seconds} s; the longest delay is {max} s")]
+    DelayTooLong {
+        /// The delay asked for, in seconds (from the application's clock for an instant).
+        seconds: u64,
+        /// [`crate::NewEvent::MAX_DELAY`] in seconds.
+        max: u64,
+    },
     /// The headers together are larger than the limit (bytes of their JSON form).
     #[error("event headers are {size} bytes; the limit is {max} bytes")]
     HeadersTooLarge {

@@ -7,7 +7,9 @@ use serde::Serialize;
 
 use crate::error::EventError;
 
+mod due;
 mod limits;
+pub(crate) use due::Due;
 pub use limits::EventLimits;
 
 /// An event to write into `t_event_record` in the business transaction.
@@ -26,6 +28,7 @@ pub struct NewEvent {
     headers: BTreeMap<String, String>,
     notify: bool,
     notify_interval: Duration,
+    due: Due,
 }
 
 impl NewEvent {
@@ -63,6 +66,7 @@ impl NewEvent {
             headers: BTreeMap::new(),
             notify: true,
             notify_interval: Self::DEFAULT_NOTIFY_INTERVAL,
+            due: Due::Now,
         }
     }
 
@@ -113,9 +117,13 @@ impl NewEvent {
         serde_json::to_string(&self.headers).ok()
     }
 
-    /// Whether writing this event wakes listening relays at once (default `true`): on Postgres
-    /// the insert also queues `pg_notify('sea_orm_outbox', '')`, delivered at commit (shared by
-    /// concurrent writers: [`NewEvent::notify_interval`]). Other backends always poll.
+    /// Whether writing this event wakes relays at once (default `true`; a delayed event wakes
+    /// none). On Postgres the insert also queues `pg_notify('sea_orm_outbox', '')`, delivered
+    /// at commit to every listening relay (shared by concurrent writers:
+    /// [`NewEvent::notify_interval`]). On MySQL/MariaDB and SQLite the write wakes the workers
+    /// of the same process and table, which claim at once and then again after 20, 40, 80 ms
+    /// and so on (doubling up to the poll delay), so that the commit following the write is
+    /// found within milliseconds; relays in other processes poll.
     #[must_use]
     pub fn notify_relays(mut self, on: bool) -> Self {
         self.notify = on;
@@ -144,9 +152,10 @@ impl NewEvent {
         self.notify_interval
     }
 
-    /// The wake-up of the insert: `None` none, else its [`NewEvent::notify_interval`].
+    /// The wake-up of the insert: `None` none (off, or the event is delayed), else its
+    /// [`NewEvent::notify_interval`].
     pub(crate) fn wakeup(&self) -> Option<Duration> {
-        self.notify.then_some(self.notify_interval)
+        (self.notify && !self.is_delayed()).then_some(self.notify_interval)
     }
 
     /// The business key (message `keys`).
@@ -173,7 +182,8 @@ impl NewEvent {
     /// in any field (Postgres text cannot store it), [`EventError::PayloadTooLarge`] past
     /// `limits.max_payload_bytes`, [`EventError::InvalidHeader`] for a header name or value
     /// [`NewEvent::header`] does not allow, [`EventError::HeadersTooLarge`] past
-    /// `limits.max_headers_bytes`.
+    /// `limits.max_headers_bytes`, [`EventError::DelayTooLong`] for a due time past
+    /// [`NewEvent::MAX_DELAY`].
     pub fn validate(&self, limits: &EventLimits) -> Result<(), EventError> {
         check_text("biz_no", &self.biz_no, BIZ_NO_MAX_LEN)?;
         check_text("event_type", &self.event_type, EVENT_TYPE_MAX_LEN)?;
@@ -196,7 +206,7 @@ impl NewEvent {
                 max: limits.max_headers_bytes,
             });
         }
-        Ok(())
+        self.check_due()
     }
 }
 

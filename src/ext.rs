@@ -59,10 +59,28 @@ impl Outbox {
         db: &C,
         event: NewEvent,
     ) -> Result<i64, OutboxError> {
+        let (id, wake) = self.insert(db, event).await?;
+        if wake {
+            crate::local_wake::signal(&self.table_ref().label());
+        }
+        Ok(id)
+    }
+
+    /// Validates and inserts `event`; returns its id and whether the workers of this process
+    /// are to be woken locally: when the event wakes relays
+    /// ([`NewEvent::notify_relays`], not delayed) and the insert queued no `NOTIFY`, which
+    /// wakes every listening relay at commit (Postgres).
+    async fn insert<C: ConnectionTrait>(
+        &self,
+        db: &C,
+        event: NewEvent,
+    ) -> Result<(i64, bool), OutboxError> {
         #[cfg(feature = "opentelemetry")]
         let event = crate::otel::record_trace_context(event);
         event.validate(&self.event_limits())?;
-        Ok(driver::insert_event(db, self.table_ref(), &event).await?)
+        let id = driver::insert_event(db, self.table_ref(), &event).await?;
+        let notified = driver::Driver::of(db.get_database_backend()).is_some_and(|d| d.listens());
+        Ok((id, event.wakeup().is_some() && !notified))
     }
 
     /// [`transactional_publish`] into this outbox's table, checking its limits.
@@ -89,8 +107,11 @@ impl Outbox {
             .map_err(inside_transaction)?
             .try_into_model()?;
         let event = make_event(&saved)?;
-        let event_id = self.with_event(&txn, event).await?;
+        let (event_id, wake) = self.insert(&txn, event).await?;
         txn.commit().await?;
+        if wake {
+            crate::local_wake::signal(&self.table_ref().label());
+        }
         Ok((saved, event_id))
     }
 }

@@ -23,6 +23,7 @@ mod error;
 mod event;
 mod ext;
 mod instance;
+mod local_wake;
 pub mod metrics;
 pub mod ops;
 #[cfg(feature = "opentelemetry")]

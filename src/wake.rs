@@ -1,7 +1,9 @@
-//! What a worker waits on between rounds: the poll delay, and where the driver listens
-//! (Postgres) also a `LISTEN` on [`crate::driver::WAKE_CHANNEL`], notified by every committed
-//! event that keeps [`crate::NewEvent::notify_relays`] on. Polling stays as the safety net;
-//! the gauge [`WAKE_LISTENING`] tells whether wake-on-commit is live.
+//! What a worker waits on between rounds: the poll delay; the process-local wake-up of its
+//! table ([`crate::local_wake`]), signalled by the writers of the same process on every
+//! backend; and where the driver listens (Postgres) also a `LISTEN` on
+//! [`crate::driver::WAKE_CHANNEL`], notified by every committed event that keeps
+//! [`crate::NewEvent::notify_relays`] on, whichever process wrote it. Polling stays as the
+//! safety net; the gauge [`WAKE_LISTENING`] tells whether the `LISTEN` is live.
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,15 +93,23 @@ pub(crate) struct Wake {
     check_failed: bool,
     /// The next wait when it is a follow-up (see [`Wake::wait`]).
     next_follow_up: Option<Duration>,
+    /// The process-local wake-up of the worker's table; `None` when wake-on-commit is off.
+    local: Option<tokio::sync::watch::Receiver<()>>,
     /// What the worker is told of the mode.
     state: ListenState,
 }
 
 impl Wake {
-    /// Listens when `enabled` where the driver can ([`Driver::listens`]); polls otherwise. The
-    /// first wait connects (one connection of `db`'s pool), so the first round is not delayed.
-    /// `state` follows the mode.
-    pub(crate) fn new(db: &DatabaseConnection, enabled: bool, state: ListenState) -> Self {
+    /// When `enabled`, wakes on the process-local signal of `table` (its label) and listens
+    /// where the driver can ([`Driver::listens`]); polls otherwise. The first wait connects
+    /// (one connection of `db`'s pool), so the first round is not delayed. `state` follows the
+    /// mode.
+    pub(crate) fn new(
+        db: &DatabaseConnection,
+        table: &str,
+        enabled: bool,
+        state: ListenState,
+    ) -> Self {
         let listens = Driver::of(db.get_database_backend()).is_some_and(Driver::listens);
         let mode = if enabled && listens {
             Mode::Polling {
@@ -122,15 +132,17 @@ impl Wake {
             check_warned: false,
             check_failed: false,
             next_follow_up: None,
+            local: enabled.then(|| crate::local_wake::subscribe(table)),
             state,
         }
     }
 
-    /// Waits `delay` (±10 %), or less when a notification arrives or a `LISTEN` connection was
-    /// just (re-)established, which it re-establishes with [`backoff`] or [`SELF_CHECK_RETRY`].
-    /// After a notification the next waits are follow-ups ([`crate::config::WAKE_FOLLOW_UP`],
-    /// doubling while shorter than `delay`), for writers that shared the notification
-    /// ([`crate::NewEvent::notify_interval`]). Cancel-safe.
+    /// Waits `delay` (±10 %), or less when a local signal or a notification arrives or a
+    /// `LISTEN` connection was just (re-)established, which it re-establishes with [`backoff`]
+    /// or [`SELF_CHECK_RETRY`]. After a signal or a notification the next waits are follow-ups
+    /// ([`crate::config::WAKE_FOLLOW_UP`], doubling while shorter than `delay`): a local signal
+    /// comes when the event is written, before its transaction commits, and writers share a
+    /// notification ([`crate::NewEvent::notify_interval`]). Cancel-safe.
     pub(crate) async fn wait(&mut self, delay: Duration) -> Woken {
         let follow_up = self.next_follow_up.take().filter(|f| *f < delay);
         let woken = match follow_up {
@@ -154,9 +166,22 @@ impl Wake {
         woken
     }
 
-    /// [`Wake::wait`] until `deadline` (a notification or a new `LISTEN` connection ends it
-    /// earlier).
+    /// [`Wake::wait`] until `deadline` (a local signal, a notification or a new `LISTEN`
+    /// connection ends it earlier).
     async fn wait_until(&mut self, deadline: Instant) -> Woken {
+        let Some(mut local) = self.local.take() else {
+            return self.wait_remote(deadline).await;
+        };
+        let woken = tokio::select! {
+            woken = self.wait_remote(deadline) => woken,
+            Ok(()) = local.changed() => Woken::Notified,
+        };
+        self.local = Some(local);
+        woken
+    }
+
+    /// [`Wake::wait_until`] but for the local signal.
+    async fn wait_remote(&mut self, deadline: Instant) -> Woken {
         loop {
             let retry_at = match &mut self.mode {
                 Mode::Polling { retry_at } if *retry_at < deadline => *retry_at,

@@ -24,7 +24,9 @@
 //!   db_limit_best_eps), `batch_over_per_row`; `duplicates_*`,
 //!   `claim_lost_per_event_*`; CPU seconds of this process and of the database server per phase.
 //! - `idle_latency_p50_ms`, `idle_latency_p99_ms`: commit → publish for events written one at a
-//!   time to an idle relay polling every `--idle-poll-ms`.
+//!   time to an idle relay polling every `--idle-poll-ms`; `idle_latency_wake_p50_ms`,
+//!   `idle_latency_wake_p99_ms`: the same to a relay woken on commit with the default 5 s poll
+//!   delay (Postgres `LISTEN`, the process-local wake-up on MariaDB/MySQL and SQLite).
 //! - `write_eps`, `write_eps_no_notify`, `write_eps_notify_over_none`: one-event transactions per
 //!   second through `with_event` (default settings) and through the plain insert, per writer
 //!   count of `--writers` (default 8 and 32) as `_w<N>`, in short blocks interleaved in a

@@ -74,9 +74,11 @@ pub struct WorkerConfig {
     /// claim's events go out in one call in one slot, so up to `send_concurrency × batch_size`
     /// events are in flight.
     pub send_concurrency: usize,
-    /// On Postgres, also wait on `LISTEN sea_orm_outbox` between rounds, so an event committed
-    /// by [`crate::OutboxExt::with_event`] starts a round at once instead of after the poll
-    /// delay (default true; the listener holds one pool connection). MySQL and SQLite poll.
+    /// Wake between rounds when an event is written, instead of only after the poll delay
+    /// (default true): on every backend when a writer of the same process writes into the
+    /// worker's table ([`crate::NewEvent::notify_relays`]), and on Postgres also on
+    /// `LISTEN sea_orm_outbox` when any writer commits (the listener holds one pool
+    /// connection). Without it the worker polls.
     pub wake_on_commit: bool,
     /// Which connections the relay uses (default [`RelayPool::Own`] with 5 connections: a pool
     /// of its own, opened with the options of the pool handed to [`crate::Worker::new`], whose

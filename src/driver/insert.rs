@@ -7,12 +7,18 @@ use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
 use super::{Driver, Table};
-use crate::event::NewEvent;
+use crate::event::{Due, NewEvent};
 
 impl Driver {
-    /// `INSERT` of a new `WAIT` event due now (database clock), `retry_count` 0.
+    /// `INSERT` of a new `WAIT` event, `retry_count` 0, due (`next_retry_time`) now on the
+    /// database clock, `now + delay` for a delayed event, or at the instant it names.
     pub fn insert(self, event: &NewEvent) -> InsertStatement {
         let now = self.now();
+        let due = match event.due() {
+            Due::Now => now.clone(),
+            Due::After(delay) => self.now_plus(delay),
+            Due::At(at) => self.instant(at),
+        };
         let mut insert = Query::insert();
         insert
             .into_table(self.table())
@@ -33,7 +39,7 @@ impl Driver {
                 Expr::val(event.payload()),
                 Expr::val(EventStatus::Wait.as_str()),
                 Expr::val(0),
-                now.clone(),
+                due,
                 now.clone(),
                 now,
                 Expr::val(event.headers_json()),

@@ -206,6 +206,17 @@ impl Driver {
         Expr::cust(self.now_sql(Some(('+', d))))
     }
 
+    /// The instant `at` as the backend stores the outbox's timestamps: `timestamptz` on
+    /// Postgres, `DATETIME(6)` in UTC on MySQL/MariaDB, RFC 3339 text of one fixed width on
+    /// SQLite (as [`Driver::now`] writes it).
+    pub fn instant(self, at: chrono::DateTime<chrono::Utc>) -> Expr {
+        match self.backend {
+            Backend::Postgres => Expr::val(at),
+            Backend::MySql => Expr::val(at.naive_utc()),
+            Backend::Sqlite => Expr::val(at.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()),
+        }
+    }
+
     /// `now - d` on the database clock.
     pub fn now_minus(self, d: Duration) -> Expr {
         Expr::cust(self.now_sql(Some(('-', d))))

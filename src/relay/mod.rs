@@ -169,6 +169,7 @@ impl Worker {
         tracing::info!(parent: &span, owner = %self.owner, "outbox worker started");
         let wake = Wake::new(
             self.db.inner(),
+            &self.db.table().label(),
             self.config.wake_on_commit,
             self.listen.clone(),
         );

@@ -13,6 +13,9 @@ use crate::outbox::Outbox;
 use crate::relay::{Observer, Op, WorkerSummary};
 use crate::wake::ListenState;
 
+/// How long after a heartbeat's expiry the gauges are refreshed for it.
+const EXPIRY_MARGIN: Duration = Duration::from_millis(20);
+
 /// The monitor of one worker: its heartbeat and the gauges of its table, all labelled `table`
 /// (`schema.table`, or `table`), so that two outboxes in one process keep gauges of their own.
 /// Every live instance exports every gauge; they agree, being read from the same tables.
@@ -79,14 +82,15 @@ impl Monitor {
     }
 
     /// Reads the backlog and the heartbeats (and the blocked keys) and sets the gauges; returns
-    /// the backlog. On a database error the gauges keep their last values.
+    /// the backlog, and how long until the first live heartbeat expires (by the database
+    /// clock). On a database error the gauges keep their last values.
     ///
     /// Gauges: `outbox_backlog{status}`, `outbox_oldest_wait_age_seconds`,
     /// `outbox_oldest_undelivered_age_seconds`, `outbox_backoff_events` from
     /// [`crate::ops::backlog`]; `outbox_relays_alive`, `outbox_last_success_age_seconds` from
     /// the heartbeats; for a worker in ordered mode with [`crate::OrderedPolicy::Block`]
     /// `outbox_blocked_keys` and `outbox_oldest_blocked_age_seconds`.
-    pub(crate) async fn refresh_gauges(&self) -> Result<Backlog, OutboxError> {
+    pub(crate) async fn refresh_gauges(&self) -> Result<(Backlog, Option<Duration>), OutboxError> {
         use crate::metrics as m;
         let outbox = Outbox::of_table(self.db.table());
         let table = self.db.table().label();
@@ -106,63 +110,91 @@ impl Monitor {
         gauge(m::RELAYS_ALIVE, crate::ops::alive(&relays) as f64);
         let last_success = now.map_or(0.0, |now| crate::ops::last_success_age(&relays, now));
         gauge(m::LAST_SUCCESS_AGE, last_success);
+        let next_expiry = now.and_then(|now| {
+            let first = relays
+                .iter()
+                .filter(|r| r.alive)
+                .map(|r| r.expires_at)
+                .min()?;
+            (first - now).to_std().ok()
+        });
         if self.blocked {
             let k = crate::ops::blocked_keys(&outbox, &self.db).await?;
             gauge(m::BLOCKED_KEYS, k.keys as f64);
             gauge(m::OLDEST_BLOCKED_AGE, k.oldest_age_seconds.unwrap_or(0.0));
         }
-        Ok(b)
+        Ok((b, next_expiry))
     }
 
-    /// One pass: the heartbeat ([`Monitor::beat`]), then the gauges; an error of either is
-    /// logged and counted into `s`, and the other still runs. Returns whether the heartbeat
-    /// was written.
+    /// One pass: the heartbeat ([`Monitor::beat`]) unless `beat` is `None`, then the gauges;
+    /// an error of either is logged and counted into `s`, and the other still runs. Returns
+    /// whether the heartbeat was written, and how long until the first live heartbeat expires.
     async fn pass(
         &self,
         s: &mut WorkerSummary,
         observer: &Observer,
-        beat: (bool, bool, bool),
-    ) -> bool {
-        let (first, round, success) = beat;
-        let written = match self.beat(first, round, success).await {
-            Ok(()) => true,
-            Err(e) => {
-                observer.error(s, Op::Heartbeat, &e, "heartbeat not written");
-                false
-            }
+        beat: Option<(bool, bool, bool)>,
+    ) -> (bool, Option<Duration>) {
+        let written = match beat {
+            None => false,
+            Some((first, round, success)) => match self.beat(first, round, success).await {
+                Ok(()) => true,
+                Err(e) => {
+                    observer.error(s, Op::Heartbeat, &e, "heartbeat not written");
+                    false
+                }
+            },
         };
-        if let Err(e) = self.refresh_gauges().await {
-            observer.error(s, Op::Gauges, &e, "gauges not refreshed");
+        match self.refresh_gauges().await {
+            Ok((_, next_expiry)) => (written, next_expiry),
+            Err(e) => {
+                observer.error(s, Op::Gauges, &e, "gauges not refreshed");
+                (written, None)
+            }
         }
-        written
     }
 
     /// A pass at once and then every heartbeat interval until `cancel` fires; the interval
     /// counts from the start of a pass, so a slow pass does not push the next heartbeat
-    /// towards its row's expiry. A claim round or a publish since the previous written
-    /// heartbeat shows in the worker's totals (`observer`); until one is written, each is the
-    /// run's first.
+    /// towards its row's expiry. Between two, the gauges alone are refreshed just after a live
+    /// heartbeat expires, so that `outbox_relays_alive` drops when another instance's
+    /// heartbeat times out, not up to an interval later. A claim round or a publish since the
+    /// previous written heartbeat shows in the worker's totals (`observer`); until one is
+    /// written, each is the run's first.
     pub(crate) async fn run(&self, cancel: &CancellationToken, observer: &Observer) {
         let mut last: Option<WorkerSummary> = None;
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut expiry: Option<tokio::time::Instant> = None;
         loop {
-            tokio::select! {
+            let expired = async move {
+                match expiry {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let heartbeat = tokio::select! {
                 biased;
                 () = cancel.cancelled() => break,
-                _ = tick.tick() => {}
-            }
+                _ = tick.tick() => true,
+                () = expired => false,
+            };
             let now = observer.totals();
             let before = last.unwrap_or_default();
-            let beat = (
-                last.is_none(),
-                now.rounds > before.rounds,
-                now.published > before.published,
-            );
+            let beat = heartbeat.then(|| {
+                (
+                    last.is_none(),
+                    now.rounds > before.rounds,
+                    now.published > before.published,
+                )
+            });
             let mut s = WorkerSummary::default();
-            if self.pass(&mut s, observer, beat).await {
+            let (written, next_expiry) = self.pass(&mut s, observer, beat).await;
+            if written {
                 last = Some(now);
             }
+            // Just past the expiry, so that the database's now is beyond it.
+            expiry = next_expiry.map(|d| tokio::time::Instant::now() + d + EXPIRY_MARGIN);
             observer.commit(&mut s);
         }
     }

@@ -155,7 +155,7 @@ async fn monitor_reads_the_backlog() {
     let b = {
         let _guard = metrics::set_default_local_recorder(&recorder);
         g.beat(true, false, false).await.expect("heartbeat");
-        g.refresh_gauges().await.expect("backlog")
+        g.refresh_gauges().await.expect("backlog").0
     };
     assert_eq!((b.wait, b.sending, b.fail), (2, 2, 1));
     assert_eq!(b.backing_off, 0);
