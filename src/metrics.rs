@@ -16,6 +16,9 @@ pub const RECLAIMED: &str = "outbox_reclaimed_total";
 pub const LATE_ACKS: &str = "outbox_late_acks_total";
 /// Counter: claimed events handed back to `WAIT` unsent (shutdown).
 pub const RELEASED: &str = "outbox_released_total";
+/// Counter, label `table`: delivered events deleted past the retention period
+/// ([`crate::WorkerConfig::retention`]).
+pub const RETENTION_DELETED: &str = "outbox_retention_deleted_total";
 /// Counter: sends refused because of the publisher's own configuration or permissions (e.g.
 /// the broker's credentials), put back to `WAIT` uncounted.
 pub const CONFIG_FAULTS: &str = "outbox_config_faults_total";

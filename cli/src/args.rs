@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use sea_orm_outbox::WorkerConfig;
 use sea_orm_outbox_rocketmq::SecretKey;
+
+use relay_config::{retention, Keep};
 
 /// A secret from the command line or the environment, kept redacted.
 fn secret(value: &str) -> Result<SecretKey, std::convert::Infallible> {
@@ -237,6 +238,10 @@ pub(crate) struct RelayArgs {
     /// stopped three intervals after its last one [default: 10s].
     #[arg(long, env = "OUTBOX_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     pub(crate) heartbeat_interval: Option<Duration>,
+    /// How long delivered events are kept before the relay deletes them (at its start and
+    /// every 10 min), or `off` to keep them until `outbox purge` [default: 7d].
+    #[arg(long, env = "OUTBOX_RETENTION", value_parser = retention)]
+    pub(crate) retention: Option<Keep>,
     /// RocketMQ name server(s), `host:port[;host:port]`, where the relay publishes. Required
     /// (unset or empty is an error) unless --dry-run.
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
@@ -320,73 +325,8 @@ pub(crate) enum Protocol {
     Simple,
 }
 
-impl RelayArgs {
-    /// The worker's configuration: the library's defaults, overridden by each flag given.
-    pub(crate) fn config(&self) -> WorkerConfig {
-        let mut c = WorkerConfig::default();
-        if let Some(s) = self.claim_strategy {
-            c = c.claim_strategy(match s {
-                Strategy::PerRow => sea_orm_outbox::ClaimStrategy::PerRow,
-                Strategy::Batch => sea_orm_outbox::ClaimStrategy::Batch,
-            });
-        }
-        if let Some(p) = self.statement_protocol {
-            c = c.statement_protocol(match p {
-                Protocol::Extended => sea_orm_outbox::StatementProtocol::Extended,
-                Protocol::Simple => sea_orm_outbox::StatementProtocol::Simple,
-            });
-        }
-        if let Some(o) = self.ordered {
-            c = c.ordered(match o {
-                Ordered::Off => None,
-                Ordered::Block => Some(sea_orm_outbox::OrderedPolicy::Block),
-                Ordered::Skip => Some(sea_orm_outbox::OrderedPolicy::Skip),
-            });
-        }
-        if let Some(n) = self.send_concurrency {
-            c = c.send_concurrency(n);
-        }
-        if let Some(on) = self.wake_on_commit {
-            c = c.wake_on_commit(on);
-        }
-        if let Some(d) = self.poll_delay {
-            c = c.poll_delay(d);
-        }
-        if let Some(n) = self.batch {
-            c = c.batch_size(n);
-        }
-        if let Some(d) = self.lease {
-            c = c.lease(d);
-        }
-        if let Some(d) = self.send_timeout {
-            c = c.send_timeout(d);
-        }
-        if let Some(d) = self.heartbeat_interval {
-            c = c.heartbeat_interval(d);
-        }
-        let mut retry = c.retry;
-        if let Some(n) = self.max_retries {
-            retry.max_retries = n;
-        }
-        if let Some(d) = self.retry_backoff {
-            retry.backoff_base = d;
-        }
-        if let Some(d) = self.retry_max_backoff {
-            retry.max_backoff = d;
-        }
-        c = c.retry(retry);
-        // An instance id given outright wins over one generated from the service name.
-        if let Some(name) = &self.service_name {
-            c = c.service_name(name);
-        }
-        if let Some(id) = &self.instance_id {
-            c = c.instance_id(id.clone());
-        }
-        c
-    }
-}
-
 mod console;
+mod relay_config;
 #[cfg(test)]
 mod tests;
 

@@ -25,6 +25,8 @@ pub const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest heartbeat interval accepted: 10 min (a relay that stopped is noticed within three
 /// intervals).
 pub const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(600);
+/// Shortest retention of delivered events accepted: 1 min.
+const MIN_RETENTION: Duration = Duration::from_secs(60);
 /// Heartbeats that may be missed before an instance counts as stopped: its row's `expires_at`
 /// is the heartbeat plus this many intervals.
 pub const HEARTBEATS_PER_TIMEOUT: u32 = 3;
@@ -99,6 +101,11 @@ pub struct WorkerConfig {
     /// after its last one), deletes heartbeats expired for more than a day, and refreshes the
     /// gauges of [`crate::metrics`].
     pub heartbeat_interval: Duration,
+    /// How long delivered events (`SUCCESS`) are kept (default 7 days; `None` keeps them until
+    /// `outbox purge`): every worker deletes those last updated longer ago (database clock)
+    /// at its start and every 10 minutes, 1,000 rows per transaction
+    /// ([`crate::ops::purge_delivered`]). `WAIT`, `SENDING` and `FAIL` rows are never deleted.
+    pub retention: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -117,6 +124,7 @@ impl Default for WorkerConfig {
             statement_protocol: StatementProtocol::Extended,
             ordered: None,
             heartbeat_interval: Duration::from_secs(10),
+            retention: Some(Duration::from_secs(7 * 24 * 60 * 60)),
         }
     }
 }
@@ -149,6 +157,7 @@ setters! {
     statement_protocol: StatementProtocol,
     ordered: Option<OrderedPolicy>,
     heartbeat_interval: Duration,
+    retention: Option<Duration>,
 }
 
 impl WorkerConfig {
@@ -171,7 +180,7 @@ impl WorkerConfig {
     /// size is over 10,000, a duration is zero or over 7 days, the lease is shorter than 1 s,
     /// the instance id is empty, longer than 111 characters or not one plain word, ordered mode
     /// is asked for with [`ClaimStrategy::PerRow`], the heartbeat interval is not 100 ms to
-    /// 10 min, or the relay pool or the retry policy fails
+    /// 10 min, the retention is under 1 min, or the relay pool or the retry policy fails
     /// its own `validate`.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
@@ -228,6 +237,11 @@ impl WorkerConfig {
         }
         if !(MIN_HEARTBEAT_INTERVAL..=MAX_HEARTBEAT_INTERVAL).contains(&self.heartbeat_interval) {
             return bad("heartbeat_interval must be 100 ms to 10 min".into());
+        }
+        if self.retention.is_some_and(|r| r < MIN_RETENTION) {
+            return bad(
+                "retention must be at least 1 min (or None to keep delivered events)".into(),
+            );
         }
         if self.lease < MIN_LEASE {
             return bad("lease must be at least 1 s (it is renewed every third of it, and expired leases are \

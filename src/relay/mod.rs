@@ -17,7 +17,7 @@ use crate::instance::instance_id;
 use crate::outbox::Outbox;
 use crate::publisher::Publisher;
 use crate::wake::{ListenState, Wake};
-use maintenance::{LeaseRenewer, Monitor, Reclaimer};
+use maintenance::{LeaseRenewer, Monitor, Reclaimer, Retention};
 use sea_orm_outbox_entity::event_record::Model;
 
 mod claim;
@@ -58,6 +58,8 @@ pub struct Worker {
     owner: String,
     observer: Observer,
     reclaimer: Reclaimer,
+    /// `None` when delivered events are kept ([`WorkerConfig::retention`]).
+    retention: Option<Retention>,
     renewer: LeaseRenewer,
     monitor: Monitor,
     /// Whether the worker's wake-on-commit is down (while it runs).
@@ -90,6 +92,9 @@ impl Outbox {
         Ok(Worker {
             observer: Observer::new(&owner),
             reclaimer: Reclaimer::new(db.clone(), &config),
+            retention: config
+                .retention
+                .map(|keep| Retention::new(db.clone(), keep)),
             renewer: LeaseRenewer::new(db.clone(), &config),
             monitor: Monitor::new(db.clone(), &config, &owner, listen.clone()),
             listen,
@@ -185,11 +190,17 @@ impl Worker {
             }
         };
         let monitor = self.monitor.run(&cancel, &self.observer);
+        let retention = async {
+            if let Some(r) = &self.retention {
+                r.run(&cancel, &self.observer).await;
+            }
+        };
         async {
             tokio::join!(
                 sending,
                 self.reclaimer.run(&cancel, &self.observer),
-                monitor
+                monitor,
+                retention
             )
         }
         .instrument(span.clone())

@@ -29,6 +29,8 @@ pub(crate) enum Op {
     Gauges,
     /// A send task that ended without an outcome (the runtime is shutting down).
     Send,
+    /// Deleting delivered events past the retention period.
+    Retention,
 }
 
 impl Op {
@@ -42,6 +44,7 @@ impl Op {
             Op::Heartbeat => "heartbeat",
             Op::Gauges => "gauges",
             Op::Send => "send",
+            Op::Retention => "retention",
         }
     }
 }

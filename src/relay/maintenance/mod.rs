@@ -1,6 +1,7 @@
 //! The relay's maintenance services, each with a bounded pass (tests call it directly) and a
 //! loop that logs an error and goes on: [`Reclaimer`] (expired leases back to `WAIT` or
-//! `FAIL`) and [`LeaseRenewer`] (the leases a worker holds) over [`every`], [`Monitor`] (the
+//! `FAIL`), [`LeaseRenewer`] (the leases a worker holds) and [`Retention`] (delivered events
+//! past the retention period) over [`every`], [`Monitor`] (the
 //! worker's heartbeat and the gauges) with a loop of its own that remembers the previous
 //! pass.
 use std::future::Future;
@@ -13,6 +14,7 @@ use crate::relay::{Observer, WorkerSummary};
 mod monitor;
 mod reclaimer;
 mod renewer;
+mod retention;
 
 #[cfg(test)]
 mod tests;
@@ -20,6 +22,7 @@ mod tests;
 pub(crate) use monitor::Monitor;
 pub(crate) use reclaimer::Reclaimer;
 pub(crate) use renewer::LeaseRenewer;
+pub(crate) use retention::Retention;
 
 /// Runs `pass` at once and then every `interval` until `cancel` fires; what a pass counts (its
 /// errors too, logged by the pass) reaches `observer`'s totals after it.
