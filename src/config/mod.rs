@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use crate::error::OutboxError;
-use crate::retry::RetryPolicy;
+use crate::retry::{HealPolicy, RetryPolicy};
 
 mod choices;
 #[cfg(test)]
@@ -97,6 +97,14 @@ pub struct WorkerConfig {
     /// after its last one), deletes heartbeats expired for more than a day, and refreshes the
     /// gauges of [`crate::metrics`].
     pub heartbeat_interval: Duration,
+    /// Healing of dead letters, opt-in: `None` (the default) leaves every dead letter to a
+    /// person; `Some(policy)` puts a dead letter of a transient failure back to `WAIT` after a
+    /// quiet period, for a few rounds ([`HealPolicy`]). Every instance of the table should run
+    /// with the same `retry` and `heal_dead_letters` (the round is read from `retry_count`).
+    /// Off by default: a healed event is sent again, once per round, however long ago it was
+    /// written, which a consumer that drops stale events must allow for; turning it on is the
+    /// service's choice.
+    pub heal_dead_letters: Option<HealPolicy>,
 }
 
 impl Default for WorkerConfig {
@@ -115,6 +123,7 @@ impl Default for WorkerConfig {
             statement_protocol: StatementProtocol::Extended,
             ordered: None,
             heartbeat_interval: Duration::from_secs(10),
+            heal_dead_letters: None,
         }
     }
 }
@@ -147,6 +156,7 @@ setters! {
     statement_protocol: StatementProtocol,
     ordered: Option<OrderedPolicy>,
     heartbeat_interval: Duration,
+    heal_dead_letters: Option<HealPolicy>,
 }
 
 impl WorkerConfig {
@@ -169,8 +179,8 @@ impl WorkerConfig {
     /// size is over 10,000, a duration is zero or over 7 days, the lease is shorter than 1 s,
     /// the instance id is empty, longer than 111 characters or not one plain word, ordered mode
     /// is asked for with [`ClaimStrategy::PerRow`], the heartbeat interval is not 100 ms to
-    /// 10 min, or the relay pool or the retry policy fails
-    /// its own `validate`.
+    /// 10 min, or the relay pool, the retry policy or the healing policy fails its own
+    /// `validate`.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
@@ -232,6 +242,9 @@ impl WorkerConfig {
                  reclaimed every tenth)".into());
         }
         self.relay_pool.validate()?;
+        if let Some(heal) = &self.heal_dead_letters {
+            heal.validate()?;
+        }
         self.retry.validate()
     }
 

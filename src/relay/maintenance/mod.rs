@@ -1,6 +1,7 @@
 //! The relay's maintenance services, each with a bounded pass (tests call it directly) and a
 //! loop that logs an error and goes on: [`Reclaimer`] (expired leases back to `WAIT` or
-//! `FAIL`) and [`LeaseRenewer`] (the leases a worker holds) over [`every`], [`Monitor`] (the
+//! `FAIL`), [`Healer`] (dead letters of transient failures back to `WAIT`, when configured)
+//! and [`LeaseRenewer`] (the leases a worker holds) over [`every`], [`Monitor`] (the
 //! worker's heartbeat and the gauges) with a loop of its own that remembers the previous
 //! pass.
 use std::future::Future;
@@ -10,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::relay::{Observer, WorkerSummary};
 
+mod healer;
 mod monitor;
 mod reclaimer;
 mod renewer;
@@ -17,6 +19,7 @@ mod renewer;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use healer::Healer;
 pub(crate) use monitor::Monitor;
 pub(crate) use reclaimer::Reclaimer;
 pub(crate) use renewer::LeaseRenewer;
