@@ -74,6 +74,53 @@ fn ordered_parses() {
     assert!(Cli::try_parse_from(["outbox", "relay", "--ordered", "x"]).is_err());
 }
 
+/// `--heal-dead-letters true` turns healing on with the library's default policy, each of
+/// `--heal-quiet` and `--heal-rounds` changes its part; they need the switch, and healing is
+/// off without it.
+#[test]
+fn heal_flags_parse() {
+    use sea_orm_outbox::HealPolicy;
+    let heal = |flags: &[&str]| {
+        let cli = Cli::try_parse_from([&["outbox", "relay"], flags].concat()).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        args.config().heal_dead_letters
+    };
+    assert_eq!(heal(&[]), None);
+    assert_eq!(heal(&["--heal-dead-letters", "false"]), None);
+    assert_eq!(
+        heal(&["--heal-dead-letters", "true"]),
+        Some(HealPolicy::default())
+    );
+    let tuned = heal(&[
+        "--heal-dead-letters",
+        "true",
+        "--heal-quiet",
+        "90s",
+        "--heal-rounds",
+        "5",
+    ]);
+    assert_eq!(
+        tuned,
+        Some(HealPolicy::new(std::time::Duration::from_secs(90), 5))
+    );
+    assert!(Cli::try_parse_from(["outbox", "relay", "--heal-quiet", "1m"]).is_err());
+    let cli = Cli::try_parse_from([
+        "outbox",
+        "relay",
+        "--heal-dead-letters",
+        "true",
+        "--heal-rounds",
+        "0",
+    ])
+    .expect("parse");
+    let Command::Relay(args) = cli.command else {
+        panic!("relay")
+    };
+    assert!(args.config().validate().is_err(), "0 rounds is refused");
+}
+
 /// Durations take humantime units; `dead retry` wants an id or `--all`, not both.
 #[test]
 fn durations_parse() {
