@@ -20,7 +20,9 @@ use rmq_support::cluster::{Ports, PrivateCluster};
 use rmq_support::{count, worker_config, Clients};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use sea_orm_outbox::event_record::{Column, Entity as Events, Model};
-use sea_orm_outbox::{EventStatus, FailureKind, HealPolicy, RetryPolicy, WorkerConfig};
+use sea_orm_outbox::{
+    ops, EventStatus, FailureKind, HealPolicy, Outbox, RetryPolicy, WorkerConfig,
+};
 
 /// Name server 19877, broker 21911 (and 21909, HA 21912), health 21990.
 const PORTS: Ports = Ports {
@@ -112,6 +114,24 @@ async fn heal_drill(ctx: &TestContext, cluster: &PrivateCluster) {
         outage_rows(ctx).await
     );
     let dead_after = down.elapsed();
+    // One outage, a few failure groups at most, whatever ids and addresses the errors name.
+    let groups = ops::dead_letter_groups(&Outbox::default(), db)
+        .await
+        .expect("groups");
+    for g in &groups {
+        eprintln!(
+            "{:?}: group of {} dead letters ({} distinct errors): {}",
+            ctx.backend,
+            g.count,
+            g.errors,
+            g.fingerprint.as_deref().unwrap_or_default()
+        );
+    }
+    assert!(groups.len() <= 3, "{groups:#?}");
+    assert_eq!(groups.iter().map(|g| g.count).sum::<u64>(), N as u64);
+    assert!(groups
+        .iter()
+        .all(|g| g.kind == Some(FailureKind::Retryable)));
     // Healed while the broker is still down: one attempt each, dead again one round further.
     let healed_in_outage = wait_until(
         Duration::from_secs(60),
