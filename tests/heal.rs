@@ -345,8 +345,10 @@ async fn a_key_blocked_by_a_dead_letter_flows_in_order_once_it_heals(ctx: &TestC
         Duration::from_secs(30),
         Duration::from_millis(10),
         || async {
-            let head = event(&ctx.db, k[0]).await;
-            head.status == EventStatus::Fail
+            // The head dead, the rest of its run handed back (they were claimed with it).
+            let key = events(ctx, k).await;
+            key[0].status == EventStatus::Fail
+                && key[1..].iter().all(|e| e.status == EventStatus::Wait)
                 && events(ctx, l)
                     .await
                     .iter()
@@ -356,6 +358,7 @@ async fn a_key_blocked_by_a_dead_letter_flows_in_order_once_it_heals(ctx: &TestC
     .await;
     assert!(blocked, "{:?}", events(ctx, k).await);
     for e in events(ctx, &k[1..]).await {
+        assert_eq!(broker.attempts(e.id), 0, "held back: {e:?}");
         assert_eq!(
             (e.status, e.retry_count),
             (EventStatus::Wait, 0),
