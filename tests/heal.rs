@@ -225,12 +225,30 @@ async fn other_dead_letters_are_never_healed(ctx: &TestContext) {
     // Every round of every one of them is due.
     age_many(db, &dead, Column::UpdateTime, Duration::from_secs(3600)).await;
     let before = events(ctx, &dead).await;
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    {
+        // Awaited on this thread, so a thread-local recorder sees what the passes record.
+        let _guard = metrics::set_default_local_recorder(&recorder);
+        assert_eq!(
+            worker.heal_once().await.expect("heal"),
+            1,
+            "the control only"
+        );
+        assert_eq!(worker.heal_once().await.expect("heal"), 0, "once");
+    }
+    let healed_total: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == sea_orm_outbox::metrics::HEALED)
+        .map(|(.., value)| value)
+        .collect();
     assert_eq!(
-        worker.heal_once().await.expect("heal"),
-        1,
-        "the control only"
+        healed_total,
+        [metrics_util::debugging::DebugValue::Counter(1)],
+        "outbox_healed_total"
     );
-    assert_eq!(worker.heal_once().await.expect("heal"), 0, "once");
     broker.up();
     for (b, a) in before.iter().zip(events(ctx, &dead).await) {
         if a.id == control {
