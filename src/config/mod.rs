@@ -102,8 +102,9 @@ pub struct WorkerConfig {
     /// quiet period, for a few rounds ([`HealPolicy`]). Every instance of the table should run
     /// with the same `retry` and `heal_dead_letters` (the round is read from `retry_count`).
     /// Off by default: a healed event is sent again, once per round, however long ago it was
-    /// written, which a consumer that drops stale events must allow for; turning it on is the
-    /// service's choice.
+    /// written and without anyone deciding it (a consumer that drops stale events, or an
+    /// ordered [`OrderedPolicy::Skip`] relay whose key went on without it, must allow for
+    /// that), so turning it on is the service's choice.
     pub heal_dead_letters: Option<HealPolicy>,
 }
 

@@ -164,8 +164,8 @@ impl Worker {
     /// Meanwhile it reclaims expired leases (every tenth of the lease, at most every 60 s),
     /// renews its own (every third), heals dead letters when configured (every quarter of the
     /// quiet period, 50 ms to 60 s; [`WorkerConfig::heal_dead_letters`]), and every heartbeat
-    /// interval writes its heartbeat into
-    /// `t_outbox_relay` and refreshes the gauges (see [`WorkerConfig::heartbeat_interval`]).
+    /// interval writes its heartbeat into `t_outbox_relay` and refreshes the gauges (see
+    /// [`WorkerConfig::heartbeat_interval`]).
     /// Errors are logged and counted; the loops go on. On cancellation no new claim or send
     /// starts; sends in flight finish (bounded by the send timeout) and are recorded, and the
     /// worker deletes its heartbeat (an instance that dies instead leaves its row to expire).
