@@ -137,13 +137,107 @@ pub enum PublishErrorKind {
     Configuration,
 }
 
+/// What kind of failure the relay recorded in `last_error`: it writes the kind's prefix before
+/// the message (`retryable: RocketMQ send failed: ...`), so that the healing of dead letters
+/// ([`crate::HealPolicy`]) and the fingerprints of [`crate::ops::dead_letter_groups`] can tell
+/// the kinds apart. A `last_error` without one of these prefixes (written by an older version
+/// or by hand) has no kind and is never healed.
+///
+/// ```
+/// use sea_orm_outbox::FailureKind;
+/// assert_eq!(FailureKind::of("retryable: broker busy"), Some(FailureKind::Retryable));
+/// assert_eq!(FailureKind::of("broker busy"), None);
+/// assert_eq!(FailureKind::Permanent.prefix(), "permanent: ");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// `retryable: `: the publisher called the failure worth retrying
+    /// ([`PublishErrorKind::Retryable`]: an outage, a busy broker, a timeout). The only kind
+    /// a [`crate::HealPolicy`] heals.
+    Retryable,
+    /// `permanent: `: the publisher called the failure permanent ([`PublishErrorKind::Permanent`]:
+    /// a message too large, refused as malformed).
+    Permanent,
+    /// `configuration: `: the publisher's own configuration or permissions failed
+    /// ([`PublishErrorKind::Configuration`]); such an event goes back to `WAIT`, never `FAIL`.
+    Configuration,
+    /// `lease-expired: `: the event's lease expired (its sender died or hung mid-send) and the
+    /// reclaim put it back, or made it a dead letter once its retries were used up: a message
+    /// that kills its sender.
+    LeaseExpired,
+    /// `unmarked: `: the event was delivered, but marking it `SUCCESS` failed because of the
+    /// row itself (a trigger, a constraint), and it was put back like a failed send.
+    Unmarked,
+}
+
+impl FailureKind {
+    /// Every kind, in the order of the enum.
+    const ALL: [FailureKind; 5] = [
+        FailureKind::Retryable,
+        FailureKind::Permanent,
+        FailureKind::Configuration,
+        FailureKind::LeaseExpired,
+        FailureKind::Unmarked,
+    ];
+
+    /// The kind's name: `retryable`, `permanent`, `configuration`, `lease-expired`,
+    /// `unmarked`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Retryable => "retryable",
+            FailureKind::Permanent => "permanent",
+            FailureKind::Configuration => "configuration",
+            FailureKind::LeaseExpired => "lease-expired",
+            FailureKind::Unmarked => "unmarked",
+        }
+    }
+
+    /// The prefix the relay writes before the message in `last_error`: the name, `:` and a
+    /// space (`retryable: `).
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            FailureKind::Retryable => "retryable: ",
+            FailureKind::Permanent => "permanent: ",
+            FailureKind::Configuration => "configuration: ",
+            FailureKind::LeaseExpired => "lease-expired: ",
+            FailureKind::Unmarked => "unmarked: ",
+        }
+    }
+
+    /// The kind whose prefix `last_error` starts with (exact, case-sensitive); `None` when it
+    /// starts with none.
+    pub fn of(last_error: &str) -> Option<FailureKind> {
+        Self::ALL
+            .into_iter()
+            .find(|k| last_error.starts_with(k.prefix()))
+    }
+
+    /// `message` as the relay stores it in `last_error`: the kind's prefix, then the message.
+    pub(crate) fn record(self, message: &str) -> String {
+        format!("{}{message}", self.prefix())
+    }
+}
+
+impl From<PublishErrorKind> for FailureKind {
+    fn from(kind: PublishErrorKind) -> Self {
+        match kind {
+            PublishErrorKind::Retryable => FailureKind::Retryable,
+            PublishErrorKind::Permanent => FailureKind::Permanent,
+            PublishErrorKind::Configuration => FailureKind::Configuration,
+        }
+    }
+}
+
 /// Why a [`crate::Publisher`] could not deliver a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind:?} publish error: {message}")]
 pub struct PublishError {
     /// Retryable, permanent, or the publisher's configuration.
     pub kind: PublishErrorKind,
-    /// What went wrong; stored in `t_event_record.last_error`.
+    /// What went wrong; stored in `t_event_record.last_error` after the prefix of its kind
+    /// ([`FailureKind::prefix`]).
     pub message: String,
 }
 

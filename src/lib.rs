@@ -49,14 +49,16 @@ mod common;
 pub struct ReadmeDoctests;
 
 pub use config::{ClaimStrategy, OrderedPolicy, StatementProtocol, WorkerConfig};
-pub use error::{DbErrorKind, EventError, OutboxError, PublishError, PublishErrorKind};
+pub use error::{
+    DbErrorKind, EventError, FailureKind, OutboxError, PublishError, PublishErrorKind,
+};
 pub use event::{EventLimits, NewEvent};
 pub use ext::{begin_write, transactional_publish, OutboxExt};
 pub use outbox::Outbox;
 pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
 pub use relay::{Worker, WorkerSummary};
-pub use retry::RetryPolicy;
+pub use retry::{HealPolicy, RetryPolicy};
 pub use sea_orm_outbox_entity::{event_record, EventStatus};
 /// The outbox's migrations (crate `sea-orm-outbox-migration`): [`migration::migrations`] for
 /// your own `Migrator`, or the standalone [`Migrator`].

@@ -12,6 +12,10 @@ pub const RETRIES: &str = "outbox_retries_total";
 pub const DEAD_LETTERS: &str = "outbox_dead_letters_total";
 /// Counter: expired leases reclaimed.
 pub const RECLAIMED: &str = "outbox_reclaimed_total";
+/// Counter: dead letters of transient failures put back to `WAIT` by the healing policy
+/// ([`crate::WorkerConfig::heal_dead_letters`]). A healed event that fails again counts in
+/// [`DEAD_LETTERS`] again.
+pub const HEALED: &str = "outbox_healed_total";
 /// Counter: outcomes dropped because the lease was lost.
 pub const LATE_ACKS: &str = "outbox_late_acks_total";
 /// Counter: claimed events handed back to `WAIT` unsent (shutdown).
@@ -26,7 +30,7 @@ pub const CONFIG_FAULTS: &str = "outbox_config_faults_total";
 /// [`crate::guarded_pool`]) found inside an open transaction before use, and closed.
 pub const LEAKED_TRANSACTIONS: &str = "outbox_leaked_transactions_total";
 /// Counter: errors met by the relay, labelled `op` (`claim`, `record`, `renew`, `reclaim`,
-/// `heartbeat`, `gauges`; `send` for a send task that died).
+/// `heal`, `heartbeat`, `gauges`; `send` for a send task that died).
 pub const ERRORS: &str = "outbox_errors_total";
 /// Histogram: one publish call, seconds.
 pub const SEND_DURATION: &str = "outbox_send_duration_seconds";

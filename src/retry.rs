@@ -115,6 +115,94 @@ impl RetryPolicy {
     }
 }
 
+/// Healing of dead letters ([`crate::WorkerConfig::heal_dead_letters`]): a dead letter whose
+/// failure was transient ([`crate::FailureKind::Retryable`]: an outage, a busy broker, a
+/// timeout that outlasted the retries) is put back to `WAIT`, due at once, after a quiet
+/// period, for at most `rounds` rounds.
+///
+/// Round k (0, 1, ...) of an event comes `quiet × 2^k` after its last failure (its
+/// `update_time`, database clock), and gives it one attempt: a healed event that fails again
+/// is a dead letter again at once (its retries are used up), one round further. The round is
+/// read from the row: a dead letter of used-up retries has `retry_count = max_retries + 1`,
+/// and each healing attempt adds one, so `retry_count − (max_retries + 1)` rounds are done.
+/// After the last round the event stays `FAIL`, for a person. A permanent failure, an event
+/// whose lease expired on every attempt, a delivered event whose `SUCCESS` mark failed, and a
+/// `last_error` without a known prefix are never healed.
+///
+/// ```
+/// use std::time::Duration;
+/// use sea_orm_outbox::HealPolicy;
+/// let p = HealPolicy::default();
+/// assert_eq!((p.quiet, p.rounds), (Duration::from_secs(300), 3));
+/// assert_eq!(p.wait(2), Duration::from_secs(1200)); // the third round: 20 min after the failure
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HealPolicy {
+    /// How long a dead letter stays `FAIL` before its first healing (default 5 min); round k
+    /// waits `quiet × 2^k`. Longer than a broker's usual restart, short enough that an outage
+    /// ends in delivery without a person.
+    pub quiet: Duration,
+    /// Most healings of one event (default 3: 5, 10 and 20 min after each failure with the
+    /// default `quiet`); 1 to 20.
+    pub rounds: u32,
+}
+
+/// Most rounds a [`HealPolicy`] may have.
+pub(crate) const MAX_HEAL_ROUNDS: u32 = 20;
+
+/// Longest wait of a healing round: 7 days.
+const MAX_HEAL_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+impl Default for HealPolicy {
+    fn default() -> Self {
+        HealPolicy::new(Duration::from_secs(300), 3)
+    }
+}
+
+impl HealPolicy {
+    /// A policy healing a transient dead letter `quiet × 2^k` after its last failure in round
+    /// k, at most `rounds` times.
+    pub const fn new(quiet: Duration, rounds: u32) -> Self {
+        HealPolicy { quiet, rounds }
+    }
+
+    /// The wait of round `k` (0 for the first): `quiet × 2^k` after the last failure (at most
+    /// `Duration::MAX`).
+    pub fn wait(&self, k: u32) -> Duration {
+        2u32.checked_pow(k)
+            .and_then(|f| self.quiet.checked_mul(f))
+            .unwrap_or(Duration::MAX)
+    }
+
+    /// Checks the policy.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when `quiet` is zero, `rounds` is 0 (turn healing off
+    /// with `heal_dead_letters(None)` instead) or over 20, or the last
+    /// round's wait (`quiet × 2^(rounds − 1)`) is over 7 days.
+    pub fn validate(&self) -> Result<(), OutboxError> {
+        let bad = |m: String| Err(OutboxError::InvalidConfig(m));
+        if self.quiet.is_zero() {
+            return bad("heal_dead_letters: quiet must be greater than zero".into());
+        }
+        if !(1..=MAX_HEAL_ROUNDS).contains(&self.rounds) {
+            return bad(format!(
+                "heal_dead_letters: rounds must be 1 to {MAX_HEAL_ROUNDS} (to heal no dead \
+                 letter, leave heal_dead_letters at None)"
+            ));
+        }
+        if self.wait(self.rounds - 1) > MAX_HEAL_WAIT {
+            return bad(format!(
+                "heal_dead_letters: the last round waits quiet × 2^(rounds − 1) = {} s after \
+                 the failure; at most 7 days: fewer rounds or a shorter quiet",
+                self.wait(self.rounds - 1).as_secs()
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +227,28 @@ mod tests {
         assert_eq!(p.backoff(1000), Duration::from_secs(600));
         // A broker outage of 30 minutes leaves no dead letter.
         assert!(p.budget() >= Duration::from_secs(30 * 60));
+    }
+
+    #[test]
+    fn heal_rounds_double_and_are_bounded() {
+        let p = HealPolicy::default();
+        assert!(p.validate().is_ok());
+        let mins = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(
+            (p.wait(0), p.wait(1), p.wait(2)),
+            (mins(5), mins(10), mins(20))
+        );
+        assert_eq!(p.wait(40), Duration::MAX);
+        for (quiet, rounds, ok) in [
+            (Duration::ZERO, 3, false),
+            (mins(5), 0, false),
+            (Duration::from_millis(1), MAX_HEAL_ROUNDS, true),
+            (Duration::from_millis(1), MAX_HEAL_ROUNDS + 1, false),
+            (mins(5), 11, true),
+            (mins(5), 12, false),
+        ] {
+            let p = HealPolicy::new(quiet, rounds);
+            assert_eq!(p.validate().is_ok(), ok, "{p:?}");
+        }
     }
 }

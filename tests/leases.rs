@@ -148,7 +148,7 @@ async fn message_that_kills_its_sender_ends_fail(ctx: &TestContext) {
         assert_eq!(e.status, expected, "attempt {attempt}");
         assert_eq!(
             e.last_error.as_deref(),
-            Some("lease expired: the sender died or hung mid-send")
+            Some("lease-expired: the sender died or hung mid-send")
         );
     }
     // The other 20 are delivered: by the instances before they died, and by a next instance

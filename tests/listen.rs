@@ -976,7 +976,10 @@ async fn simple_protocol_through_pgbouncer_transaction_mode(ctx: &TestContext) {
         .await
         .expect("read")
         .expect("POOLED-00");
-    assert_eq!(first.last_error.as_deref(), Some(FLAKY_REASON));
+    assert_eq!(
+        first.last_error.as_deref(),
+        Some(format!("retryable: {FLAKY_REASON}").as_str())
+    );
     assert_eq!(first.retry_count, 1);
 
     let warned = relay.logged("WARN", "LISTEN self-check failed");

@@ -339,7 +339,10 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
         assert_eq!(round.retried, 1, "attempt {n}: {round:?}");
         let e = event(db, id).await;
         assert_eq!((e.status, e.retry_count), (EventStatus::Wait, n as i32));
-        assert_eq!(e.last_error.as_deref(), Some("scripted broker outage"));
+        assert_eq!(
+            e.last_error.as_deref(),
+            Some("retryable: scripted broker outage")
+        );
         // The release wrote next_retry_time and update_time from the same database "now".
         let backoff = (e.next_retry_time - e.update_time)
             .to_std()
@@ -367,7 +370,10 @@ async fn always_failing_backs_off_then_dead_letters(ctx: &TestContext) {
     assert_eq!(round.dead_lettered, 1);
     let e = event(db, id).await;
     assert_eq!((e.status, e.retry_count), (EventStatus::Fail, 1));
-    assert_eq!(e.last_error.as_deref(), Some("scripted permanent failure"));
+    assert_eq!(
+        e.last_error.as_deref(),
+        Some("permanent: scripted permanent failure")
+    );
 }
 
 /// Refuses every send because of its own configuration (rejected credentials, say).
@@ -407,7 +413,10 @@ async fn configuration_fault_is_not_an_attempt(ctx: &TestContext) {
             (EventStatus::Wait, 0),
             "attempt {n}"
         );
-        assert_eq!(e.last_error.as_deref(), Some("credentials rejected"));
+        assert_eq!(
+            e.last_error.as_deref(),
+            Some("configuration: credentials rejected")
+        );
         assert_eq!(e.claim_owner, None);
         let delay = (e.next_retry_time - e.update_time)
             .to_std()

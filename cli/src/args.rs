@@ -130,53 +130,6 @@ pub(crate) enum Command {
     Console(ConsoleArgs),
 }
 
-/// `outbox migrate` actions.
-#[derive(Subcommand, Debug)]
-pub(crate) enum MigrateAction {
-    /// Apply the pending migrations (all, or the first N).
-    Up {
-        /// Number of pending migrations to apply.
-        #[arg(short, long)]
-        num: Option<u32>,
-    },
-    /// Roll back the last N applied migrations (default 1).
-    Down {
-        /// Number of applied migrations to roll back.
-        #[arg(short, long, default_value_t = 1)]
-        num: u32,
-    },
-    /// List the migrations, applied or pending.
-    Status,
-}
-
-/// `outbox dead` actions.
-#[derive(Subcommand, Debug)]
-pub(crate) enum DeadAction {
-    /// List the dead letters, oldest first.
-    List {
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
-        limit: u64,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Send a dead letter again (FAIL -> WAIT, retry_count 0, due now).
-    Retry {
-        /// The event id.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        id: Option<i64>,
-        /// Every dead letter.
-        #[arg(long)]
-        all: bool,
-    },
-    /// Delete a dead letter for good.
-    Discard {
-        /// The event id.
-        id: i64,
-    },
-}
-
 /// Relay settings; each unset one takes the library's default (`WorkerConfig::default()`).
 #[derive(Args, Debug)]
 pub(crate) struct RelayArgs {
@@ -242,6 +195,9 @@ pub(crate) struct RelayArgs {
     /// every 10 min), or `off` to keep them until `outbox purge` [default: 7d].
     #[arg(long, env = "OUTBOX_RETENTION", value_parser = retention)]
     pub(crate) retention: Option<Keep>,
+    /// Healing of dead letters.
+    #[command(flatten)]
+    pub(crate) heal: HealArgs,
     /// RocketMQ name server(s), `host:port[;host:port]`, where the relay publishes. Required
     /// (unset or empty is an error) unless --dry-run.
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
@@ -325,9 +281,13 @@ pub(crate) enum Protocol {
     Simple,
 }
 
+mod actions;
 mod console;
+mod heal;
 mod relay_config;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use actions::{DeadAction, MigrateAction};
 pub(crate) use console::ConsoleArgs;
+use heal::HealArgs;

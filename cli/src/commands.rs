@@ -89,7 +89,12 @@ pub(crate) async fn dead(
     action: DeadAction,
 ) -> Result<(), Failure> {
     match action {
-        DeadAction::List { limit, json } => {
+        DeadAction::List {
+            limit,
+            group: true,
+            json,
+        } => dead_groups(outbox, db, limit, json).await?,
+        DeadAction::List { limit, json, .. } => {
             let rows = ops::dead_letters(outbox, db, limit).await?;
             if json {
                 let rows: Vec<serde_json::Value> = rows.iter().map(dead_letter_json).collect();
@@ -127,6 +132,50 @@ pub(crate) async fn dead(
             DeadLetterOutcome::NotDeadLetter => return Err(Failure::NotDeadLetter(id)),
         },
     }
+    Ok(())
+}
+
+/// `outbox dead list --group`: one line per error fingerprint, largest group first, at most
+/// `limit` groups.
+async fn dead_groups(
+    outbox: &Outbox,
+    db: &DatabaseConnection,
+    limit: u64,
+    json: bool,
+) -> Result<(), Failure> {
+    let groups = ops::dead_letter_groups(outbox, db).await?;
+    let total: u64 = groups.iter().map(|g| g.count).sum();
+    let shown = &groups[..groups
+        .len()
+        .min(usize::try_from(limit).unwrap_or(usize::MAX))];
+    if json {
+        println!("{}", serde_json::to_string_pretty(shown)?);
+        return Ok(());
+    }
+    println!(
+        "{:>8}  {:>10}  {:<27}  {:>6}  fingerprint",
+        "count", "oldest id", "last failure", "errors"
+    );
+    for g in shown {
+        println!(
+            "{:>8}  {:>10}  {:<27}  {:>6}  {}",
+            g.count,
+            g.oldest_id,
+            g.last_update
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            g.errors,
+            g.fingerprint.as_deref().unwrap_or("(no error recorded)")
+        );
+    }
+    println!(
+        "{total} dead letter(s) in {} group(s){}",
+        groups.len(),
+        if shown.len() < groups.len() {
+            format!(", the {} largest shown", shown.len())
+        } else {
+            String::new()
+        }
+    );
     Ok(())
 }
 

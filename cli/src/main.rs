@@ -4,7 +4,7 @@
 //! ```text
 //! outbox migrate up|down|status          apply / roll back / list the migrations
 //! outbox stats [--lease 10m] [--json]    rows per status, oldest WAIT age, stuck leases
-//! outbox dead list [--limit N] [--json]  the dead letters (FAIL rows)
+//! outbox dead list [--limit N] [--group] [--json]  the dead letters (FAIL rows), or their groups
 //! outbox dead retry <id> | --all         FAIL -> WAIT, retry_count 0, due now
 //! outbox dead discard <id>               delete one dead letter
 //! outbox purge --older-than 7d [--batch 1000]   delete delivered (SUCCESS) rows only

@@ -22,6 +22,7 @@ backend_tests!(
     cli_migrate_up_down_status,
     cli_stats_counts_statuses_ages_and_stuck_leases,
     cli_dead_list,
+    cli_dead_list_groups_by_fingerprint,
     cli_dead_retry_makes_the_event_deliverable_again,
     cli_dead_retry_all_touches_only_dead_letters,
     cli_dead_discard_deletes_only_dead_letters,
@@ -338,6 +339,68 @@ async fn cli_dead_list(ctx: &TestContext) {
             .len(),
         3
     );
+}
+
+/// `outbox dead list --group`: one line per error fingerprint with its count, largest first,
+/// whatever ids and addresses the errors name; `--json` gives the groups of
+/// `ops::dead_letter_groups`.
+async fn cli_dead_list_groups_by_fingerprint(ctx: &TestContext) {
+    let db = &ctx.db;
+    for i in 0..5 {
+        let id = new_event(db, &format!("OUTAGE-{i}")).await;
+        set_status(db, id, EventStatus::Fail).await;
+        let error = format!("retryable: broker 10.0.0.{i}:10911 busy, event {id}");
+        Events::update_many()
+            .col_expr(Column::LastError, error.into())
+            .filter(Column::Id.eq(id))
+            .exec(db)
+            .await
+            .expect("error");
+    }
+    for i in 0..2 {
+        let id = new_event(db, &format!("LARGE-{i}")).await;
+        set_status(db, id, EventStatus::Fail).await;
+        let error = format!("permanent: body is {} bytes", 5_000_000 + i);
+        Events::update_many()
+            .col_expr(Column::LastError, error.into())
+            .filter(Column::Id.eq(id))
+            .exec(db)
+            .await
+            .expect("error");
+    }
+    new_event(db, "ALIVE").await;
+
+    let text = outbox_ok(ctx, &["dead", "list", "--group"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "a header, two groups, a total: {text}");
+    assert!(
+        lines[0].contains("count") && lines[0].contains("fingerprint"),
+        "{text}"
+    );
+    let outage: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(outage[0], "5", "{text}");
+    assert!(
+        lines[1].ends_with("retryable: broker <n>.<n>.<n>.<n>:<n> busy, event <n>"),
+        "{text}"
+    );
+    assert_eq!(lines[2].split_whitespace().next(), Some("2"), "{text}");
+    assert!(lines[2].ends_with("permanent: body is <n> bytes"), "{text}");
+    assert_eq!(lines[3], "7 dead letter(s) in 2 group(s)");
+
+    let groups = json(&outbox_ok(ctx, &["dead", "list", "--group", "--json"]));
+    let groups = groups.as_array().expect("array");
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0]["count"], 5);
+    assert_eq!(groups[0]["errors"], 5);
+    assert_eq!(groups[0]["kind"], "retryable");
+    assert_eq!(groups[1]["kind"], "permanent");
+
+    let text = outbox_ok(ctx, &["dead", "list", "--group", "--limit", "1"]);
+    assert!(
+        text.contains("7 dead letter(s) in 2 group(s), the 1 largest shown"),
+        "{text}"
+    );
+    assert!(!text.contains("permanent"), "{text}");
 }
 
 async fn cli_dead_retry_makes_the_event_deliverable_again(ctx: &TestContext) {

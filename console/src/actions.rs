@@ -37,9 +37,9 @@ pub(crate) async fn confirm(
     let body = html! {
         h1 #confirm-heading { (heading) }
         div.box {
-            @if let Target::Group(Some(error)) = &target {
-                p { "The error:" }
-                (layout::long_text(error, 4000))
+            @if let Target::Group(Some(fingerprint)) = &target {
+                p { "The errors of this fingerprint:" }
+                (layout::long_text(fingerprint, 4000))
             }
             p { (effect(action)) }
             @if n == 0 {
@@ -110,11 +110,11 @@ async fn act(state: &Shared, action: Action, fields: &Fields) -> Response {
         Ok(n) => n,
         Err(e) => return layout::failure(true, &e),
     };
-    let (scope, error, id) = match &target {
+    let (scope, fingerprint, id) = match &target {
         Target::All => ("all", None, None),
-        Target::Group(error) => (
+        Target::Group(fingerprint) => (
             "group",
-            Some(error.as_deref().map_or("(none)", |e| clip(e, 200).0)),
+            Some(fingerprint.as_deref().map_or("(none)", |e| clip(e, 200).0)),
             None,
         ),
         Target::Event(id) => ("event", None, Some(*id)),
@@ -122,7 +122,7 @@ async fn act(state: &Shared, action: Action, fields: &Fields) -> Response {
     tracing::info!(
         action = action.name(),
         scope,
-        error,
+        fingerprint,
         id,
         count = n,
         "console: dead letters {}",
@@ -172,7 +172,7 @@ async fn dead_letters_in(state: &Shared, target: &Target) -> Result<u64, OutboxE
             Ok(groups
                 .iter()
                 .filter(|g| match target {
-                    Target::Group(error) => &g.error == error,
+                    Target::Group(fingerprint) => &g.fingerprint == fingerprint,
                     _ => true,
                 })
                 .map(|g| g.count)
@@ -191,8 +191,8 @@ fn describe(target: &Target, n: u64) -> String {
     match target {
         Target::All => format!("all {} {letters}", count(n)),
         Target::Group(None) => format!("{} {letters} without an error", count(n)),
-        Target::Group(Some(error)) => {
-            let (shown, cut) = clip(error, HEADING_ERROR_CHARS);
+        Target::Group(Some(fingerprint)) => {
+            let (shown, cut) = clip(fingerprint, HEADING_ERROR_CHARS);
             let more = if cut { "…" } else { "" };
             format!("{} {letters} with error “{shown}{more}”", count(n))
         }

@@ -4,7 +4,7 @@
 //! - `/` the overview: rows per status, the age of the oldest undelivered event, leases past
 //!   the lease, keys blocked behind a dead letter, and the trend of the last hour (inline SVG);
 //!   it reloads itself every 15 s.
-//! - `/dead` the dead letters grouped by error, with retry and discard for a group, for all,
+//! - `/dead` the dead letters grouped by error fingerprint, with retry and discard for a group, for all,
 //!   and (on a group's list of events) for one.
 //! - `/events?q=` the events of a business key (`biz_no`) or the event of an id, every column.
 //! - `/health` the outbox's health as JSON ([`sea_orm_outbox::ops::health`] with the default

@@ -1,8 +1,8 @@
 //! What an action works on ([`Target`]) and how it travels in links and forms ([`Fields`]).
 //!
-//! A dead-letter group is named by its error text. The text goes into links and forms as
-//! base64url of its bytes ([`group_key`]): a browser submitting a form turns line breaks into
-//! CRLF, which would change the error and miss the group.
+//! A dead-letter group is named by the fingerprint of its errors
+//! ([`sea_orm_outbox::ops::fingerprint`]). The text goes into links and forms as base64url of
+//! its bytes ([`group_key`]), so that no browser changes it on the way.
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub(crate) enum Target {
     /// Every dead letter.
     All,
-    /// The dead letters whose `last_error` is this one (`None`: those without an error).
+    /// The dead letters whose error has this fingerprint (`None`: those without an error).
     Group(Option<String>),
     /// The dead letter of this id.
     Event(i64),
@@ -122,8 +122,8 @@ impl Fields {
     }
 }
 
-/// The key of the group of `error` in links and forms: `n` for no error, else `e` and the
-/// error's bytes in base64url.
+/// The key of the group of fingerprint `error` in links and forms: `n` for no error, else `e`
+/// and the fingerprint's bytes in base64url.
 pub(crate) fn group_key(error: Option<&str>) -> String {
     match error {
         None => "n".to_owned(),

@@ -173,6 +173,11 @@ async fn retrying_a_group_delivers_only_its_events(
         first.attr("data-count").await.expect("count").as_deref(),
         Some("3")
     );
+    assert_eq!(
+        first.attr("data-errors").await.expect("errors").as_deref(),
+        Some("3"),
+        "three errors differing in a number form one group"
+    );
     let error = first.find(Locator::Css("code")).await.expect("error");
     assert_eq!(
         error.attr("title").await.expect("title").as_deref(),

@@ -15,86 +15,27 @@ mod rmq_support;
 
 use common::wait_until;
 use std::collections::HashSet;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{event_by_biz_no, insert_many, wait_for_success, Backend, Fleet, TestContext};
-use rmq_support::{count, in_ci, script, unique, worker_config, Clients};
+use rmq_support::cluster::{Ports, PrivateCluster};
+use rmq_support::{count, worker_config, Clients};
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{EventStatus, OutboxMessage, Publisher, RetryPolicy};
 
-const NAMESRV_PORT: u16 = 19876;
-const BROKER_PORT: u16 = 20911;
-const HEALTH_PORT: u16 = 20990;
-
-/// A private name server + broker, stopped (and its state removed) on drop.
-struct PrivateCluster {
-    state_dir: std::path::PathBuf,
-}
-
-impl PrivateCluster {
-    fn script(&self, cmd: &str) -> bool {
-        let status = Command::new("bash")
-            .arg(script())
-            .arg(cmd)
-            .env("ROCKETMQ_STATE_DIR", &self.state_dir)
-            .env("ROCKETMQ_NAMESRV_PORT", NAMESRV_PORT.to_string())
-            .env("ROCKETMQ_BROKER_PORT", BROKER_PORT.to_string())
-            .env("ROCKETMQ_HEALTH_PORT", HEALTH_PORT.to_string())
-            .env("ROCKETMQ_BROKER_NAME", "outbox-outage-broker")
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script().display()));
-        status.success()
-    }
-
-    fn start() -> Option<Self> {
-        let have_bins = ["rocketmq-namesrv-rust", "rocketmq-broker-rust"]
-            .iter()
-            .all(|b| {
-                Command::new("bash")
-                    .args([
-                        "-c",
-                        &format!("PATH=\"$HOME/.cargo/bin:$PATH\" command -v {b}"),
-                    ])
-                    .output()
-                    .is_ok_and(|o| o.status.success())
-            });
-        if !have_bins && !in_ci() {
-            eprintln!("SKIPPED broker outage test: rocketmq-namesrv-rust / rocketmq-broker-rust not installed (scripts/rocketmq.sh start installs them)");
-            return None;
-        }
-        let cluster = PrivateCluster {
-            state_dir: std::env::temp_dir().join(unique("outbox-rocketmq-outage")),
-        };
-        // A leftover instance from an aborted run would hold the ports.
-        cluster.script("stop");
-        assert!(
-            cluster.script("start"),
-            "private RocketMQ did not start (logs in {})",
-            cluster.state_dir.display()
-        );
-        Some(cluster)
-    }
-
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{NAMESRV_PORT}")
-    }
-}
-
-impl Drop for PrivateCluster {
-    fn drop(&mut self) {
-        self.script("stop");
-        if !std::thread::panicking() {
-            std::fs::remove_dir_all(&self.state_dir).ok();
-        }
-    }
-}
+/// Name server 19876, broker 20911 (and 20909, HA 20912), health 20990.
+const PORTS: Ports = Ports {
+    namesrv: 19876,
+    broker: 20911,
+    health: 20990,
+    broker_name: "outbox-outage-broker",
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_outage_backs_off_then_delivers_everything() {
     common::init_tracing();
-    let Some(cluster) = PrivateCluster::start() else {
+    let Some(cluster) = PrivateCluster::start("outbox-rocketmq-outage", PORTS) else {
         return;
     };
     for backend in [Backend::Postgres, Backend::MySql] {

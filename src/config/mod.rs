@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use crate::error::OutboxError;
-use crate::retry::RetryPolicy;
+use crate::retry::{HealPolicy, RetryPolicy};
 
 mod choices;
 #[cfg(test)]
@@ -106,6 +106,15 @@ pub struct WorkerConfig {
     /// at its start and every 10 minutes, 1,000 rows per transaction
     /// ([`crate::ops::purge_delivered`]). `WAIT`, `SENDING` and `FAIL` rows are never deleted.
     pub retention: Option<Duration>,
+    /// Healing of dead letters, opt-in: `None` (the default) leaves every dead letter to a
+    /// person; `Some(policy)` puts a dead letter of a transient failure back to `WAIT` after a
+    /// quiet period, for a few rounds ([`HealPolicy`]). Every instance of the table should run
+    /// with the same `retry` and `heal_dead_letters` (the round is read from `retry_count`).
+    /// Off by default: a healed event is sent again, once per round, however long ago it was
+    /// written and without anyone deciding it (a consumer that drops stale events, or an
+    /// ordered [`OrderedPolicy::Skip`] relay whose key went on without it, must allow for
+    /// that), so turning it on is the service's choice.
+    pub heal_dead_letters: Option<HealPolicy>,
 }
 
 impl Default for WorkerConfig {
@@ -125,6 +134,7 @@ impl Default for WorkerConfig {
             ordered: None,
             heartbeat_interval: Duration::from_secs(10),
             retention: Some(Duration::from_secs(7 * 24 * 60 * 60)),
+            heal_dead_letters: None,
         }
     }
 }
@@ -158,6 +168,7 @@ setters! {
     ordered: Option<OrderedPolicy>,
     heartbeat_interval: Duration,
     retention: Option<Duration>,
+    heal_dead_letters: Option<HealPolicy>,
 }
 
 impl WorkerConfig {
@@ -180,8 +191,8 @@ impl WorkerConfig {
     /// size is over 10,000, a duration is zero or over 7 days, the lease is shorter than 1 s,
     /// the instance id is empty, longer than 111 characters or not one plain word, ordered mode
     /// is asked for with [`ClaimStrategy::PerRow`], the heartbeat interval is not 100 ms to
-    /// 10 min, the retention is under 1 min, or the relay pool or the retry policy fails
-    /// its own `validate`.
+    /// 10 min, the retention is under 1 min, or the relay pool, the retry policy or the
+    /// healing policy fails its own `validate`.
     pub fn validate(&self) -> Result<(), OutboxError> {
         let bad = |m: String| Err(OutboxError::InvalidConfig(m));
         if self.batch_size == 0 {
@@ -248,6 +259,9 @@ impl WorkerConfig {
                  reclaimed every tenth)".into());
         }
         self.relay_pool.validate()?;
+        if let Some(heal) = &self.heal_dead_letters {
+            heal.validate()?;
+        }
         self.retry.validate()
     }
 

@@ -19,6 +19,7 @@ pub mod consumed;
 pub mod dead_groups;
 mod error;
 mod exec;
+mod heal;
 pub mod health;
 mod insert;
 // Without the `postgres` feature nothing listens, and the listener's parts go unused.
@@ -50,6 +51,7 @@ pub use claim::{claim_batch, mark_success_and_claim_batch};
 pub use error::db_error_kind;
 pub(crate) use error::is_transient;
 pub use exec::*;
+pub use heal::heal_dead_letters;
 pub use insert::insert_event;
 pub(crate) use listen::{Heard, ListenFailure, Listener};
 pub use ordered::{HeadScan, HEAD_SCAN_DEEP_EVERY_MIN};

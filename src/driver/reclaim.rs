@@ -25,8 +25,9 @@ impl Reclaimed {
     }
 }
 
-/// The reason stored in `last_error` when a lease expires.
-pub const LEASE_EXPIRED: &str = "lease expired: the sender died or hung mid-send";
+/// The reason stored in `last_error` when a lease expires, with the prefix of
+/// [`crate::FailureKind::LeaseExpired`].
+pub const LEASE_EXPIRED: &str = "lease-expired: the sender died or hung mid-send";
 
 /// Expired leases handled per statement by [`reclaim_stuck`] (and rows per batch of the other
 /// batched maintenance statements): a backlog is many short statements, never one giant one.
@@ -48,7 +49,7 @@ impl Driver {
     }
 
     /// `UPDATE t_event_record SET status = 'WAIT' | 'FAIL', claim_owner = NULL, claimed_at =
-    /// NULL, retry_count = retry_count + 1, last_error = 'lease expired ...', update_time = now
+    /// NULL, retry_count = retry_count + 1, last_error = 'lease-expired: ...', update_time = now
     /// WHERE id IN (:ids) AND status = 'SENDING' AND claimed_at < now - :lease AND retry_count <
     /// :max_retries` (to `WAIT`) or `>= :max_retries` (to `FAIL`). A lease renewed since
     /// [`Driver::expired_leases`] read it is left alone; a reclaim counts as an attempt, so a

@@ -4,8 +4,9 @@
 //! The library side of the `outbox` command-line tool. Each function works on the table of the
 //! [`Outbox`] it is given first (`ops::stats(&Outbox::default(), &db, lease)` for
 //! `t_event_record`) and compares times by the database's clock. Dead letters (`FAIL` rows)
-//! stay until retried ([`retry_dead`]) or discarded ([`discard_dead`]); delivered rows until
-//! [`purge_delivered`].
+//! stay until retried ([`retry_dead`]) or discarded ([`discard_dead`]), or healed by a relay
+//! with [`crate::HealPolicy`]; [`dead_letter_groups`] groups them by the [`fingerprint`] of
+//! their error. Delivered rows stay until [`purge_delivered`].
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -19,12 +20,14 @@ use crate::error::OutboxError;
 use crate::outbox::Outbox;
 
 mod dead;
+mod fingerprint;
 mod groups;
 mod health;
 mod relays;
 mod search;
 
 pub use dead::*;
+pub use fingerprint::fingerprint;
 pub use groups::*;
 pub use health::*;
 pub use relays::*;

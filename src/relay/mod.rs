@@ -17,7 +17,7 @@ use crate::instance::instance_id;
 use crate::outbox::Outbox;
 use crate::publisher::Publisher;
 use crate::wake::{ListenState, Wake};
-use maintenance::{LeaseRenewer, Monitor, Reclaimer, Retention};
+use maintenance::{Healer, LeaseRenewer, Monitor, Reclaimer, Retention};
 use sea_orm_outbox_entity::event_record::Model;
 
 mod claim;
@@ -60,6 +60,8 @@ pub struct Worker {
     reclaimer: Reclaimer,
     /// `None` when delivered events are kept ([`WorkerConfig::retention`]).
     retention: Option<Retention>,
+    /// Set when the worker heals dead letters ([`WorkerConfig::heal_dead_letters`]).
+    healer: Option<Healer>,
     renewer: LeaseRenewer,
     monitor: Monitor,
     /// Whether the worker's wake-on-commit is down (while it runs).
@@ -95,6 +97,7 @@ impl Outbox {
             retention: config
                 .retention
                 .map(|keep| Retention::new(db.clone(), keep)),
+            healer: Healer::new(db.clone(), &config),
             renewer: LeaseRenewer::new(db.clone(), &config),
             monitor: Monitor::new(db.clone(), &config, &owner, listen.clone()),
             listen,
@@ -164,8 +167,10 @@ impl Worker {
     /// claims only as many events as it has free slots (at most `batch_size` per claim), and
     /// waits `poll_delay` (or a commit's notification) when a claim comes back short.
     /// Meanwhile it reclaims expired leases (every tenth of the lease, at most every 60 s),
-    /// renews its own (every third), and every heartbeat interval writes its heartbeat into
-    /// `t_outbox_relay` and refreshes the gauges (see [`WorkerConfig::heartbeat_interval`]).
+    /// renews its own (every third), heals dead letters when configured (every quarter of the
+    /// quiet period, 50 ms to 60 s; [`WorkerConfig::heal_dead_letters`]), and every heartbeat
+    /// interval writes its heartbeat into `t_outbox_relay` and refreshes the gauges (see
+    /// [`WorkerConfig::heartbeat_interval`]).
     /// Errors are logged and counted; the loops go on. On cancellation no new claim or send
     /// starts; sends in flight finish (bounded by the send timeout) and are recorded, and the
     /// worker deletes its heartbeat (an instance that dies instead leaves its row to expire).
@@ -195,10 +200,16 @@ impl Worker {
                 r.run(&cancel, &self.observer).await;
             }
         };
+        let healer = async {
+            if let Some(healer) = &self.healer {
+                healer.run(&cancel, &self.observer).await;
+            }
+        };
         async {
             tokio::join!(
                 sending,
                 self.reclaimer.run(&cancel, &self.observer),
+                healer,
                 monitor,
                 retention
             )
@@ -280,6 +291,33 @@ impl Worker {
         self.observer.reclaimed(&mut s, &r, self.config.lease);
         self.observer.commit(&mut s);
         Ok(r.total())
+    }
+}
+
+impl Worker {
+    /// One healing pass ([`WorkerConfig::heal_dead_letters`]): every dead letter of a transient
+    /// failure (`last_error` starting `retryable: `) whose round is due goes back to `WAIT`, due
+    /// now, in batches. Logs the count at INFO when there was any; returns how many it healed
+    /// (0 when the worker heals no dead letter).
+    ///
+    /// SQL: `SELECT id FROM t_event_record WHERE status = 'FAIL' AND last_error LIKE 'retryable:
+    /// %' AND ((retry_count <= :max_retries + 1 AND update_time < now - :quiet) OR (retry_count
+    /// = :max_retries + 2 AND update_time < now - :quiet × 2) OR ...) LIMIT 1000`, then `UPDATE
+    /// t_event_record SET status = 'WAIT', next_retry_time = now, claim_owner = NULL, claimed_at
+    /// = NULL, update_time = now WHERE id IN (:ids)` and the same conditions, until a batch comes
+    /// back short.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn heal_once(&self) -> Result<u64, OutboxError> {
+        let Some(healer) = &self.healer else {
+            return Ok(0);
+        };
+        let n = healer.run_once().await?;
+        let mut s = WorkerSummary::default();
+        self.observer.healed(&mut s, n, &healer.policy());
+        self.observer.commit(&mut s);
+        Ok(n)
     }
 }
 

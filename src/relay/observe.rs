@@ -23,6 +23,8 @@ pub(crate) enum Op {
     Renew,
     /// Reclaiming expired leases.
     Reclaim,
+    /// Healing dead letters.
+    Heal,
     /// Writing the worker's heartbeat.
     Heartbeat,
     /// Refreshing the gauges.
@@ -41,6 +43,7 @@ impl Op {
             Op::Record => "record",
             Op::Renew => "renew",
             Op::Reclaim => "reclaim",
+            Op::Heal => "heal",
             Op::Heartbeat => "heartbeat",
             Op::Gauges => "gauges",
             Op::Send => "send",
@@ -207,6 +210,16 @@ impl Observer {
         if r.dead_lettered > 0 {
             metrics::counter!(m::DEAD_LETTERS).increment(r.dead_lettered);
             tracing::error!(owner = %self.owner, count = r.dead_lettered, "events failed by expired leases past the retry limit (FAIL)");
+        }
+    }
+
+    /// A healing pass of `policy` that put `n` dead letters back to `WAIT`.
+    pub(crate) fn healed(&self, s: &mut WorkerSummary, n: u64, policy: &crate::HealPolicy) {
+        s.healed += n;
+        if n > 0 {
+            metrics::counter!(m::HEALED).increment(n);
+            tracing::info!(owner = %self.owner, healed = n, quiet_ms = policy.quiet.as_millis() as u64, rounds = policy.rounds,
+                "dead letters of transient failures healed: back to WAIT, due now");
         }
     }
 

@@ -10,7 +10,7 @@ use super::inflight::owner_of;
 use super::send::{Done, Sent};
 use super::{Inflight, Op, Worker, WorkerSummary};
 use crate::driver::{self, Driver, Transition};
-use crate::error::{DbErrorKind, OutboxError, PublishError};
+use crate::error::{DbErrorKind, FailureKind, OutboxError, PublishError};
 use crate::retry::RetryDecision;
 use sea_orm_outbox_entity::event_record::Model;
 
@@ -162,7 +162,8 @@ impl<'w> Recorder<'w> {
     }
 
     /// Records the failure `err` of `event` in the event's span: puts it back with back-off
-    /// (uncounted for a configuration fault) or marks it a dead letter, and stops holding it.
+    /// (uncounted for a configuration fault) or marks it a dead letter, with `last_error` the
+    /// message after the prefix of its [`FailureKind`], and stops holding it.
     /// `unmarked` is the error of the `SUCCESS` mark of a delivered event that `err` stands for.
     async fn fail(
         &mut self,
@@ -171,7 +172,14 @@ impl<'w> Recorder<'w> {
         unmarked: Option<&OutboxError>,
         s: &mut WorkerSummary,
     ) {
-        let (w, owner, why) = (self.worker, owner_of(event), &err.message);
+        let (w, owner) = (self.worker, owner_of(event));
+        // The kind goes into `last_error` as its prefix: only a retryable failure's dead letter
+        // is ever healed, never a delivered event whose mark failed.
+        let kind = match unmarked {
+            Some(_) => FailureKind::Unmarked,
+            None => FailureKind::from(err.kind),
+        };
+        let why = &kind.record(&err.message);
         let span = tracing::info_span!("outbox_event", event_id = event.id, biz_no = %event.biz_no, owner = %w.owner, claim = %owner);
         let n = event.retry_count.saturating_add(1);
         let decision = w

@@ -26,12 +26,15 @@ pub struct WorkerSummary {
     pub reclaimed: u64,
     /// Claimed events handed back unsent at shutdown.
     pub released: u64,
+    /// Dead letters this worker's healing passes put back to `WAIT`
+    /// ([`crate::WorkerConfig::heal_dead_letters`]).
+    pub healed: u64,
     /// Sends refused because of the publisher's own configuration or permissions
     /// ([`crate::PublishErrorKind::Configuration`]): put back to `WAIT` without counting the
     /// attempt.
     pub config_faults: u64,
-    /// Database errors met by claims, outcome records, lease renewals, reclaims and gauge
-    /// refreshes (the worker logs them, exports them as `outbox_errors_total{op}` and goes on).
+    /// Database errors met by claims, outcome records, lease renewals, reclaims, healing passes
+    /// and gauge refreshes (the worker logs them, exports them as `outbox_errors_total{op}` and goes on).
     pub errors: u64,
 }
 
@@ -48,6 +51,7 @@ impl WorkerSummary {
         self.late_acks += o.late_acks;
         self.reclaimed += o.reclaimed;
         self.released += o.released;
+        self.healed += o.healed;
         self.config_faults += o.config_faults;
         self.errors += o.errors;
     }

@@ -62,7 +62,7 @@ impl RelayArgs {
         if let Some(d) = self.retry_max_backoff {
             retry.max_backoff = d;
         }
-        c = c.retry(retry);
+        c = self.heal.apply(c.retry(retry));
         // An instance id given outright wins over one generated from the service name.
         if let Some(name) = &self.service_name {
             c = c.service_name(name);

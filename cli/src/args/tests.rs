@@ -1,5 +1,6 @@
 use super::*;
 use clap::CommandFactory;
+use sea_orm_outbox::WorkerConfig;
 
 /// clap's own consistency checks of the command line.
 #[test]
@@ -72,6 +73,53 @@ fn ordered_parses() {
     };
     assert_eq!(args.config().ordered, None);
     assert!(Cli::try_parse_from(["outbox", "relay", "--ordered", "x"]).is_err());
+}
+
+/// `--heal-dead-letters true` turns healing on with the library's default policy, each of
+/// `--heal-quiet` and `--heal-rounds` changes its part; they need the switch, and healing is
+/// off without it.
+#[test]
+fn heal_flags_parse() {
+    use sea_orm_outbox::HealPolicy;
+    let heal = |flags: &[&str]| {
+        let cli = Cli::try_parse_from([&["outbox", "relay"], flags].concat()).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        args.config().heal_dead_letters
+    };
+    assert_eq!(heal(&[]), None);
+    assert_eq!(heal(&["--heal-dead-letters", "false"]), None);
+    assert_eq!(
+        heal(&["--heal-dead-letters", "true"]),
+        Some(HealPolicy::default())
+    );
+    let tuned = heal(&[
+        "--heal-dead-letters",
+        "true",
+        "--heal-quiet",
+        "90s",
+        "--heal-rounds",
+        "5",
+    ]);
+    assert_eq!(
+        tuned,
+        Some(HealPolicy::new(std::time::Duration::from_secs(90), 5))
+    );
+    assert!(Cli::try_parse_from(["outbox", "relay", "--heal-quiet", "1m"]).is_err());
+    let cli = Cli::try_parse_from([
+        "outbox",
+        "relay",
+        "--heal-dead-letters",
+        "true",
+        "--heal-rounds",
+        "0",
+    ])
+    .expect("parse");
+    let Command::Relay(args) = cli.command else {
+        panic!("relay")
+    };
+    assert!(args.config().validate().is_err(), "0 rounds is refused");
 }
 
 /// Durations take humantime units; `dead retry` wants an id or `--all`, not both.
@@ -212,4 +260,26 @@ fn health_thresholds_parse() {
             true
         )
     );
+}
+
+/// `--retention` takes a duration or `off`; without it, the library's default.
+#[test]
+fn retention_parses() {
+    let config = |args: &[&str]| {
+        let cli = Cli::try_parse_from(args).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        args.config().retention
+    };
+    assert_eq!(
+        config(&["outbox", "relay", "--retention", "30d"]),
+        Some(Duration::from_secs(30 * 24 * 60 * 60))
+    );
+    assert_eq!(config(&["outbox", "relay", "--retention", "off"]), None);
+    assert_eq!(
+        config(&["outbox", "relay"]),
+        WorkerConfig::default().retention
+    );
+    assert!(Cli::try_parse_from(["outbox", "relay", "--retention", "soon"]).is_err());
 }

@@ -1,5 +1,6 @@
-//! `/dead`: the dead letters grouped by error, with retry and discard for a group and for all;
-//! `/dead?scope=group&group=<key>` adds the events of one group, each with its own buttons.
+//! `/dead`: the dead letters grouped by the fingerprint of their error, with retry and discard
+//! for a group and for all; `/dead?scope=group&group=<key>` adds the events of one group, each
+//! with its own buttons and its own error.
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -27,7 +28,7 @@ pub(crate) async fn dead(
 ) -> Response {
     let writable = state.writable();
     let selected = match fields.target() {
-        Ok(Some(Target::Group(error))) => Some(error),
+        Ok(Some(Target::Group(fingerprint))) => Some(fingerprint),
         Ok(_) => None,
         Err(why) => {
             let body = html! { p { (why) } };
@@ -44,11 +45,11 @@ pub(crate) async fn dead(
         Err(e) => return layout::failure(writable, &e),
     };
     let events = match &selected {
-        Some(error) => {
-            let read = ops::dead_letters_with_error(
+        Some(fingerprint) => {
+            let read = ops::dead_letters_in_group(
                 &state.outbox,
                 &state.db,
-                error.as_deref(),
+                fingerprint.as_deref(),
                 EVENTS_SHOWN,
             );
             match read.await {
@@ -60,9 +61,9 @@ pub(crate) async fn dead(
     };
     let body = html! {
         (group_table(&groups, writable))
-        @if let (Some(error), Some(events)) = (&selected, &events) {
-            @let total = groups.iter().find(|g| &g.error == error).map_or(0, |g| g.count);
-            (group_events(error.as_deref(), events, total, writable))
+        @if let (Some(fingerprint), Some(events)) = (&selected, &events) {
+            @let total = groups.iter().find(|g| &g.fingerprint == fingerprint).map_or(0, |g| g.count);
+            (group_events(fingerprint.as_deref(), events, total, writable))
         }
     };
     layout::page(Frame::new("Dead letters", Nav::Dead, writable), body).into_response()
@@ -72,27 +73,28 @@ pub(crate) async fn dead(
 fn group_table(groups: &[DeadLetterGroup], writable: bool) -> Markup {
     let total: u64 = groups.iter().map(|g| g.count).sum();
     html! {
-        h1 { "Dead letters " span.muted { "by error" } }
+        h1 { "Dead letters " span.muted { "by error fingerprint" } }
         @if groups.is_empty() {
             p #no-dead-letters { "No dead letters: every event was delivered or is still being tried." }
         } @else {
             p {
                 strong #dead-total data-n=(total) { (count(total)) } " dead letters in "
                 (count(groups.len() as u64)) @if groups.len() == 1 { " group. " } @else { " groups. " }
-                span.muted { "Retrying sends an event again with a fresh retry budget; discarding deletes it." }
+                span.muted { "Errors that differ only in ids, numbers or quoted values form one group. Retrying sends an event again with a fresh retry budget; discarding deletes it." }
             }
             @if writable {
                 p { (action_buttons(&Target::All, " all")) }
             }
             table #groups {
                 tr {
-                    th { "Error (last_error)" } th { "Dead letters" } th { "Oldest event" }
+                    th { "Error fingerprint" } th { "Kind" } th { "Dead letters" } th { "Oldest event" }
                     th { "Last failure" } th {}
                 }
                 @for group in groups.iter().take(GROUPS_SHOWN) {
-                    @let target = Target::Group(group.error.clone());
-                    tr.group data-count=(group.count) {
-                        td { (error_cell(group.error.as_deref())) }
+                    @let target = Target::Group(group.fingerprint.clone());
+                    tr.group data-count=(group.count) data-errors=(group.errors) {
+                        td { (error_cell(group)) }
+                        td { (group.kind.map_or("–", |k| k.as_str())) }
                         td.num { (count(group.count)) }
                         td.num { a href={ "events?q=" (group.oldest_id) } { (group.oldest_id) } }
                         td.time { (time(&group.last_update)) }
@@ -112,23 +114,28 @@ fn group_table(groups: &[DeadLetterGroup], writable: bool) -> Markup {
     }
 }
 
-/// An error in the groups' table: cut short, the whole text in its tooltip.
-fn error_cell(error: Option<&str>) -> Markup {
-    match error {
-        None => html! { em.muted { "no error recorded" } },
-        Some(text) => {
-            let (shown, cut) = clip(text, ERROR_CHARS);
-            let (tooltip, _) = clip(text, 2000);
-            html! { code title=(tooltip) { (shown) @if cut { "…" } } }
+/// A group's fingerprint in the groups' table, cut short; its most common error in full (and
+/// how many distinct errors it folds) in the tooltip.
+fn error_cell(group: &DeadLetterGroup) -> Markup {
+    let (Some(fingerprint), Some(error)) = (&group.fingerprint, &group.error) else {
+        return html! { em.muted { "no error recorded" } };
+    };
+    let (shown, cut) = clip(fingerprint, ERROR_CHARS);
+    let (tooltip, _) = clip(error, 2000);
+    html! {
+        code title=(tooltip) { (shown) @if cut { "…" } }
+        @if group.errors > 1 {
+            " " span.muted { "(" (count(group.errors)) " distinct errors)" }
         }
     }
 }
 
-/// The events of the group of `error` (at most [`EVENTS_SHOWN`] of `total`), oldest first.
-fn group_events(error: Option<&str>, events: &[Model], total: u64, writable: bool) -> Markup {
+/// The events of the group of `fingerprint` (at most [`EVENTS_SHOWN`] of `total`), oldest
+/// first, each with its own error.
+fn group_events(fingerprint: Option<&str>, events: &[Model], total: u64, writable: bool) -> Markup {
     html! {
-        h2 #group-events { "Dead letters with this error" }
-        @match error {
+        h2 #group-events { "Dead letters of this fingerprint" }
+        @match fingerprint {
             Some(text) => { (layout::long_text(text, 4000)) }
             None => { p { em.muted { "no error recorded" } } }
         }
@@ -139,7 +146,7 @@ fn group_events(error: Option<&str>, events: &[Model], total: u64, writable: boo
             table #events {
                 tr {
                     th { "Id" } th { "biz_no" } th { "Type" } th { "Retries" } th { "Created" }
-                    th { "Last failure" } th {}
+                    th { "Last failure" } th { "Error" } th {}
                 }
                 @for e in events {
                     tr.event data-id=(e.id) {
@@ -149,6 +156,10 @@ fn group_events(error: Option<&str>, events: &[Model], total: u64, writable: boo
                         td.num { (e.retry_count) }
                         td.time { (time(&e.create_time)) }
                         td.time { (time(&e.update_time)) }
+                        td { @if let Some(error) = &e.last_error {
+                            @let (shown, cut) = clip(error, ERROR_CHARS);
+                            code.error title=(clip(error, 2000).0) { (shown) @if cut { "…" } }
+                        } }
                         td { @if writable { (action_buttons(&Target::Event(e.id), "")) } }
                     }
                 }

@@ -199,7 +199,8 @@ pub struct Seeded {
 /// A payload that must show as text.
 pub const HTML_PAYLOAD: &str = r#"{"note":"<b>bold</b> & <script>alert(1)</script>"}"#;
 
-/// Writes 4 waiting events, 6 delivered ones, 3 dead letters of [`BROKER`] (`ORD-B-*`), 2 of
+/// Writes 4 waiting events, 6 delivered ones, 3 dead letters of [`BROKER`] and its like with
+/// other time-outs (`ORD-B-*`, one fingerprint), 2 of
 /// [`TOO_LARGE`] (`ORD-L-*`) and a waiting event `ORD-HTML` with [`HTML_PAYLOAD`].
 pub async fn seed(ctx: &TestContext) -> Seeded {
     let db = &ctx.db;
@@ -207,7 +208,11 @@ pub async fn seed(ctx: &TestContext) -> Seeded {
     let delivered = insert_many(db, "ORD-D", 6).await;
     deliver(ctx, &delivered).await;
     let broker = insert_many(db, "ORD-B", 3).await;
-    dead_letter(db, &broker, Some(BROKER)).await;
+    // One group by fingerprint, three errors: the time-outs differ (the first is BROKER).
+    for (i, &id) in broker.iter().enumerate() {
+        let error = BROKER.replace("3s", &format!("{}s", 3 + i));
+        dead_letter(db, &[id], Some(&error)).await;
+    }
     let too_large = insert_many(db, "ORD-L", 2).await;
     dead_letter(db, &too_large, Some(TOO_LARGE)).await;
     let html = db

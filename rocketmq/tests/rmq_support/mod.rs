@@ -16,6 +16,8 @@ use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher};
 
 use crate::common::Fleet;
 
+pub mod cluster;
+
 /// The shared broker's default name server.
 pub const DEFAULT_NAMESRV_ADDR: &str = "127.0.0.1:9876";
 

@@ -68,20 +68,17 @@ fn dead_letter_groups_and_search() {
         render(|b| b.build(&b.dead_letter_groups()))
     );
     insta::assert_snapshot!(
-        "admin_dead_letter_group_ids",
-        render(|b| b.build(&b.dead_letter_group_ids(Some("boom"), 7, driver::RECLAIM_BATCH)))
+        "admin_dead_letter_errors",
+        render(|b| b.build(&b.dead_letter_errors(7, driver::RECLAIM_BATCH)))
     );
     insta::assert_snapshot!(
-        "admin_dead_letter_group_ids_null",
-        render(|b| b.build(&b.dead_letter_group_ids(None, 7, driver::RECLAIM_BATCH)))
+        "admin_dead_letters_by_ids",
+        render(|b| b.build(&b.dead_letters_by_ids(&[7, 8])))
     );
-    insta::assert_snapshot!(
-        "admin_dead_letters_with_error",
-        render(|b| b.build(&b.dead_letters_with_error(Some("boom"), 50)))
-    );
+    let errors = ["boom 1".to_owned(), "boom 2".to_owned()];
     insta::assert_snapshot!(
         "admin_retry_dead_group",
-        render(|b| b.retry_dead_group(&[7, 8], Some("boom")).build())
+        render(|b| b.retry_dead_group(&[7, 8], Some(&errors)).build())
     );
     insta::assert_snapshot!(
         "admin_discard_dead_group",

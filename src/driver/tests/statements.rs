@@ -242,6 +242,19 @@ fn reclaim() {
     }
 }
 
+/// The healing of dead letters: 3 retries, rounds 5, 10 and 20 min after the failure.
+#[test]
+fn heal() {
+    let policy = crate::HealPolicy::new(Duration::from_secs(300), 3);
+    insta::assert_snapshot!(
+        "healable_dead_letters",
+        render(|b| b
+            .backend()
+            .build(&b.healable_dead_letters(3, &policy, driver::RECLAIM_BATCH)))
+    );
+    insta::assert_snapshot!("heal", render(|b| b.heal(&[7, 8], 3, &policy).build()));
+}
+
 #[test]
 fn consumed_record() {
     insta::assert_snapshot!(render(|b| b.record_consumed("points", "42")));

@@ -1,7 +1,8 @@
 //! The relay's maintenance services, each with a bounded pass (tests call it directly) and a
 //! loop that logs an error and goes on: [`Reclaimer`] (expired leases back to `WAIT` or
-//! `FAIL`), [`LeaseRenewer`] (the leases a worker holds) and [`Retention`] (delivered events
-//! past the retention period) over [`every`], [`Monitor`] (the
+//! `FAIL`), [`Healer`] (dead letters of transient failures back to `WAIT`, when configured),
+//! [`LeaseRenewer`] (the leases a worker holds) and [`Retention`] (delivered events past the
+//! retention period) over [`every`], [`Monitor`] (the
 //! worker's heartbeat and the gauges) with a loop of its own that remembers the previous
 //! pass.
 use std::future::Future;
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::relay::{Observer, WorkerSummary};
 
+mod healer;
 mod monitor;
 mod reclaimer;
 mod renewer;
@@ -19,6 +21,7 @@ mod retention;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use healer::Healer;
 pub(crate) use monitor::Monitor;
 pub(crate) use reclaimer::Reclaimer;
 pub(crate) use renewer::LeaseRenewer;
