@@ -50,7 +50,8 @@ pub enum EventError {
     /// The event's due time is further out than [`crate::NewEvent::MAX_DELAY`].
     #[error("event is due in {seconds} s; the longest delay is {max} s")]
     DelayTooLong {
-        /// The delay asked for, in seconds (from the application's clock for an instant).
+        /// The delay asked for, in seconds rounded up (from the application's clock for an
+        /// instant).
         seconds: u64,
         /// [`crate::NewEvent::MAX_DELAY`] in seconds.
         max: u64,

@@ -27,6 +27,7 @@ use sea_orm_outbox::{
 backend_tests!(
     a_delayed_event_goes_once_due_on_the_database_clock,
     an_instant_already_past_goes_at_once,
+    an_instant_before_any_a_backend_stores_goes_at_once,
     a_delay_past_the_limit_is_refused_and_nothing_is_written,
     in_ordered_mode_a_delayed_event_holds_back_its_key,
 );
@@ -109,6 +110,41 @@ async fn a_delayed_event_goes_once_due_on_the_database_clock(ctx: &TestContext) 
         ctx.backend
     );
     assert_eq!(sent.len(), 2);
+}
+
+/// `deliver_at` instants before the range of Postgres and MySQL/MariaDB timestamps (year 1,
+/// chrono's earliest): written (as the Unix epoch) and published at once on every backend.
+async fn an_instant_before_any_a_backend_stores_goes_at_once(ctx: &TestContext) {
+    let fleet = Fleet::start(
+        ctx,
+        5,
+        Arc::new(InMemoryPublisher::new()),
+        [test_config("long-ago")],
+    )
+    .await;
+    let year_one = "0001-01-01T00:00:00Z".parse().expect("instant");
+    let mut ids = Vec::new();
+    for at in [year_one, DateTime::<Utc>::MIN_UTC] {
+        let event = NewEvent::raw("LONG-AGO", "ORDER_CREATED", "{}").deliver_at(at);
+        ids.push(ctx.db.with_event(event).await.expect("write"));
+    }
+    assert!(
+        common::wait_until(POLL + SLACK + SLACK, POLL, || async {
+            for &id in &ids {
+                if event(&ctx.db, id).await.status != EventStatus::Success {
+                    return false;
+                }
+            }
+            true
+        })
+        .await,
+        "an event due long ago waits"
+    );
+    fleet.stop().await;
+    for id in ids {
+        let e = event(&ctx.db, id).await;
+        assert_eq!(e.next_retry_time, DateTime::UNIX_EPOCH, "{e:?}");
+    }
 }
 
 /// `deliver_at` an instant an hour ago: stored as given, published at once.

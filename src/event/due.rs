@@ -51,7 +51,8 @@ impl NewEvent {
     }
 
     /// Delays the event until the instant `at`, stored as given in `next_retry_time` and
-    /// compared with the database clock: an instant already past is due at once. Use
+    /// compared with the database clock: an instant already past is due at once (one before
+    /// the Unix epoch is stored as the epoch, which every backend can store). Use
     /// [`NewEvent::deliver_after`] for a delay counted from the insert; an instant computed
     /// from the application's clock carries that clock's error.
     ///
@@ -63,9 +64,14 @@ impl NewEvent {
         self
     }
 
-    /// When the event is due ([`Due::Now`] unless delayed).
+    /// When the event is due ([`Due::Now`] unless delayed); an instant before the Unix epoch
+    /// as the epoch: Postgres and MySQL/MariaDB refuse instants far enough in the past, and
+    /// every instant already past is due at once alike.
     pub(crate) fn due(&self) -> Due {
-        self.due
+        match self.due {
+            Due::At(at) => Due::At(at.max(DateTime::UNIX_EPOCH)),
+            due => due,
+        }
     }
 
     /// Whether the event is not due at its insert, by the application's clock for an instant.
@@ -86,10 +92,37 @@ impl NewEvent {
         };
         if delay > Self::MAX_DELAY {
             return Err(EventError::DelayTooLong {
-                seconds: delay.as_secs(),
+                // Rounded up: a delay just past the limit must not read as equal to it.
+                seconds: delay.as_secs() + u64::from(delay.subsec_nanos() > 0),
                 max: Self::MAX_DELAY.as_secs(),
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delay_just_past_the_limit_reads_past_it() {
+        let e = NewEvent::raw("K", "T", "{}")
+            .deliver_after(NewEvent::MAX_DELAY + Duration::from_nanos(1));
+        match e.check_due() {
+            Err(EventError::DelayTooLong { seconds, max }) => {
+                assert!(seconds > max, "{seconds} {max}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let exact = NewEvent::raw("K", "T", "{}").deliver_after(NewEvent::MAX_DELAY);
+        assert!(exact.check_due().is_ok());
+    }
+
+    #[test]
+    fn an_instant_before_the_epoch_is_the_epoch() {
+        let e = NewEvent::raw("K", "T", "{}").deliver_at(DateTime::<Utc>::MIN_UTC);
+        assert_eq!(e.due(), Due::At(DateTime::UNIX_EPOCH));
+        assert!(!e.is_delayed());
     }
 }

@@ -6,7 +6,8 @@
 //! `t_event_record`) and compares times by the database's clock. Dead letters (`FAIL` rows)
 //! stay until retried ([`retry_dead`]) or discarded ([`discard_dead`]), or healed by a relay
 //! with [`crate::HealPolicy`]; [`dead_letter_groups`] groups them by the [`fingerprint`] of
-//! their error. Delivered rows stay until [`purge_delivered`].
+//! their error. Delivered rows stay until a relay's retention
+//! ([`crate::WorkerConfig::retention`], 7 days by default) or [`purge_delivered`] deletes them.
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -41,7 +42,7 @@ pub struct OutboxStats {
     pub wait: u64,
     /// `SENDING` rows: claimed by an instance (leased).
     pub sending: u64,
-    /// `SUCCESS` rows: delivered, kept until purged.
+    /// `SUCCESS` rows: delivered, kept until retention or a purge deletes them.
     pub success: u64,
     /// `FAIL` rows: dead letters.
     pub fail: u64,
