@@ -169,14 +169,20 @@ impl Wake {
     /// [`Wake::wait`] until `deadline` (a local signal, a notification or a new `LISTEN`
     /// connection ends it earlier).
     async fn wait_until(&mut self, deadline: Instant) -> Woken {
-        let Some(mut local) = self.local.take() else {
+        // A clone waits, so that a wait dropped half-way leaves the worker's receiver as it was
+        // (a signal it has not seen stays unseen); once woken, the receiver has seen them all.
+        let Some(mut local) = self.local.clone() else {
             return self.wait_remote(deadline).await;
         };
         let woken = tokio::select! {
             woken = self.wait_remote(deadline) => woken,
             Ok(()) = local.changed() => Woken::Notified,
         };
-        self.local = Some(local);
+        if woken == Woken::Notified {
+            if let Some(local) = &mut self.local {
+                local.mark_unchanged();
+            }
+        }
         woken
     }
 
