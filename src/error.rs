@@ -139,7 +139,7 @@ pub enum PublishErrorKind {
 }
 
 /// What kind of failure the relay recorded in `last_error`: it writes the kind's prefix before
-/// the message (`retryable: RocketMQ send failed: ...`), so that the healing of dead letters
+/// the message (`retryable: send failed: connection refused`), so that the healing of dead letters
 /// ([`crate::HealPolicy`]) and the fingerprints of [`crate::ops::dead_letter_groups`] can tell
 /// the kinds apart. A `last_error` without one of these prefixes (written by an older version
 /// or by hand) has no kind and is never healed.

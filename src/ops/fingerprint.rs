@@ -118,8 +118,8 @@ mod tests {
     fn variable_parts_are_replaced() {
         for (a, b) in [
             (
-                "retryable: RocketMQ send failed: transport.connection.failed; broker 127.0.0.1:10911",
-                "retryable: RocketMQ send failed: transport.connection.failed; broker 10.2.0.17:20911",
+                "retryable: send failed: connection refused; broker 127.0.0.1:10911",
+                "retryable: send failed: connection refused; broker 10.2.0.17:20911",
             ),
             (
                 "permanent: body of event 42 is 5000000 bytes",
@@ -133,9 +133,15 @@ mod tests {
                 "retryable: no route for topic 'ORDERS_a1' (key \"K-1\")",
                 "retryable: no route for topic 'PAYMENTS' (key \"order 7\")",
             ),
-            ("send failed:\n  caused by: x", "send failed: caused by:   x "),
+            (
+                "send failed:\n  caused by: x",
+                "send failed: caused by:   x ",
+            ),
             ("msg 0x1F2e", "msg 0xdead"),
-            ("msgId AC11000100002A9F0000000000000042", "msgId 7F0000010B2A18B4AAC2"),
+            (
+                "msgId AC11000100002A9F0000000000000042",
+                "msgId 7F0000010B2A18B4AAC2",
+            ),
         ] {
             assert_eq!(fingerprint(a), fingerprint(b), "{a:?} / {b:?}");
         }
