@@ -48,7 +48,7 @@ mod common;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-pub use config::{ClaimStrategy, OrderedPolicy, StatementProtocol, WorkerConfig};
+pub use config::{ClaimStrategy, Completion, OrderedPolicy, StatementProtocol, WorkerConfig};
 pub use error::{
     DbErrorKind, EventError, FailureKind, OutboxError, PublishError, PublishErrorKind,
 };

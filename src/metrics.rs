@@ -2,8 +2,15 @@
 //! recorder (for example `metrics-exporter-prometheus`) and these appear; without one they cost
 //! nothing.
 
-/// Counter: events published and marked `SUCCESS`.
+/// Counter: events this process published and completed (marked `SUCCESS`, or deleted with
+/// [`crate::Completion::Delete`]).
 pub const PUBLISHED: &str = "outbox_published_total";
+/// Counter, label `table`: events the table's relays have delivered, read from
+/// `t_outbox_counter` by every running worker at each heartbeat (so every live instance
+/// exports the same value: aggregate with `max by (table)`). Unlike [`PUBLISHED`] (this
+/// process' deliveries) it counts every instance's and outlives restarts and deleted rows; it
+/// trails the deliveries by up to a heartbeat interval.
+pub const DELIVERED: &str = "outbox_delivered_total";
 /// Counter: per-row claims another instance won.
 pub const CLAIM_LOST: &str = "outbox_claim_lost_total";
 /// Counter: failed sends put back with back-off.

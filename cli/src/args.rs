@@ -195,6 +195,10 @@ pub(crate) struct RelayArgs {
     /// every 10 min), or `off` to keep them until `outbox purge` [default: 7d].
     #[arg(long, env = "OUTBOX_RETENTION", value_parser = retention)]
     pub(crate) retention: Option<Keep>,
+    /// What a delivered event's row becomes: `update` marks it SUCCESS (kept for the
+    /// retention), `delete` deletes it [default: update].
+    #[arg(long, env = "OUTBOX_COMPLETION", value_enum)]
+    pub(crate) completion: Option<CompletionArg>,
     /// Healing of dead letters.
     #[command(flatten)]
     pub(crate) heal: HealArgs,
@@ -279,6 +283,15 @@ pub(crate) enum Protocol {
     Extended,
     /// Simple-protocol queries with inlined values (transaction-mode poolers).
     Simple,
+}
+
+/// `--completion` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum CompletionArg {
+    /// Mark the row SUCCESS.
+    Update,
+    /// Delete the row.
+    Delete,
 }
 
 mod actions;

@@ -60,8 +60,9 @@ pub(crate) async fn stats(
     }
     println!("WAIT     {}", s.wait);
     println!("SENDING  {}", s.sending);
-    println!("SUCCESS  {}", s.success);
+    println!("SUCCESS  {} (rows kept)", s.success);
     println!("FAIL     {} (dead letters)", s.fail);
+    println!("delivered: {} (counted by the relays)", s.delivered);
     match s.oldest_wait_age_seconds {
         Some(age) => println!("oldest WAIT age: {age:.3} s"),
         None => println!("oldest WAIT age: - (nothing waiting)"),

@@ -1,8 +1,8 @@
 //! CPU accounting from /proc: this process, the database server's processes and the whole
-//! machine; and this process' peak memory.
-use std::time::Instant;
+//! machine; this process' peak memory; the WAL Postgres wrote, and the end of InnoDB's purge.
+use std::time::{Duration, Instant};
 
-use sea_orm::DbBackend;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 
 /// Clock ticks per second of /proc's CPU times.
 const CLK_TCK: f64 = 100.0;
@@ -148,4 +148,47 @@ pub fn peak_rss_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// Postgres: bytes of WAL written so far (`pg_stat_wal.wal_bytes`, the whole cluster); `None`
+/// elsewhere.
+pub async fn wal_bytes(db: &DatabaseConnection) -> Option<u64> {
+    if db.get_database_backend() != DbBackend::Postgres {
+        return None;
+    }
+    let sql = "SELECT wal_bytes::bigint FROM pg_stat_wal";
+    let row = db
+        .query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
+        .await
+        .ok()??;
+    row.try_get_by_index::<i64>(0).ok().map(|b| b as u64)
+}
+
+/// MySQL/MariaDB: waits (at most 60 s) until InnoDB's purge has caught up
+/// (`Innodb_history_list_length` under 100), so that the server CPU of a phase includes the
+/// removal of the row versions and index entries it left behind; returns how long it waited.
+/// Elsewhere returns at once.
+pub async fn settle_purge(db: &DatabaseConnection) -> Duration {
+    let start = Instant::now();
+    if db.get_database_backend() != DbBackend::MySql {
+        return Duration::ZERO;
+    }
+    let sql = "SHOW GLOBAL STATUS LIKE 'Innodb_history_list_length'";
+    while start.elapsed() < Duration::from_secs(60) {
+        let len = match db
+            .query_one_raw(Statement::from_string(DbBackend::MySql, sql))
+            .await
+        {
+            Ok(Some(row)) => row
+                .try_get_by_index::<String>(1)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok()),
+            _ => None,
+        };
+        if len.is_none_or(|l| l < 100) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
 }

@@ -20,7 +20,9 @@
 //!   batch), `CALL`ed on 1..4 connections at once over the same WAIT rows; the best of them is
 //!   the ceiling (Postgres, MariaDB/MySQL; skipped on SQLite).
 //! - `per_row_eps`, `batch_eps`: W workers (own pools), a no-op counting publisher, N events
-//!   already `WAIT`; `relay_over_limit`, `relay_over_best_limit` (batch_eps /
+//!   already `WAIT`, completing delivered rows as `--completion` says (update or delete);
+//!   `relay_server_us_per_event` (the database server's CPU per event of the batch phase, until
+//!   InnoDB's purge caught up on MySQL/MariaDB) and on Postgres `relay_wal_bytes_per_event`; `relay_over_limit`, `relay_over_best_limit` (batch_eps /
 //!   db_limit_best_eps), `batch_over_per_row`; `duplicates_*`,
 //!   `claim_lost_per_event_*`; CPU seconds of this process and of the database server per phase.
 //! - `idle_latency_p50_ms`, `idle_latency_p99_ms`: commit → publish for events written one at a
@@ -214,6 +216,36 @@ struct Args {
     /// Give up a phase after this many seconds.
     #[arg(long, default_value_t = 900)]
     timeout_s: u64,
+    /// What the relay phases' workers do with a delivered row (`WorkerConfig::completion`).
+    #[arg(long, value_enum, default_value = "update")]
+    completion: CompletionArg,
+}
+
+/// `--completion` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionArg {
+    /// Mark the row SUCCESS.
+    Update,
+    /// Delete the row.
+    Delete,
+}
+
+impl CompletionArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            CompletionArg::Update => "update",
+            CompletionArg::Delete => "delete",
+        }
+    }
+}
+
+impl From<CompletionArg> for sea_orm_outbox::Completion {
+    fn from(c: CompletionArg) -> Self {
+        match c {
+            CompletionArg::Update => sea_orm_outbox::Completion::Update,
+            CompletionArg::Delete => sea_orm_outbox::Completion::Delete,
+        }
+    }
 }
 
 impl Args {
@@ -267,7 +299,7 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     println!(
         "bench: backend={:?} database={} events={} workers={} pool={} batch={} \
          concurrency={} per_row_batch={} per_row_concurrency={} poll_delay_ms={} drain=on small={} \
-         writers={:?} write_repeats={} write_events={}",
+         writers={:?} write_repeats={} write_events={} completion={}",
         bench.backend,
         bench.name,
         args.events,
@@ -281,7 +313,8 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
         args.small,
         args.writers,
         args.write_repeats,
-        args.write_events
+        args.write_events,
+        args.completion.as_str()
     );
 
     // 1. The ceiling.

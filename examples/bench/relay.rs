@@ -22,7 +22,7 @@ use crate::figures::{f1, f3, Figures};
 use crate::scan::{pg_explain, ScanResult};
 use crate::scratch::{BoxError, ScratchDb};
 use crate::setup::{fill_keyed, pg_batch_claim_sql, reset, status_counts};
-use crate::Args;
+use crate::{Args, CompletionArg};
 
 /// The no-op publisher: counts, remembers the first publish instant of every id. With
 /// `batching` it takes a claim's events in one `publish_batch` call, as `RocketMqPublisher`
@@ -139,6 +139,11 @@ pub struct RelayResult {
     claim_plan: Option<ScanResult>,
     /// First publications after a larger id of the same key (checked with `keys` only).
     pub order_violations: u64,
+    /// The database server's CPU µs per event from the start until InnoDB's purge caught up
+    /// after the drain (MySQL/MariaDB; elsewhere until the drain's end).
+    pub server_us_settled: f64,
+    /// Postgres: WAL bytes written per event during the drain.
+    pub wal_bytes_per_event: Option<f64>,
 }
 
 impl RelayResult {
@@ -294,8 +299,10 @@ pub async fn relay(
     // The workers and their pools' connections exist before the clock starts, as the
     // in-database drain's connections do; their start-up (schema check, reclaim pass, first
     // gauges, first claims) is timed.
+    let config = config.completion(args.completion.into());
     let workers = build_workers(bench, args, &config, publisher.clone(), label).await?;
     open_pools(&workers, args).await?;
+    let wal_before = crate::cpu::wal_bytes(setup).await;
     let cpu = CpuMark::now(bench.backend);
     let start = Instant::now();
     let handles = spawn_workers(&workers, &cancel);
@@ -305,7 +312,8 @@ pub async fn relay(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let secs = start.elapsed().as_secs_f64();
-    let cpu = cpu.since(bench.backend);
+    let cpu_drain = cpu.since(bench.backend);
+    let wal_after = crate::cpu::wal_bytes(setup).await;
     cancel.cancel();
     let mut total = WorkerSummary::default();
     for h in handles {
@@ -322,21 +330,39 @@ pub async fn relay(
     for w in workers {
         w.db().clone().close().await.ok();
     }
+    let settle = crate::cpu::settle_purge(setup).await;
+    let server_us_settled = cpu.since(bench.backend).server_us_per_event(events);
     let counts = status_counts(setup).await?;
     let success = counts.get("SUCCESS").copied().unwrap_or(0);
-    if success != events as i64 || total.published != events {
+    // With completion by delete a delivered event leaves no row.
+    let (done, left) = match args.completion {
+        CompletionArg::Update => (success, counts.values().sum::<i64>() - success),
+        CompletionArg::Delete => (publisher.distinct() as i64, counts.values().sum::<i64>()),
+    };
+    if done != events as i64 || left != 0 || total.published != events {
         return Err(format!(
-            "{label}: {} of {} events SUCCESS after {secs:.1} s (statuses {counts:?}, summary {total:?})",
-            success, events
+            "{label}: {done} of {events} events delivered after {secs:.1} s, {left} rows left \
+             (statuses {counts:?}, summary {total:?})"
         )
         .into());
+    }
+    if settle > Duration::from_millis(100) {
+        eprintln!(
+            "{label}: InnoDB purge caught up {:.2} s after the drain",
+            settle.as_secs_f64()
+        );
     }
     Ok(RelayResult {
         eps: events as f64 / secs,
         secs,
         total,
         duplicates: publisher.duplicates(),
-        cpu,
+        cpu: cpu_drain,
+        server_us_settled,
+        wal_bytes_per_event: match (wal_before, wal_after) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / events as f64),
+            _ => None,
+        },
         claim_plan,
         order_violations: publisher.order_violations(),
     })
@@ -404,6 +430,28 @@ pub async fn figures(
                 p.buffers.unwrap_or(0)
             ),
         );
+    }
+    if key == "batch" {
+        figs.add(
+            "relay_server_us_per_event",
+            f1(r.server_us_settled),
+            format!(
+                "database server CPU per delivered event (/proc), completion {}, from the start \
+                 until InnoDB's purge caught up (MySQL/MariaDB) or the drain's end",
+                args.completion.as_str()
+            ),
+        );
+        match r.wal_bytes_per_event {
+            Some(b) => figs.add(
+                "relay_wal_bytes_per_event",
+                f1(b),
+                format!(
+                    "pg_stat_wal.wal_bytes during the drain / events, completion {}",
+                    args.completion.as_str()
+                ),
+            ),
+            None => figs.skip("relay_wal_bytes_per_event", "Postgres only"),
+        }
     }
     figs.add(
         &format!("duplicates_{key}"),

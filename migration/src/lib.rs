@@ -192,6 +192,10 @@ pub use m20261206_000005_create_t_outbox_relay::Migration as CreateOutboxRelay;
 /// one per database (its rows name their outbox table), in the connection's default schema.
 pub const RELAY_TABLE: &str = "t_outbox_relay";
 
+/// The relays' count of delivered events, also created by [`CreateOutboxRelay`]:
+/// `t_outbox_counter`, one row per outbox table, beside [`RELAY_TABLE`].
+pub const COUNTER_TABLE: &str = "t_outbox_counter";
+
 /// The tracking table of the standalone [`Migrator`].
 pub const MIGRATION_TABLE: &str = "seaql_migrations_outbox";
 

@@ -2,7 +2,9 @@
 //! of an outbox table (primary key `(outbox_table, instance_id)`), written by the instance
 //! every heartbeat interval, so that any instance and the `outbox` tool can tell which relays
 //! are alive. Its timestamps keep microseconds like the outbox table (Postgres `timestamptz`,
-//! MySQL/MariaDB `DATETIME(6)`, SQLite RFC 3339 text).
+//! MySQL/MariaDB `DATETIME(6)`, SQLite RFC 3339 text). Also creates `t_outbox_counter`, the
+//! relays' count of delivered events: one row per outbox table (primary key `outbox_table`),
+//! to which each instance adds what it delivered at every heartbeat.
 use sea_orm_migration::prelude::*;
 
 use crate::driver;
@@ -27,6 +29,14 @@ enum TOutboxRelay {
     ExpiresAt,
     LastRoundAt,
     LastSuccessAt,
+}
+
+#[derive(DeriveIden)]
+enum TOutboxCounter {
+    Table,
+    OutboxTable,
+    Delivered,
+    UpdatedAt,
 }
 
 #[async_trait::async_trait]
@@ -67,10 +77,38 @@ impl MigrationTrait for Migration {
                     )
                     .to_owned(),
             )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(TOutboxCounter::Table)
+                    .if_not_exists()
+                    .col(
+                        ColumnDef::new(TOutboxCounter::OutboxTable)
+                            .string_len(128)
+                            .not_null()
+                            .primary_key(),
+                    )
+                    .col(
+                        ColumnDef::new(TOutboxCounter::Delivered)
+                            .big_integer()
+                            .not_null(),
+                    )
+                    .col(driver::timestamp(backend, TOutboxCounter::UpdatedAt).not_null())
+                    .to_owned(),
+            )
             .await
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_table(
+                Table::drop()
+                    .table(TOutboxCounter::Table)
+                    .if_exists()
+                    .to_owned(),
+            )
+            .await?;
         manager
             .drop_table(Table::drop().table(TOutboxRelay::Table).to_owned())
             .await

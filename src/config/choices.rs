@@ -1,5 +1,6 @@
 //! The choices a [`super::WorkerConfig`] makes among ways of working: how rounds claim,
-//! ordered delivery, how statements reach Postgres, which connections the relay uses.
+//! what a delivered event's row becomes, ordered delivery, how statements reach Postgres,
+//! which connections the relay uses.
 use crate::error::OutboxError;
 
 /// How a round claims its events.
@@ -13,6 +14,36 @@ pub enum ClaimStrategy {
     /// other instances hold (`FOR UPDATE SKIP LOCKED`); it loses no claims.
     #[default]
     Batch,
+}
+
+/// What the relay does with a delivered event's row ([`crate::WorkerConfig::completion`]).
+///
+/// Either way the row is changed by the owner-guarded statement of the design: only while
+/// the event is `SENDING` under this claim, `rows_affected` deciding, so a late
+/// acknowledgement changes nothing. Delivered events are counted in `t_outbox_counter`
+/// ([`crate::ops::OutboxStats::delivered`]) in both modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Completion {
+    /// `UPDATE ... SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND status =
+    /// 'SENDING' AND claim_owner = :owner`: the row stays as a record of who sent it and when,
+    /// until the retention ([`crate::WorkerConfig::retention`]) or `outbox purge` deletes it.
+    #[default]
+    Update,
+    /// `DELETE FROM ... WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner = :owner`:
+    /// the table holds only undelivered events and dead letters; nothing is left to look a
+    /// delivered event up by.
+    Delete,
+}
+
+impl Completion {
+    /// `update` or `delete`, as `outbox relay --completion` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Completion::Update => "update",
+            Completion::Delete => "delete",
+        }
+    }
 }
 
 /// Ordered delivery per business key ([`crate::WorkerConfig::ordered`]): what a dead letter

@@ -9,7 +9,8 @@ mod choices;
 mod tests;
 
 pub use choices::{
-    ClaimStrategy, OrderedPolicy, RelayPool, StatementProtocol, MIN_RELAY_POOL_CONNECTIONS,
+    ClaimStrategy, Completion, OrderedPolicy, RelayPool, StatementProtocol,
+    MIN_RELAY_POOL_CONNECTIONS,
 };
 
 /// Largest `batch_size` accepted: 10,000.
@@ -101,6 +102,10 @@ pub struct WorkerConfig {
     /// after its last one), deletes heartbeats expired for more than a day, and refreshes the
     /// gauges of [`crate::metrics`].
     pub heartbeat_interval: Duration,
+    /// What a delivered event's row becomes (default [`Completion::Update`]: marked `SUCCESS`,
+    /// kept for `retention`); [`Completion::Delete`] deletes it in the same owner-guarded
+    /// statement.
+    pub completion: Completion,
     /// How long delivered events (`SUCCESS`) are kept (default 7 days; `None` keeps them until
     /// `outbox purge`): every worker deletes those last updated longer ago (database clock)
     /// at its start and every 10 minutes, 1,000 rows per transaction
@@ -133,6 +138,7 @@ impl Default for WorkerConfig {
             statement_protocol: StatementProtocol::Extended,
             ordered: None,
             heartbeat_interval: Duration::from_secs(10),
+            completion: Completion::Update,
             retention: Some(Duration::from_secs(7 * 24 * 60 * 60)),
             heal_dead_letters: None,
         }
@@ -167,6 +173,7 @@ setters! {
     statement_protocol: StatementProtocol,
     ordered: Option<OrderedPolicy>,
     heartbeat_interval: Duration,
+    completion: Completion,
     retention: Option<Duration>,
     heal_dead_letters: Option<HealPolicy>,
 }

@@ -7,6 +7,7 @@ use sea_orm_outbox_entity::EventStatus;
 
 use super::{event_columns, mysql, postgres, retry_transient, sqlite, status_literal};
 use super::{Backend, ByIds, Driver, RelayDb};
+use crate::Completion;
 
 impl Driver {
     /// `SELECT * FROM t_event_record WHERE status = 'WAIT' AND next_retry_time <= now ORDER BY
@@ -148,8 +149,8 @@ pub struct MarkedAndClaimed {
     pub claimed: Vec<Model>,
 }
 
-/// Marks `done_ids` (delivered events of the claim `done_owner`) `SUCCESS` as
-/// [`Driver::mark_success_many`] does and claims up to `n` due events for `owner` as
+/// Completes `done_ids` (delivered events of the claim `done_owner`) as
+/// [`Driver::complete`] does with `completion` and claims up to `n` due events for `owner` as
 /// [`claim_batch`] does, in one statement (`postgres/claim.rs`): both happen, or (on an error)
 /// neither.
 ///
@@ -160,6 +161,7 @@ pub async fn mark_success_and_claim_batch(
     db: &RelayDb,
     done_ids: &[i64],
     done_owner: &str,
+    completion: Completion,
     owner: &str,
     n: u64,
 ) -> Result<MarkedAndClaimed, DbErr> {
@@ -170,8 +172,14 @@ pub async fn mark_success_and_claim_batch(
             driver.backend
         )));
     }
-    let (marked, mut claimed) =
-        postgres::claim::mark_success_and_claim(db, driver, done_ids, done_owner, owner, n).await?;
+    let (marked, mut claimed) = postgres::claim::mark_success_and_claim(
+        db,
+        driver,
+        (done_ids, done_owner, completion),
+        owner,
+        n,
+    )
+    .await?;
     sort_by_due(&mut claimed);
     Ok(MarkedAndClaimed { marked, claimed })
 }

@@ -100,11 +100,13 @@ fn is_missing_table(err: &DbErr) -> bool {
         || known_names().iter().any(|name| names_word(&text, name))
 }
 
-/// Whether `err` says the relays' heartbeat table `t_outbox_relay` (a later migration's) is
-/// missing.
+/// Whether `err` says a table of the relays' migration (`t_outbox_relay`, `t_outbox_counter`)
+/// is missing.
 fn is_missing_relay_table(err: &DbErr) -> bool {
+    use sea_orm_outbox_migration::{COUNTER_TABLE, RELAY_TABLE};
+    let text = err.to_string();
     db_error_kind(err) == DbErrorKind::MissingTable
-        && names_word(&err.to_string(), sea_orm_outbox_migration::RELAY_TABLE)
+        && (names_word(&text, RELAY_TABLE) || names_word(&text, COUNTER_TABLE))
 }
 
 /// Whether `text` holds `name` as a whole word (not inside a longer name: the table `events`

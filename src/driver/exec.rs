@@ -185,7 +185,7 @@ impl Driver {
 }
 
 /// Checks that the outbox table has every column this version reads and writes, and that the
-/// relays' heartbeat table exists ([`Driver::relay_table_probe`]).
+/// relays' tables exist ([`Driver::relay_table_probe`], [`Driver::counter_probe`]).
 ///
 /// # Errors
 /// The database error of [`Driver::schema_probe`] or [`Driver::relay_table_probe`]: as an
@@ -193,7 +193,6 @@ impl Driver {
 /// `TableMissing` without the outbox table.
 pub async fn check_schema(db: &RelayDb) -> Result<(), DbErr> {
     db.query_all(&db.driver().schema_probe()).await?;
-    db.query_all(&db.driver().relay_table_probe())
-        .await
-        .map(drop)
+    db.query_all(&db.driver().relay_table_probe()).await?;
+    db.query_all(&db.driver().counter_probe()).await.map(drop)
 }

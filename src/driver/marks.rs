@@ -12,6 +12,7 @@ use sea_orm_outbox_entity::event_record::Column;
 use sea_orm_outbox_entity::EventStatus;
 
 use super::{status_literal, truncate_reason, ByIds, Driver};
+use crate::Completion;
 
 impl ByIds {
     /// `AND status = 'SENDING' AND claim_owner = :owner`: only while `owner` holds the lease.
@@ -33,6 +34,8 @@ impl ByIds {
 impl Driver {
     /// `UPDATE t_event_record SET status = 'SUCCESS', update_time = now WHERE id = :id AND status =
     /// 'SENDING' AND claim_owner = :owner`. The lease columns stay as a record of who sent it.
+    /// The relay marks a round's deliveries at once ([`Driver::complete`]); the tests one.
+    #[cfg(test)]
     pub fn mark_success(self, id: i64, owner: &str) -> ByIds {
         ByIds::update(self)
             .id(id)
@@ -92,6 +95,22 @@ impl Driver {
             .owned_by(owner)
             .set(Column::Status, status_literal(EventStatus::Success))
             .set(Column::UpdateTime, self.now())
+    }
+
+    /// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SENDING' AND claim_owner =
+    /// :owner`: [`Completion::Delete`]'s form of [`Driver::mark_success_many`], the same guard.
+    pub fn delete_delivered(self, ids: &[i64], owner: &str) -> ByIds {
+        ByIds::delete(self).ids(ids).owned_by(owner)
+    }
+
+    /// A round's deliveries of claim `owner` completed as `completion` says:
+    /// [`Driver::mark_success_many`] or [`Driver::delete_delivered`]. `rows_affected` counts
+    /// the rows still ours; the rest are late acks.
+    pub fn complete(self, ids: &[i64], owner: &str, completion: Completion) -> ByIds {
+        match completion {
+            Completion::Update => self.mark_success_many(ids, owner),
+            Completion::Delete => self.delete_delivered(ids, owner),
+        }
     }
 
     /// `UPDATE t_event_record SET status = 'WAIT', claim_owner = NULL, claimed_at = NULL,

@@ -16,6 +16,7 @@ pub mod admin;
 mod by_ids;
 mod claim;
 pub mod consumed;
+pub mod counter;
 pub mod dead_groups;
 mod error;
 mod exec;

@@ -42,8 +42,13 @@ pub struct OutboxStats {
     pub wait: u64,
     /// `SENDING` rows: claimed by an instance (leased).
     pub sending: u64,
-    /// `SUCCESS` rows: delivered, kept until retention or a purge deletes them.
+    /// `SUCCESS` rows: delivered, kept until retention or a purge deletes them (none with
+    /// [`crate::Completion::Delete`]).
     pub success: u64,
+    /// Events delivered since the table's first delivery, whatever became of their rows: the
+    /// relays' count in `t_outbox_counter`, added at each heartbeat (it trails the deliveries
+    /// by up to a heartbeat interval).
+    pub delivered: u64,
     /// `FAIL` rows: dead letters.
     pub fail: u64,
     /// The dead letters needing a person: the same number as `fail`.
@@ -111,15 +116,18 @@ fn seconds_between(then: DateTime<Utc>, now: DateTime<Utc>) -> f64 {
 /// Counts the rows per status, the age of the oldest waiting event and the `SENDING` rows
 /// older than `lease` (pass the workers' lease, default 10 minutes).
 ///
-/// SQL (four reads, no lock; not one snapshot, so a row changing meanwhile may be counted in
+/// SQL (five reads, no lock; not one snapshot, so a row changing meanwhile may be counted in
 /// a neighbouring status):
 /// `SELECT status, COUNT(id) FROM t_event_record GROUP BY status`;
 /// `SELECT MIN(create_time), now FROM t_event_record WHERE status = 'WAIT'`;
 /// `SELECT COUNT(*) FROM t_event_record WHERE status = 'SENDING' AND claimed_at < now - lease`;
-/// and the read of [`blocked_keys`].
+/// the read of [`blocked_keys`]; `SELECT delivered FROM t_outbox_counter WHERE outbox_table =
+/// :table`.
 ///
 /// # Errors
-/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::Db`] otherwise.
+/// [`OutboxError::TableMissing`] without the migration; [`OutboxError::SchemaOutdated`]
+/// without `t_outbox_counter` (migration `m20261206_000005_create_t_outbox_relay`);
+/// [`OutboxError::Db`] otherwise.
 pub async fn stats<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
@@ -130,7 +138,9 @@ pub async fn stats<C: ConnectionTrait>(
     let oldest_wait_age_seconds = oldest_wait_age(db, outbox, Column::CreateTime).await?;
     let sending_over_lease = admin::count_sending_over_lease(db, driver, lease).await?;
     let blocked = blocked_keys(outbox, db).await?;
+    let delivered = crate::driver::counter::delivered(db, driver).await?;
     Ok(OutboxStats {
+        delivered,
         wait: count(EventStatus::Wait),
         sending: count(EventStatus::Sending),
         success: count(EventStatus::Success),

@@ -216,6 +216,12 @@ impl Worker {
         }
         .instrument(span.clone())
         .await;
+        if let Err(e) = self.monitor.count_delivered(&self.observer).await {
+            let mut s = WorkerSummary::default();
+            let what = "the last deliveries were not added to t_outbox_counter at shutdown";
+            self.observer.error(&mut s, Op::Heartbeat, &e, what);
+            self.observer.commit(&mut s);
+        }
         if let Err(e) = self.monitor.remove().await {
             let mut s = WorkerSummary::default();
             let what = "heartbeat not deleted at shutdown; it expires by itself";

@@ -85,10 +85,11 @@ impl<'w> Recorder<'w> {
         let mut groups = by_claim(std::mem::take(&mut self.delivered)).into_iter();
         while let Some((owner, events)) = groups.next() {
             let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+            let completion = self.worker.config.completion;
             let e = match self
                 .worker
                 .db
-                .run(|d| d.mark_success_many(&ids, &owner))
+                .run(|d| d.complete(&ids, &owner, completion))
                 .await
             {
                 Ok(applied) => {
@@ -138,7 +139,7 @@ impl<'w> Recorder<'w> {
         while let Some(event) = rest.next() {
             match w
                 .db
-                .transition(|d| d.mark_success(event.id, owner_of(&event)))
+                .transition(|d| d.complete(&[event.id], owner_of(&event), w.config.completion))
                 .await
             {
                 Ok(t) => {
@@ -300,7 +301,10 @@ impl Recorder<'_> {
         self.flush(s).await;
         let ids: Vec<i64> = done.iter().map(|e| e.id).collect();
         let db = &self.worker.db;
-        match driver::mark_success_and_claim_batch(db, &ids, &done_owner, owner, want).await {
+        let completion = self.worker.config.completion;
+        match driver::mark_success_and_claim_batch(db, &ids, &done_owner, completion, owner, want)
+            .await
+        {
             Ok(got) => {
                 self.marked(&done_owner, &ids, got.marked, s);
                 Some(got.claimed)

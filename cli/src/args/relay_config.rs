@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use sea_orm_outbox::WorkerConfig;
 
-use super::{Ordered, Protocol, RelayArgs, Strategy};
+use super::{CompletionArg, Ordered, Protocol, RelayArgs, Strategy};
 
 impl RelayArgs {
     /// The worker's configuration: the library's defaults, overridden by each flag given.
@@ -48,6 +48,12 @@ impl RelayArgs {
         }
         if let Some(d) = self.heartbeat_interval {
             c = c.heartbeat_interval(d);
+        }
+        if let Some(completion) = self.completion {
+            c = c.completion(match completion {
+                CompletionArg::Update => sea_orm_outbox::Completion::Update,
+                CompletionArg::Delete => sea_orm_outbox::Completion::Delete,
+            });
         }
         if let Some(Keep(keep)) = self.retention {
             c = c.retention(keep);

@@ -283,3 +283,24 @@ fn retention_parses() {
     );
     assert!(Cli::try_parse_from(["outbox", "relay", "--retention", "soon"]).is_err());
 }
+
+/// `--completion` chooses what a delivered row becomes; without it, the library's default.
+#[test]
+fn completion_parses() {
+    let config = |args: &[&str]| {
+        let cli = Cli::try_parse_from(args).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        args.config().completion
+    };
+    assert_eq!(
+        config(&["outbox", "relay", "--completion", "delete"]),
+        sea_orm_outbox::Completion::Delete
+    );
+    assert_eq!(
+        config(&["outbox", "relay"]),
+        WorkerConfig::default().completion
+    );
+    assert!(Cli::try_parse_from(["outbox", "relay", "--completion", "archive"]).is_err());
+}

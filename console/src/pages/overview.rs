@@ -86,7 +86,7 @@ fn cards(stats: &OutboxStats, base: &str) -> Markup {
         (
             &trend::SUCCESS,
             stats.success,
-            "delivered, kept until purged",
+            &format!("kept after delivery; {} delivered in all", stats.delivered),
         ),
         (&trend::FAIL, stats.fail, "dead letters"),
     ];

@@ -10,6 +10,7 @@ use sea_orm_outbox_entity::EventStatus;
 
 use super::{now_sql, primary_key_only};
 use crate::driver::{retry_transient, Driver};
+use crate::Completion;
 
 /// `UPDATE ... WHERE ("status" = 'WAIT') IS TRUE AND "id" = ANY(ARRAY(SELECT "id" FROM
 /// (SELECT "id" ... ORDER BY "next_retry_time" ASC LIMIT <bucket> FOR UPDATE SKIP LOCKED) AS
@@ -135,7 +136,11 @@ fn bigint_array(ids: &[i64]) -> String {
     format!("{{{}}}", ids.join(","))
 }
 
-/// One statement that marks one claim's deliveries `SUCCESS` and claims the next batch (see
+/// One claim's deliveries: their ids, the claim (`claim_owner`) and how to complete them.
+pub(crate) type Done<'a> = (&'a [i64], &'a str, Completion);
+
+/// One statement that completes one claim's deliveries (marked `SUCCESS`, or deleted with
+/// [`Completion::Delete`]) and claims the next batch (see
 /// [`crate::driver::mark_success_and_claim_batch`]): `WITH "outbox_done" AS (UPDATE ... SET
 /// "status" = 'SUCCESS' ... RETURNING "id"), "outbox_claimed" AS (<claim_batch_statement>)
 /// SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".* ...`.
@@ -143,8 +148,7 @@ fn bigint_array(ids: &[i64]) -> String {
 /// touches them. One row per claimed event, or one row of NULLs when nothing was claimed.
 pub(crate) fn mark_success_and_claim_statement(
     driver: Driver,
-    done_ids: &[i64],
-    done_owner: &str,
+    (done_ids, done_owner, completion): Done<'_>,
     owner: &str,
     n: u64,
 ) -> Statement {
@@ -154,11 +158,21 @@ pub(crate) fn mark_success_and_claim_statement(
     values.push(Value::from(bigint_array(done_ids)));
     values.push(Value::from(done_owner));
     let sql = format!(
-        r#"WITH "outbox_done" AS (UPDATE {table} SET "status" = '{success}', "update_time" = {now} WHERE "id" = ANY(CAST(${ids_at} AS bigint[])) AND ("status" = '{sending}') IS TRUE AND "claim_owner" = ${owner_at} RETURNING "id"), "outbox_claimed" AS ({claim}) SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".* FROM (SELECT 1) AS "outbox_one" LEFT JOIN "outbox_claimed" ON TRUE"#,
+        r#"WITH "outbox_done" AS ({done} {table} {set}WHERE "id" = ANY(CAST(${ids_at} AS bigint[])) AND ("status" = '{sending}') IS TRUE AND "claim_owner" = ${owner_at} RETURNING "id"), "outbox_claimed" AS ({claim}) SELECT (SELECT COUNT(*) FROM "outbox_done") AS "outbox_marked", "outbox_claimed".* FROM (SELECT 1) AS "outbox_one" LEFT JOIN "outbox_claimed" ON TRUE"#,
+        done = match completion {
+            Completion::Update => "UPDATE",
+            Completion::Delete => "DELETE FROM",
+        },
         table = driver.table().quoted('"'),
-        success = EventStatus::Success.as_str(),
+        set = match completion {
+            Completion::Update => format!(
+                r#"SET "status" = '{}', "update_time" = {} "#,
+                EventStatus::Success.as_str(),
+                now_sql(None)
+            ),
+            Completion::Delete => String::new(),
+        },
         sending = EventStatus::Sending.as_str(),
-        now = now_sql(None),
         claim = claim.sql,
     );
     Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
@@ -169,12 +183,11 @@ pub(crate) fn mark_success_and_claim_statement(
 pub(crate) async fn mark_success_and_claim<C: ConnectionTrait>(
     db: &C,
     driver: Driver,
-    done_ids: &[i64],
-    done_owner: &str,
+    done: Done<'_>,
     owner: &str,
     n: u64,
 ) -> Result<(u64, Vec<Model>), DbErr> {
-    let stmt = mark_success_and_claim_statement(driver, done_ids, done_owner, owner, n);
+    let stmt = mark_success_and_claim_statement(driver, done, owner, n);
     let rows = retry_transient(|| db.query_all_raw(stmt.clone())).await?;
     // Every row carries the same count (the `LEFT JOIN` gives one row when nothing is claimed).
     let marked = match rows.first() {

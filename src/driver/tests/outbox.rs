@@ -1,6 +1,7 @@
 //! The owner-guarded transitions of claimed rows (late acknowledgements, the Postgres
 //! mark-and-claim statement), the rows the claims return, and the indexes the scan and the
 //! reclaim read, on Postgres, MariaDB and SQLite.
+use crate::Completion;
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
@@ -118,11 +119,16 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
         assert!(!driver::Driver::of(backend)
             .expect("a known backend")
             .mark_and_claim_in_one());
-        assert!(
-            driver::mark_success_and_claim_batch(&relay(db), &first, "a#1", "a#2", 9)
-                .await
-                .is_err()
-        );
+        assert!(driver::mark_success_and_claim_batch(
+            &relay(db),
+            &first,
+            "a#1",
+            Completion::Update,
+            "a#2",
+            9
+        )
+        .await
+        .is_err());
         return;
     }
     // The second event's lease went to another claim meanwhile.
@@ -133,9 +139,16 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     .await
     .expect("steal");
     let stolen = event(db, first[1]).await;
-    let r = driver::mark_success_and_claim_batch(&relay(db), &first, "a#1", "a#2", 9)
-        .await
-        .expect("mark and claim");
+    let r = driver::mark_success_and_claim_batch(
+        &relay(db),
+        &first,
+        "a#1",
+        Completion::Update,
+        "a#2",
+        9,
+    )
+    .await
+    .expect("mark and claim");
     assert_eq!(r.marked, 1, "only the row still a#1's");
     assert_eq!(r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(), rest);
     assert_eq!(
@@ -146,9 +159,16 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     assert_eq!(event(db, first[1]).await, stolen, "b#1's row is untouched");
     assert_eq!(event(db, rest[0]).await, r.claimed[0]);
     // Nothing left to claim: the mark alone; a row of another claim is not marked.
-    let r = driver::mark_success_and_claim_batch(&relay(db), &[rest[0], first[0]], "a#2", "a#3", 9)
-        .await
-        .expect("mark only");
+    let r = driver::mark_success_and_claim_batch(
+        &relay(db),
+        &[rest[0], first[0]],
+        "a#2",
+        Completion::Update,
+        "a#3",
+        9,
+    )
+    .await
+    .expect("mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
     assert_eq!(event(db, rest[0]).await.status, EventStatus::Success);
 }
@@ -216,9 +236,16 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         return;
     }
     let done: Vec<i64> = first.iter().map(|e| e.id).collect();
-    let r = driver::mark_success_and_claim_batch(&relay(db), &done, "rs#1", "rs#2", 2)
-        .await
-        .expect("mark and claim");
+    let r = driver::mark_success_and_claim_batch(
+        &relay(db),
+        &done,
+        "rs#1",
+        Completion::Update,
+        "rs#2",
+        2,
+    )
+    .await
+    .expect("mark and claim");
     assert_eq!(r.marked, 2);
     assert_eq!(
         r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
@@ -233,15 +260,29 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         .expect("simple claim");
     assert_eq!(claimed.iter().map(|e| e.id).collect::<Vec<_>>(), ids[4..5]);
     same(&claimed, "rs#3").await;
-    let r = driver::mark_success_and_claim_batch(&simple, &[ids[4]], "rs#3", "rs#4", 5)
-        .await
-        .expect("simple mark and claim");
+    let r = driver::mark_success_and_claim_batch(
+        &simple,
+        &[ids[4]],
+        "rs#3",
+        Completion::Update,
+        "rs#4",
+        5,
+    )
+    .await
+    .expect("simple mark and claim");
     assert_eq!((r.marked, r.claimed.len()), (1, 1));
     same(&r.claimed, "rs#4").await;
     // Nothing left: the one row of the LEFT JOIN's empty side is not an event.
-    let r = driver::mark_success_and_claim_batch(&simple, &[ids[5]], "rs#4", "rs#5", 5)
-        .await
-        .expect("simple mark only");
+    let r = driver::mark_success_and_claim_batch(
+        &simple,
+        &[ids[5]],
+        "rs#4",
+        Completion::Update,
+        "rs#5",
+        5,
+    )
+    .await
+    .expect("simple mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
 }
 

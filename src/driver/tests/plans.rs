@@ -5,6 +5,7 @@
 use super::relay;
 use crate::common::{self, run_on, Backend, TestContext};
 use crate::driver;
+use crate::Completion;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, PaginatorTrait, QueryFilter, Statement,
@@ -123,7 +124,12 @@ async fn marks_read_through_the_primary_key(ctx: &TestContext) {
         pg.mark_success_many(&ids, "o").build(),
         pg.renew_leases(&ids, "o").build(),
         pg.release_unsent(&ids, "o").build(),
-        driver::postgres::claim::mark_success_and_claim_statement(pg, &ids, "o", "o2", 10),
+        driver::postgres::claim::mark_success_and_claim_statement(
+            pg,
+            (&ids, "o", Completion::Update),
+            "o2",
+            10,
+        ),
     ] {
         let plan = explain(db, &stmt).await;
         let marking = plan.split("CTE outbox_claimed").next().unwrap_or_default();

@@ -4,6 +4,7 @@
 //! Under CI=true a snapshot that differs fails the test; `cargo insta review` (or
 //! `INSTA_UPDATE=always cargo test --lib driver::tests::statements`) accepts a deliberate
 //! change.
+use crate::Completion;
 use std::time::Duration;
 
 use sea_orm::DbBackend;
@@ -139,9 +140,15 @@ fn mark_success_and_claim_batch() {
         assert!(!b.mark_and_claim_in_one());
     }
     let pg = postgres();
-    let stmt = mark_success_and_claim_statement(pg, &[7, 8], "me#1", "me#2", 20);
+    let stmt =
+        mark_success_and_claim_statement(pg, (&[7, 8], "me#1", Completion::Update), "me#2", 20);
     let named = driver::Table::new(Some("app"), "outbox_events").expect("a valid name");
-    let other = mark_success_and_claim_statement(pg.with_table(named), &[7, 8], "me#1", "me#2", 20);
+    let other = mark_success_and_claim_statement(
+        pg.with_table(named),
+        (&[7, 8], "me#1", Completion::Update),
+        "me#2",
+        20,
+    );
     assert_eq!(
         other.sql,
         stmt.sql
@@ -152,11 +159,25 @@ fn mark_success_and_claim_batch() {
         stmt.sql,
         values(&stmt)
     ));
+    let delete =
+        mark_success_and_claim_statement(pg, (&[7, 8], "me#1", Completion::Delete), "me#2", 20);
+    insta::assert_snapshot!(
+        "delete_delivered_and_claim_batch",
+        format!(
+            "-- Postgres\n{}\n-- values: [{}]\n",
+            delete.sql,
+            values(&delete)
+        )
+    );
 }
 
 #[test]
 fn outcomes() {
     insta::assert_snapshot!("mark_success", render(|b| b.mark_success(7, "me").build()));
+    insta::assert_snapshot!(
+        "delete_delivered",
+        render(|b| b.delete_delivered(&[7, 8], "me").build())
+    );
     insta::assert_snapshot!(
         "release_for_retry",
         render(|b| b
@@ -199,7 +220,12 @@ fn simple_protocol_inlined() {
         ("claim_batch", pg.build(&pg.claim_batch(owner, 20))),
         (
             "mark_success_and_claim_batch",
-            mark_success_and_claim_statement(pg, &[7, 8], "relay-1#00fe", owner, 20),
+            mark_success_and_claim_statement(
+                pg,
+                (&[7, 8], "relay-1#00fe", Completion::Update),
+                owner,
+                20,
+            ),
         ),
         ("claim_per_row", pg.claim(7, 2, owner).build()),
         ("mark_success", pg.mark_success(7, owner).build()),

@@ -1,5 +1,8 @@
 //! The monitor pass, every heartbeat interval: this worker's heartbeat in `t_outbox_relay`,
-//! the removal of heartbeats expired for more than a day, and the gauges.
+//! its deliveries added to `t_outbox_counter`, the removal of heartbeats expired for more than
+//! a day, and the gauges.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -30,6 +33,8 @@ pub(crate) struct Monitor {
     blocked: bool,
     /// The worker's wake-on-commit, whose gauge each pass marks as current.
     listen: ListenState,
+    /// The worker's deliveries (its `published` total) already added to `t_outbox_counter`.
+    counted: Arc<AtomicU64>,
 }
 
 impl Monitor {
@@ -42,7 +47,26 @@ impl Monitor {
             interval: c.heartbeat_interval,
             blocked: c.ordered == Some(crate::OrderedPolicy::Block),
             listen,
+            counted: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Adds the worker's deliveries not yet counted (its `published` total, from `observer`)
+    /// to `t_outbox_counter`: nothing when there are none. On an error they stay uncounted
+    /// and go with the next addition.
+    ///
+    /// SQL: [`crate::driver::Driver::add_delivered`].
+    pub(crate) async fn count_delivered(&self, observer: &Observer) -> Result<(), OutboxError> {
+        use sea_orm::ConnectionTrait;
+        let published = observer.totals().published;
+        let counted = self.counted.load(Ordering::Relaxed);
+        let n = published.saturating_sub(counted);
+        if n == 0 {
+            return Ok(());
+        }
+        self.db.execute(&self.db.driver().add_delivered(n)).await?;
+        self.counted.store(published, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Writes this worker's heartbeat: `first` for the first of a run; `round` and `success`
@@ -87,7 +111,8 @@ impl Monitor {
     ///
     /// Gauges: `outbox_backlog{status}`, `outbox_oldest_wait_age_seconds`,
     /// `outbox_oldest_undelivered_age_seconds`, `outbox_backoff_events` from
-    /// [`crate::ops::backlog`]; `outbox_relays_alive`, `outbox_last_success_age_seconds` from
+    /// [`crate::ops::backlog`]; the counter `outbox_delivered_total` from `t_outbox_counter`;
+    /// `outbox_relays_alive`, `outbox_last_success_age_seconds` from
     /// the heartbeats; for a worker in ordered mode with [`crate::OrderedPolicy::Block`]
     /// `outbox_blocked_keys` and `outbox_oldest_blocked_age_seconds`.
     pub(crate) async fn refresh_gauges(&self) -> Result<(Backlog, Option<Duration>), OutboxError> {
@@ -106,6 +131,8 @@ impl Monitor {
         gauge(m::OLDEST_WAIT_AGE, b.oldest_wait_age_seconds);
         gauge(m::OLDEST_UNDELIVERED_AGE, b.oldest_undelivered_age_seconds);
         gauge(m::BACKOFF_EVENTS, b.backing_off as f64);
+        let delivered = crate::driver::counter::delivered(&self.db, self.db.driver()).await?;
+        metrics::counter!(m::DELIVERED, "table" => table.clone()).absolute(delivered);
         let (relays, now) = crate::ops::relays_at(&outbox, &self.db).await?;
         gauge(m::RELAYS_ALIVE, crate::ops::alive(&relays) as f64);
         let last_success = now.map_or(0.0, |now| crate::ops::last_success_age(&relays, now));
@@ -145,6 +172,16 @@ impl Monitor {
                 }
             },
         };
+        if beat.is_some() {
+            if let Err(e) = self.count_delivered(observer).await {
+                observer.error(
+                    s,
+                    Op::Heartbeat,
+                    &e,
+                    "deliveries not counted; the next heartbeat adds them",
+                );
+            }
+        }
         match self.refresh_gauges().await {
             Ok((_, next_expiry)) => (written, next_expiry),
             Err(e) => {
