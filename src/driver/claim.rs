@@ -122,7 +122,7 @@ pub async fn claim_batch(db: &RelayDb, owner: &str, n: u64) -> Result<Vec<Model>
     let driver = db.driver();
     let mut claimed = match driver.backend {
         Backend::Postgres => postgres::claim::claim_batch(db, driver, owner, n).await?,
-        Backend::MySql => mysql::claim::claim(db, owner, &driver.locking_candidates(n)).await?,
+        Backend::MySql => mysql::claim::claim_due(db, owner, n).await?,
         Backend::Sqlite => sqlite::claim::claim_if_due(db, &driver.claim_batch(owner, n)).await?,
     };
     sort_by_due(&mut claimed);

@@ -3,6 +3,9 @@ use sea_orm::{
     ConnectionTrait, DatabaseConnection, DbBackend, DbErr, ExecResult, QueryResult, Statement,
 };
 
+use std::sync::Arc;
+
+use super::mysql::resume::ScanResume;
 use super::postgres::simple;
 use super::{Driver, Table};
 use crate::config::StatementProtocol;
@@ -18,6 +21,8 @@ pub struct RelayDb {
     db: DatabaseConnection,
     simple: bool,
     driver: Driver,
+    /// Where the worker's next MySQL/MariaDB batch claim starts its scan.
+    resume: Arc<ScanResume>,
 }
 
 impl RelayDb {
@@ -36,7 +41,13 @@ impl RelayDb {
             }
         };
         let driver = Driver::of_db(&db)?;
-        Ok(RelayDb { db, simple, driver })
+        let resume = Arc::default();
+        Ok(RelayDb {
+            db,
+            simple,
+            driver,
+            resume,
+        })
     }
 
     /// `db` unchanged (prepared statements).
@@ -64,6 +75,11 @@ impl RelayDb {
     /// The connection underneath.
     pub fn inner(&self) -> &DatabaseConnection {
         &self.db
+    }
+
+    /// Where this worker's next MySQL/MariaDB batch claim starts its scan.
+    pub(crate) fn scan_resume(&self) -> &ScanResume {
+        &self.resume
     }
 }
 

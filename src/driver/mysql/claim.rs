@@ -1,10 +1,10 @@
 //! The MySQL/MariaDB batch claim: no `UPDATE ... RETURNING` and no `LIMIT` in an `IN`
 //! subquery, so one short `READ COMMITTED` transaction: a locking read, then the update by ids.
-use sea_orm::sea_query::{Expr, LockBehavior, LockType, SelectStatement};
+use sea_orm::sea_query::{Expr, ExprTrait, LockBehavior, LockType, SelectStatement};
 use sea_orm::{
     ConnectionTrait, DbErr, FromQueryResult, IsolationLevel, Statement, TransactionTrait,
 };
-use sea_orm_outbox_entity::event_record::Model;
+use sea_orm_outbox_entity::event_record::{Column, Model};
 use sea_orm_outbox_entity::EventStatus;
 
 use crate::driver::{retry_transient, ByIds, Driver, RelayDb};
@@ -23,12 +23,32 @@ pub(crate) async fn claim(
     retry_transient(|| claim_locked(db.inner(), driver, owner, locking.clone())).await
 }
 
+/// The MySQL/MariaDB batch claim of up to `n` due events, its scan resumed where the worker's
+/// last full claim ended ([`super::resume`]).
+pub(crate) async fn claim_due(db: &RelayDb, owner: &str, n: u64) -> Result<Vec<Model>, DbErr> {
+    let resume = db.scan_resume();
+    let from = resume.start();
+    let claimed = claim(db, owner, &db.driver().locking_candidates(n, from)).await?;
+    let last_due = claimed.iter().map(|e| e.next_retry_time).max();
+    resume.claimed(from, n, claimed.len(), last_due);
+    Ok(claimed)
+}
+
 impl Driver {
     /// `SELECT *, <now> AS claim_now FROM t_event_record WHERE status = 'WAIT' AND
-    /// next_retry_time <= now ORDER BY next_retry_time LIMIT :n FOR UPDATE SKIP LOCKED`: the first
-    /// statement of the MySQL/MariaDB batch claim.
-    pub fn locking_candidates(self, n: u64) -> SelectStatement {
-        self.candidates(n)
+    /// next_retry_time <= now [AND next_retry_time >= :from] ORDER BY next_retry_time LIMIT :n
+    /// FOR UPDATE SKIP LOCKED`: the first statement of the MySQL/MariaDB batch claim, scanning
+    /// from `from` when given ([`super::resume`]).
+    pub fn locking_candidates(
+        self,
+        n: u64,
+        from: Option<sea_orm::prelude::DateTimeUtc>,
+    ) -> SelectStatement {
+        let mut select = self.candidates(n);
+        if let Some(from) = from {
+            select.and_where(Expr::col(Column::NextRetryTime).gte(from));
+        }
+        select
             .expr_as(self.now(), "claim_now")
             .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
             .to_owned()

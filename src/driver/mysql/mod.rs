@@ -8,6 +8,7 @@ pub(super) mod health;
 pub(super) mod ordered;
 #[cfg(feature = "mysql")]
 pub(super) mod pool;
+pub(super) mod resume;
 
 use std::time::Duration;
 

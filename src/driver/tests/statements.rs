@@ -81,9 +81,13 @@ fn claim_batch() {
         "claim_batch_mysql",
         format!(
             "{}\n{}",
-            render(|b| b.backend().build(&b.locking_candidates(20))),
+            render(|b| b.backend().build(&b.locking_candidates(20, None))),
             render(|b| b.claim_locked(&[7, 8], "me", now).build())
         )
+    );
+    insta::assert_snapshot!(
+        "claim_batch_mysql_resumed",
+        render(|b| b.backend().build(&b.locking_candidates(20, Some(now))))
     );
 }
 
