@@ -195,8 +195,8 @@ pub(crate) struct RelayArgs {
     /// every 10 min), or `off` to keep them until `outbox purge` [default: 7d].
     #[arg(long, env = "OUTBOX_RETENTION", value_parser = retention)]
     pub(crate) retention: Option<Keep>,
-    /// What a delivered event's row becomes: `update` marks it SUCCESS (kept for the
-    /// retention), `delete` deletes it [default: update].
+    /// What a delivered event's row becomes: `delete` deletes it, `update` marks it SUCCESS
+    /// and keeps it for the retention [default: delete].
     #[arg(long, env = "OUTBOX_COMPLETION", value_enum)]
     pub(crate) completion: Option<CompletionArg>,
     /// Healing of dead letters.
@@ -288,10 +288,10 @@ pub(crate) enum Protocol {
 /// `--completion` values.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub(crate) enum CompletionArg {
-    /// Mark the row SUCCESS.
-    Update,
     /// Delete the row.
     Delete,
+    /// Mark the row SUCCESS.
+    Update,
 }
 
 mod actions;

@@ -217,7 +217,7 @@ struct Args {
     #[arg(long, default_value_t = 900)]
     timeout_s: u64,
     /// What the relay phases' workers do with a delivered row (`WorkerConfig::completion`).
-    #[arg(long, value_enum, default_value = "update")]
+    #[arg(long, value_enum, default_value = "delete")]
     completion: CompletionArg,
 }
 

@@ -102,11 +102,12 @@ pub struct WorkerConfig {
     /// after its last one), deletes heartbeats expired for more than a day, and refreshes the
     /// gauges of [`crate::metrics`].
     pub heartbeat_interval: Duration,
-    /// What a delivered event's row becomes (default [`Completion::Update`]: marked `SUCCESS`,
-    /// kept for `retention`); [`Completion::Delete`] deletes it in the same owner-guarded
-    /// statement.
+    /// What a delivered event's row becomes (default [`Completion::Delete`]: deleted by the
+    /// owner-guarded statement that would have marked it); [`Completion::Update`] marks it
+    /// `SUCCESS` and keeps it for `retention`.
     pub completion: Completion,
-    /// How long delivered events (`SUCCESS`) are kept (default 7 days; `None` keeps them until
+    /// How long delivered events kept as `SUCCESS` rows ([`Completion::Update`], or written
+    /// before a switch to delete) are kept (default 7 days; `None` keeps them until
     /// `outbox purge`): every worker deletes those last updated longer ago (database clock)
     /// at its start and every 10 minutes, 1,000 rows per transaction
     /// ([`crate::ops::purge_delivered`]). `WAIT`, `SENDING` and `FAIL` rows are never deleted.
@@ -138,7 +139,7 @@ impl Default for WorkerConfig {
             statement_protocol: StatementProtocol::Extended,
             ordered: None,
             heartbeat_interval: Duration::from_secs(10),
-            completion: Completion::Update,
+            completion: Completion::Delete,
             retention: Some(Duration::from_secs(7 * 24 * 60 * 60)),
             heal_dead_letters: None,
         }
