@@ -1,5 +1,6 @@
 //! Migrations of [sea-orm-outbox](https://docs.rs/sea-orm-outbox): the outbox table
-//! `t_event_record` and the relays' heartbeat table `t_outbox_relay` (the producer side), and
+//! `t_event_record`, the relays' heartbeat table `t_outbox_relay` and their count of delivered
+//! events `t_outbox_counter` (the producer side), and
 //! the idempotent consumer's `t_consumed_message`.
 //!
 //! Two ways to apply them, both with `sea-orm-cli migrate`; use one, never both on one database:
