@@ -9,6 +9,7 @@ mod ordered_plans;
 mod outbox;
 mod plans;
 mod render;
+mod resume;
 mod statements;
 
 /// `db` as the relay's connection, prepared statements, on the default table.
