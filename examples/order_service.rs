@@ -92,9 +92,10 @@ struct Args {
 /// The lease `ops::stats` judges stuck sends by (the library's default).
 const LEASE: Duration = Duration::from_secs(600);
 
-/// Every row of the outbox table, whatever its status.
+/// Every event the outbox table has held: its rows not yet delivered, and the delivered
+/// events the relays counted (their rows deleted, or kept as `SUCCESS`).
 fn rows(s: &ops::OutboxStats) -> u64 {
-    s.wait + s.sending + s.success + s.fail
+    s.wait + s.sending + s.delivered + s.fail
 }
 
 /// A pool of at most `max` connections (waiting up to 30 s for one); on SQLite (the README's
