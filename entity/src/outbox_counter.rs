@@ -2,7 +2,8 @@
 //! events its relays have delivered. Each relay instance adds what it delivered since its last
 //! addition at every heartbeat and when it stops cleanly, so the count outlives the rows
 //! (deleted on delivery with `Completion::Delete`, or by the retention). An instance killed
-//! between two heartbeats loses at most one heartbeat interval of its count.
+//! between two heartbeats loses at most one heartbeat interval of its count; an addition that
+//! committed but whose reply was lost is added again with the next.
 use sea_orm::entity::prelude::*;
 use serde::{Deserialize, Serialize};
 

@@ -34,7 +34,7 @@ pub enum Completion {
     Delete,
     /// `UPDATE ... SET status = 'SUCCESS', update_time = now WHERE id IN (:ids) AND status =
     /// 'SENDING' AND claim_owner = :owner`: the row stays as a record of who sent it and when
-    /// (`outbox events`, the console), until the retention
+    /// (the console's search), until the retention
     /// ([`crate::WorkerConfig::retention`]) or `outbox purge` deletes it.
     Update,
 }

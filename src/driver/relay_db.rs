@@ -56,10 +56,16 @@ impl RelayDb {
         RelayDb::new(db, StatementProtocol::Extended).expect("a known backend")
     }
 
-    /// This connection with its statements naming `table` (`t_event_record` by default).
+    /// This connection with its statements naming `table` (`t_event_record` by default), and
+    /// a scan resume point of its own (a point in one table says nothing of another).
     pub fn with_table(self, table: Table) -> Self {
         let driver = self.driver.with_table(table);
-        RelayDb { driver, ..self }
+        let resume = Arc::default();
+        RelayDb {
+            driver,
+            resume,
+            ..self
+        }
     }
 
     /// The outbox table its statements name.

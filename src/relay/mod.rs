@@ -234,16 +234,18 @@ impl Worker {
     }
 
     /// Checks once per worker that the outbox table has every column this version uses and
-    /// that the heartbeat table `t_outbox_relay` exists. [`Worker::run`] checks before its
-    /// first claim and, failing, logs the error at every poll and claims nothing; call this
-    /// before `run` to refuse to start instead (`outbox relay` does, exit status 3).
+    /// that the relays' tables `t_outbox_relay` and `t_outbox_counter` exist. [`Worker::run`]
+    /// checks before its first claim and, failing, logs the error at every poll and claims
+    /// nothing; call this before `run` to refuse to start instead (`outbox relay` does, exit
+    /// status 3).
     ///
     /// SQL (reads no row): `SELECT t_event_record.headers FROM t_event_record WHERE 1 = 0`, then
-    /// `SELECT instance_id FROM t_outbox_relay WHERE 1 = 0`.
+    /// `SELECT instance_id FROM t_outbox_relay WHERE 1 = 0`, then `SELECT delivered FROM
+    /// t_outbox_counter WHERE 1 = 0`.
     ///
     /// # Errors
     /// [`OutboxError::TableMissing`] without the outbox table, [`OutboxError::SchemaOutdated`]
-    /// without a newer migration's column or the heartbeat table, [`OutboxError::Db`]
+    /// without a newer migration's column or the relays' tables, [`OutboxError::Db`]
     /// otherwise.
     pub async fn check_schema(&self) -> Result<(), OutboxError> {
         self.schema_checked

@@ -47,7 +47,10 @@ pub(crate) async fn events(
         }
         @if let Some(found) = &found {
             @if found.is_empty() {
-                p #no-events { "No event has the key or id " code { (query) } "." }
+                p #no-events {
+                    "No event has the key or id " code { (query) } ". "
+                    span.muted { "Delivered events are deleted unless the relays keep them (completion update)." }
+                }
             } @else {
                 p.muted #found data-n=(found.len()) {
                     (found.len()) " event(s), newest first"

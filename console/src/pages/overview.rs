@@ -150,7 +150,8 @@ fn backlog(stats: &OutboxStats, base: &str) -> Markup {
     }
 }
 
-/// The charts of the last hour: the backlog (WAIT, SENDING, FAIL) and the delivered rows.
+/// The charts of the last hour: the backlog (WAIT, SENDING, FAIL) and the rows kept after
+/// delivery (SUCCESS; none while the relays delete delivered rows, `Completion::Delete`).
 fn trend_charts(state: &Shared, samples: &[Sample], now: Instant) -> Markup {
     let backlog = [&trend::WAIT, &trend::SENDING, &trend::FAIL];
     let delivered = [&trend::SUCCESS];
@@ -169,7 +170,7 @@ fn trend_charts(state: &Shared, samples: &[Sample], now: Instant) -> Markup {
                 }
                 div {
                     (legend(&delivered))
-                    (trend::chart("Delivered rows over the last hour", samples, &delivered, state.every, now))
+                    (trend::chart("Rows kept as SUCCESS after delivery over the last hour", samples, &delivered, state.every, now))
                 }
             }
         }

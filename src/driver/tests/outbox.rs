@@ -1,7 +1,6 @@
 //! The owner-guarded transitions of claimed rows (late acknowledgements, the Postgres
 //! mark-and-claim statement), the rows the claims return, and the indexes the scan and the
 //! reclaim read, on Postgres, MariaDB and SQLite.
-use crate::Completion;
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
@@ -10,7 +9,7 @@ use super::relay;
 use crate::common::{age, event, insert_many, new_event, TestContext};
 use crate::driver::{self, Claim, Transition};
 use crate::event_record::Column;
-use crate::{EventStatus, NewEvent, OutboxExt, StatementProtocol};
+use crate::{Completion, EventStatus, NewEvent, OutboxExt, StatementProtocol};
 
 crate::backend_tests!(
     late_ack_changes_nothing,
@@ -18,6 +17,17 @@ crate::backend_tests!(
     claims_return_the_rows_as_stored,
     scan_and_reclaim_use_the_composite_indexes,
 );
+
+/// [`driver::mark_success_and_claim_batch`] with [`Completion::Update`].
+async fn mark_and_claim(
+    db: &driver::RelayDb,
+    done: &[i64],
+    done_owner: &str,
+    owner: &str,
+    n: u64,
+) -> Result<driver::claim::MarkedAndClaimed, sea_orm::DbErr> {
+    driver::mark_success_and_claim_batch(db, done, done_owner, Completion::Update, owner, n).await
+}
 
 async fn late_ack_changes_nothing(ctx: &TestContext) {
     let db = &ctx.db;
@@ -119,16 +129,9 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
         assert!(!driver::Driver::of(backend)
             .expect("a known backend")
             .mark_and_claim_in_one());
-        assert!(driver::mark_success_and_claim_batch(
-            &relay(db),
-            &first,
-            "a#1",
-            Completion::Update,
-            "a#2",
-            9
-        )
-        .await
-        .is_err());
+        assert!(mark_and_claim(&relay(db), &first, "a#1", "a#2", 9)
+            .await
+            .is_err());
         return;
     }
     // The second event's lease went to another claim meanwhile.
@@ -139,16 +142,9 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     .await
     .expect("steal");
     let stolen = event(db, first[1]).await;
-    let r = driver::mark_success_and_claim_batch(
-        &relay(db),
-        &first,
-        "a#1",
-        Completion::Update,
-        "a#2",
-        9,
-    )
-    .await
-    .expect("mark and claim");
+    let r = mark_and_claim(&relay(db), &first, "a#1", "a#2", 9)
+        .await
+        .expect("mark and claim");
     assert_eq!(r.marked, 1, "only the row still a#1's");
     assert_eq!(r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(), rest);
     assert_eq!(
@@ -159,16 +155,9 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     assert_eq!(event(db, first[1]).await, stolen, "b#1's row is untouched");
     assert_eq!(event(db, rest[0]).await, r.claimed[0]);
     // Nothing left to claim: the mark alone; a row of another claim is not marked.
-    let r = driver::mark_success_and_claim_batch(
-        &relay(db),
-        &[rest[0], first[0]],
-        "a#2",
-        Completion::Update,
-        "a#3",
-        9,
-    )
-    .await
-    .expect("mark only");
+    let r = mark_and_claim(&relay(db), &[rest[0], first[0]], "a#2", "a#3", 9)
+        .await
+        .expect("mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
     assert_eq!(event(db, rest[0]).await.status, EventStatus::Success);
 }
@@ -236,16 +225,9 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         return;
     }
     let done: Vec<i64> = first.iter().map(|e| e.id).collect();
-    let r = driver::mark_success_and_claim_batch(
-        &relay(db),
-        &done,
-        "rs#1",
-        Completion::Update,
-        "rs#2",
-        2,
-    )
-    .await
-    .expect("mark and claim");
+    let r = mark_and_claim(&relay(db), &done, "rs#1", "rs#2", 2)
+        .await
+        .expect("mark and claim");
     assert_eq!(r.marked, 2);
     assert_eq!(
         r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
@@ -260,29 +242,15 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         .expect("simple claim");
     assert_eq!(claimed.iter().map(|e| e.id).collect::<Vec<_>>(), ids[4..5]);
     same(&claimed, "rs#3").await;
-    let r = driver::mark_success_and_claim_batch(
-        &simple,
-        &[ids[4]],
-        "rs#3",
-        Completion::Update,
-        "rs#4",
-        5,
-    )
-    .await
-    .expect("simple mark and claim");
+    let r = mark_and_claim(&simple, &[ids[4]], "rs#3", "rs#4", 5)
+        .await
+        .expect("simple mark and claim");
     assert_eq!((r.marked, r.claimed.len()), (1, 1));
     same(&r.claimed, "rs#4").await;
     // Nothing left: the one row of the LEFT JOIN's empty side is not an event.
-    let r = driver::mark_success_and_claim_batch(
-        &simple,
-        &[ids[5]],
-        "rs#4",
-        Completion::Update,
-        "rs#5",
-        5,
-    )
-    .await
-    .expect("simple mark only");
+    let r = mark_and_claim(&simple, &[ids[5]], "rs#4", "rs#5", 5)
+        .await
+        .expect("simple mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
 }
 

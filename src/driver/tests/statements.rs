@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sea_orm::DbBackend;
 
-use super::render::{drivers, postgres, render, values};
+use super::render::{drivers, postgres, render, render_each, values};
 use crate::driver;
 use crate::driver::postgres::claim::mark_success_and_claim_statement;
 use crate::{EventStatus, NewEvent};
@@ -172,6 +172,15 @@ fn mark_success_and_claim_batch() {
             delete.sql,
             values(&delete)
         )
+    );
+}
+
+/// The delivered counter `t_outbox_counter`: one upsert per addition, keyed by the table.
+#[test]
+fn delivered_counter() {
+    insta::assert_snapshot!(
+        "add_delivered",
+        render_each(|b| Some(b.backend().build(&b.add_delivered(42))))
     );
 }
 
