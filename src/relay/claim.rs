@@ -65,7 +65,7 @@ impl<'w> Claimer<'w> {
     }
 
     /// Claims up to `want` due events into the worker's [`Inflight`]; fails only when nothing
-    /// could be claimed. `recorder`'s deliveries are marked `SUCCESS` first in ordered mode
+    /// could be claimed. `recorder`'s deliveries are completed first in ordered mode
     /// (their successors become claimable only then), else by the batch claim's statement
     /// where the recorder leaves them to it.
     pub(crate) async fn claim(
@@ -101,7 +101,7 @@ impl<'w> Claimer<'w> {
         Ok(claimed)
     }
 
-    /// The batch claim of up to `want` events, in one statement with the `SUCCESS` marks of
+    /// The batch claim of up to `want` events, in one statement with the completion of
     /// one claim's deliveries where `recorder` leaves them to the claim.
     async fn claim_batch(
         &mut self,

@@ -17,7 +17,7 @@ use sea_orm_outbox_entity::event_record::Model;
 pub(crate) enum Op {
     /// Claiming events (a batch claim, a candidate read or one per-row claim).
     Claim,
-    /// Recording an outcome (SUCCESS, retry, FAIL, hand-back).
+    /// Recording an outcome (completion, retry, FAIL, hand-back).
     Record,
     /// Renewing the leases in flight.
     Renew,
@@ -110,7 +110,7 @@ impl Observer {
         tracing::debug!(event_id, owner = %self.owner, "claim lost to another instance; skipping");
     }
 
-    /// `ids` marked SUCCESS in one statement that changed `applied` rows; the others' leases had
+    /// `ids` completed in one statement that changed `applied` rows; the others' leases had
     /// been reclaimed meanwhile (late acks).
     pub(crate) fn published(&self, s: &mut WorkerSummary, ids: &[i64], applied: u64) {
         s.published += applied;

@@ -1,5 +1,5 @@
 //! Recording outcomes with statements guarded by each event's claim (`claim_owner`): deliveries
-//! marked `SUCCESS` per claim, failures put back with back-off or dead-lettered, unsent events
+//! completed per claim (deleted, or marked `SUCCESS`; [`crate::Completion`]), failures put back with back-off or dead-lettered, unsent events
 //! handed back. An event stays in [`Inflight`] (its lease renewed) until recorded here.
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::error::{DbErrorKind, FailureKind, OutboxError, PublishError};
 use crate::retry::RetryDecision;
 use sea_orm_outbox_entity::event_record::Model;
 
-/// Longest a delivered event waits for others before the group is marked `SUCCESS`.
+/// Longest a delivered event waits for others before the group is completed.
 const MARK_LINGER: Duration = Duration::from_millis(20);
 
 /// Records the outcomes of one worker's sends.
@@ -37,7 +37,7 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// Whether deliveries wait for their `SUCCESS` mark.
+    /// Whether deliveries wait for their completion.
     pub(crate) fn pending(&self) -> bool {
         !self.delivered.is_empty()
     }
@@ -77,7 +77,7 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// Marks the waiting deliveries `SUCCESS`, one statement per claim. When a group's statement
+    /// Completes the waiting deliveries, one statement per claim. When a group's statement
     /// fails because of one of its rows ([`row_fault`]), its events are marked one by one; any
     /// other failure leaves this group and the rest to the reclaim, logged once.
     pub(crate) async fn flush(&mut self, s: &mut WorkerSummary) {
@@ -127,7 +127,7 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// Marks each of `events` (one claim's) `SUCCESS` on its own; at the first failure not of
+    /// Completes each of `events` (one claim's) on its own; at the first failure not of
     /// its row it returns the events not marked, with the error.
     async fn mark_one_by_one(
         &mut self,
@@ -153,7 +153,7 @@ impl<'w> Recorder<'w> {
         Ok(())
     }
 
-    /// The `SUCCESS` mark of `event` failed with `e` because of the row itself: the event
+    /// The completion of `event` failed with `e` because of the row itself: the event
     /// (delivered, but not markable) is put back like a failed send, with the database's error
     /// in `last_error`.
     async fn mark_unmarkable(&mut self, event: &Model, e: sea_orm::DbErr, s: &mut WorkerSummary) {
@@ -165,7 +165,7 @@ impl<'w> Recorder<'w> {
     /// Records the failure `err` of `event` in the event's span: puts it back with back-off
     /// (uncounted for a configuration fault) or marks it a dead letter, with `last_error` the
     /// message after the prefix of its [`FailureKind`], and stops holding it.
-    /// `unmarked` is the error of the `SUCCESS` mark of a delivered event that `err` stands for.
+    /// `unmarked` is the error of the completion of a delivered event that `err` stands for.
     async fn fail(
         &mut self,
         event: &Model,
@@ -250,7 +250,7 @@ impl<'w> Recorder<'w> {
         }
     }
 
-    /// `ids` of claim `owner` were marked `SUCCESS`: `applied` of them were still ours, the
+    /// `ids` of claim `owner` were completed: `applied` of them were still ours, the
     /// rest are late acks.
     fn marked(&mut self, owner: &str, ids: &[i64], applied: u64, s: &mut WorkerSummary) {
         self.finish(owner, ids);
@@ -281,7 +281,7 @@ impl Recorder<'_> {
     }
 
     /// Marks the waiting deliveries of one claim (the largest group; any other claim's are
-    /// marked now, on their own) `SUCCESS` in the statement that claims up to `want` events for
+    /// completed now, on their own) in the statement that claims up to `want` events for
     /// `owner` ([`driver::mark_success_and_claim_batch`]), and returns the events claimed.
     /// `None` when nothing waits for the claim, or when the statement failed: nothing of it
     /// happened, and the deliveries are marked on their own.

@@ -14,7 +14,7 @@ pub struct WorkerSummary {
     pub claimed: u64,
     /// Claims lost to another instance (normal under contention).
     pub claim_lost: u64,
-    /// Events published and marked `SUCCESS`.
+    /// Events published and completed (deleted, or marked `SUCCESS`).
     pub published: u64,
     /// Failed sends put back to `WAIT` with back-off.
     pub retried: u64,
