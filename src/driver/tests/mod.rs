@@ -2,6 +2,7 @@
 //! transitions, claims and plans of those statements run against Postgres, MariaDB and SQLite
 //! (the integration suites' `tests/common` picks and prepares the databases).
 mod admin_statements;
+mod indexes;
 mod leases;
 mod listen;
 mod ordered;
