@@ -1,12 +1,12 @@
 //! The owner-guarded transitions of claimed rows (late acknowledgements, the Postgres
 //! mark-and-claim statement) and the rows the claims return, on Postgres, MariaDB and SQLite.
-use crate::Completion;
+//! Deliveries are completed as `OUTBOX_TEST_COMPLETION` says (`tests/common/completion.rs`).
 use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend};
 
 use super::relay;
-use crate::common::{age, event, insert_many, new_event, TestContext};
+use crate::common::{age, completion, event, insert_many, new_event, TestContext};
 use crate::driver::{self, Claim, Transition};
 use crate::event_record::Column;
 use crate::{EventStatus, NewEvent, OutboxExt, StatementProtocol};
@@ -64,7 +64,7 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
 
     assert_eq!(
         relay(db)
-            .transition(|d| d.mark_success(id, "a"))
+            .transition(|d| d.complete(&[id], "a", completion()))
             .await
             .expect("ack"),
         Transition::LeaseLost
@@ -86,7 +86,7 @@ async fn late_ack_changes_nothing(ctx: &TestContext) {
     assert_eq!(event(db, id).await, before, "B's row is untouched");
     assert_eq!(
         relay(db)
-            .transition(|d| d.mark_success(id, "b"))
+            .transition(|d| d.complete(&[id], "b", completion()))
             .await
             .expect("ack"),
         Transition::Applied
@@ -121,7 +121,7 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
             &relay(db),
             &first,
             "a#1",
-            Completion::Update,
+            completion(),
             "a#2",
             9
         )
@@ -137,16 +137,9 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
     .await
     .expect("steal");
     let stolen = event(db, first[1]).await;
-    let r = driver::mark_success_and_claim_batch(
-        &relay(db),
-        &first,
-        "a#1",
-        Completion::Update,
-        "a#2",
-        9,
-    )
-    .await
-    .expect("mark and claim");
+    let r = driver::mark_success_and_claim_batch(&relay(db), &first, "a#1", completion(), "a#2", 9)
+        .await
+        .expect("mark and claim");
     assert_eq!(r.marked, 1, "only the row still a#1's");
     assert_eq!(r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(), rest);
     assert_eq!(
@@ -161,7 +154,7 @@ async fn mark_with_claim_is_owner_guarded(ctx: &TestContext) {
         &relay(db),
         &[rest[0], first[0]],
         "a#2",
-        Completion::Update,
+        completion(),
         "a#3",
         9,
     )
@@ -234,16 +227,10 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         return;
     }
     let done: Vec<i64> = first.iter().map(|e| e.id).collect();
-    let r = driver::mark_success_and_claim_batch(
-        &relay(db),
-        &done,
-        "rs#1",
-        Completion::Update,
-        "rs#2",
-        2,
-    )
-    .await
-    .expect("mark and claim");
+    let r =
+        driver::mark_success_and_claim_batch(&relay(db), &done, "rs#1", completion(), "rs#2", 2)
+            .await
+            .expect("mark and claim");
     assert_eq!(r.marked, 2);
     assert_eq!(
         r.claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
@@ -258,28 +245,16 @@ async fn claims_return_the_rows_as_stored(ctx: &TestContext) {
         .expect("simple claim");
     assert_eq!(claimed.iter().map(|e| e.id).collect::<Vec<_>>(), ids[4..5]);
     same(&claimed, "rs#3").await;
-    let r = driver::mark_success_and_claim_batch(
-        &simple,
-        &[ids[4]],
-        "rs#3",
-        Completion::Update,
-        "rs#4",
-        5,
-    )
-    .await
-    .expect("simple mark and claim");
+    let r =
+        driver::mark_success_and_claim_batch(&simple, &[ids[4]], "rs#3", completion(), "rs#4", 5)
+            .await
+            .expect("simple mark and claim");
     assert_eq!((r.marked, r.claimed.len()), (1, 1));
     same(&r.claimed, "rs#4").await;
     // Nothing left: the one row of the LEFT JOIN's empty side is not an event.
-    let r = driver::mark_success_and_claim_batch(
-        &simple,
-        &[ids[5]],
-        "rs#4",
-        Completion::Update,
-        "rs#5",
-        5,
-    )
-    .await
-    .expect("simple mark only");
+    let r =
+        driver::mark_success_and_claim_batch(&simple, &[ids[5]], "rs#4", completion(), "rs#5", 5)
+            .await
+            .expect("simple mark only");
     assert_eq!((r.marked, r.claimed.len()), (1, 0));
 }
