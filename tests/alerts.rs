@@ -244,7 +244,9 @@ async fn own_outbox(ctx: &TestContext, name: &str) -> Outbox {
     sea_orm_outbox::migration::create_outbox_table(&SchemaManager::new(&ctx.db), &table)
         .await
         .expect("create the table");
-    Outbox::new().table(&table).expect("a valid name")
+    let outbox = Outbox::new().table(&table).expect("a valid name");
+    common::observe_deletions(&ctx.db, &outbox).await;
+    outbox
 }
 
 /// Waits until the gauge `name` of `table` satisfies `ok`.

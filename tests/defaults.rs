@@ -165,6 +165,7 @@ async fn hung_sends_stop_no_worker(ctx: &TestContext) {
     let mut runs = Vec::new();
     for w in 0..2 {
         let config = WorkerConfig::default()
+            .completion(common::completion())
             .send_timeout(Duration::from_secs(60))
             .instance_id(format!("hung-{w}"));
         let worker = Worker::new(ctx.db.clone(), publisher.clone(), config).expect("worker");

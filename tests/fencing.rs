@@ -5,7 +5,9 @@
 //!
 //! Every transition is recorded by an `AFTER UPDATE` trigger into `outbox_audit` (old and new
 //! status and `claim_owner`), so the tests assert on what the database did, not on what the
-//! relay says it did.
+//! relay says it did. With completion by delete (`OUTBOX_TEST_COMPLETION=delete`) an `AFTER
+//! DELETE` trigger records a delivery (a row deleted while `SENDING`) as a transition to
+//! `SUCCESS`, and the unmarkable row is one that cannot be deleted.
 mod common;
 
 use std::collections::{HashMap, HashSet};
@@ -58,6 +60,40 @@ async fn audit(ctx: &TestContext) {
     };
     for sql in stmts {
         ctx.db.execute_unprepared(sql).await.expect(sql);
+    }
+    if common::deleting() {
+        audit_deletions(ctx).await;
+    }
+}
+
+/// With completion by delete: the trigger that records each deleted event row in
+/// `outbox_audit` as a transition to `SUCCESS` when it was deleted `SENDING` (a delivery),
+/// to `DELETED` otherwise, `claim_owner` unchanged.
+async fn audit_deletions(ctx: &TestContext) {
+    const INSERT: &str = "INSERT INTO outbox_audit (event_id, old_status, new_status, old_owner, \
+         new_owner) VALUES (OLD.id, OLD.status, CASE WHEN OLD.status = 'SENDING' THEN 'SUCCESS' \
+         ELSE 'DELETED' END, OLD.claim_owner, OLD.claim_owner)";
+    let stmts = match ctx.db_backend() {
+        DbBackend::Postgres => vec![
+            format!(
+                "CREATE FUNCTION outbox_audit_deleted() RETURNS trigger AS $$ BEGIN {INSERT}; \
+                 RETURN OLD; END $$ LANGUAGE plpgsql"
+            ),
+            "CREATE TRIGGER outbox_audit_deleted AFTER DELETE ON t_event_record FOR EACH ROW \
+             EXECUTE FUNCTION outbox_audit_deleted()"
+                .to_owned(),
+        ],
+        DbBackend::MySql => vec![format!(
+            "CREATE TRIGGER outbox_audit_deleted AFTER DELETE ON t_event_record FOR EACH ROW \
+             {INSERT}"
+        )],
+        _ => vec![format!(
+            "CREATE TRIGGER outbox_audit_deleted AFTER DELETE ON t_event_record FOR EACH ROW \
+             BEGIN {INSERT}; END"
+        )],
+    };
+    for sql in stmts {
+        ctx.db.execute_unprepared(&sql).await.expect(&sql);
     }
 }
 
@@ -251,9 +287,13 @@ async fn twins_with_one_instance_id_never_touch_each_others_claims(ctx: &TestCon
     assert_eq!(count(&ctx.db, EventStatus::Sending).await, 0);
 }
 
-/// Refuses `SUCCESS` for the event `BAD-ROW` (a `BEFORE UPDATE` trigger) with the message
+/// Refuses `SUCCESS` for the event `BAD-ROW` (a `BEFORE UPDATE` trigger; with completion by
+/// delete, a `BEFORE DELETE` trigger refusing to delete it while `SENDING`) with the message
 /// `no SUCCESS for BAD-ROW`.
 async fn refuse_success_for_bad_row(ctx: &TestContext) {
+    if common::deleting() {
+        return refuse_delivery_by_delete_for_bad_row(ctx).await;
+    }
     let stmts: &[&str] = match ctx.db_backend() {
         DbBackend::Postgres => &[
             "CREATE FUNCTION refuse_bad_row() RETURNS trigger AS $$ BEGIN \
@@ -271,6 +311,33 @@ async fn refuse_success_for_bad_row(ctx: &TestContext) {
         _ => &[
             "CREATE TRIGGER refuse_bad_row BEFORE UPDATE ON t_event_record FOR EACH ROW \
              WHEN NEW.status = 'SUCCESS' AND NEW.biz_no = 'BAD-ROW' \
+             BEGIN SELECT RAISE(ABORT, 'no SUCCESS for BAD-ROW'); END",
+        ],
+    };
+    for sql in stmts {
+        ctx.db.execute_unprepared(sql).await.expect(sql);
+    }
+}
+
+/// [`refuse_success_for_bad_row`] with completion by delete.
+async fn refuse_delivery_by_delete_for_bad_row(ctx: &TestContext) {
+    let stmts: &[&str] = match ctx.db_backend() {
+        DbBackend::Postgres => &[
+            "CREATE FUNCTION refuse_bad_row() RETURNS trigger AS $$ BEGIN \
+             IF OLD.status = 'SENDING' AND OLD.biz_no = 'BAD-ROW' THEN \
+             RAISE EXCEPTION 'no SUCCESS for BAD-ROW'; END IF; RETURN OLD; END $$ \
+             LANGUAGE plpgsql",
+            "CREATE TRIGGER refuse_bad_row BEFORE DELETE ON t_event_record FOR EACH ROW \
+             EXECUTE FUNCTION refuse_bad_row()",
+        ],
+        DbBackend::MySql => &[
+            "CREATE TRIGGER refuse_bad_row BEFORE DELETE ON t_event_record FOR EACH ROW \
+             BEGIN IF OLD.status = 'SENDING' AND OLD.biz_no = 'BAD-ROW' THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no SUCCESS for BAD-ROW'; END IF; END",
+        ],
+        _ => &[
+            "CREATE TRIGGER refuse_bad_row BEFORE DELETE ON t_event_record FOR EACH ROW \
+             WHEN OLD.status = 'SENDING' AND OLD.biz_no = 'BAD-ROW' \
              BEGIN SELECT RAISE(ABORT, 'no SUCCESS for BAD-ROW'); END",
         ],
     };

@@ -37,8 +37,8 @@ use metrics::SharedString;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sea_orm::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sea_orm::{
-    ColumnTrait, ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend,
-    EntityTrait, QueryFilter, Statement, TransactionTrait,
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
+    TransactionTrait,
 };
 use sea_orm_outbox::{
     CancellationToken, EventStatus, NewEvent, OutboxExt, OutboxMessage, PublishError, Publisher,
@@ -970,12 +970,7 @@ async fn simple_protocol_through_pgbouncer_transaction_mode(ctx: &TestContext) {
     assert_eq!(relay.logged("ERROR", ""), 0, "no relay error logged");
 
     // The escaped reason arrived intact (read directly, not through the pooler).
-    let first = sea_orm_outbox::event_record::Entity::find()
-        .filter(sea_orm_outbox::event_record::Column::BizNo.eq("POOLED-00"))
-        .one(&ctx.db)
-        .await
-        .expect("read")
-        .expect("POOLED-00");
+    let first = common::event_by_biz_no(&ctx.db, "POOLED-00").await;
     assert_eq!(
         first.last_error.as_deref(),
         Some(format!("retryable: {FLAKY_REASON}").as_str())

@@ -67,7 +67,9 @@ async fn own_outbox(ctx: &TestContext, name: &str) -> Outbox {
     sea_orm_outbox::migration::create_outbox_table(&manager, &table)
         .await
         .expect("create the test's outbox table");
-    Outbox::new().table(&table).expect("a valid name")
+    let outbox = Outbox::new().table(&table).expect("a valid name");
+    common::observe_deletions(&ctx.db, &outbox).await;
+    outbox
 }
 
 /// One idle worker of `outbox` with the default poll delay, in a task of its own, after its

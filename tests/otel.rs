@@ -84,7 +84,9 @@ async fn trace_context_is_recorded_and_the_send_span_links_to_it() {
     let worker = Worker::new(
         db.clone(),
         publisher.clone(),
-        WorkerConfig::default().instance_id("otel-relay"),
+        WorkerConfig::default()
+            .completion(common::completion())
+            .instance_id("otel-relay"),
     )
     .expect("worker");
     worker

@@ -105,6 +105,7 @@ async fn migration_creates_table_and_indexes(ctx: &TestContext) {
     let e = event(&ctx.db, id).await;
     assert_eq!(e.create_time, e.next_retry_time);
 
+    common::unobserve_deletions(&ctx.db, &Default::default()).await;
     Migrator::down(&ctx.db, None).await.expect("down");
     assert!(indexes(ctx).await.is_empty());
     let err = Events::find()
@@ -214,6 +215,7 @@ async fn transactional_publish_is_atomic(ctx: &TestContext) {
 }
 
 async fn missing_table_says_to_migrate(ctx: &TestContext) {
+    common::unobserve_deletions(&ctx.db, &Default::default()).await;
     Migrator::down(&ctx.db, None).await.expect("down");
     let err = ctx
         .db

@@ -659,6 +659,7 @@ async fn cli_relay_without_a_broker_sends_nothing(ctx: &TestContext) {
 // missing table
 
 async fn cli_missing_table_fails_every_command(ctx: &TestContext) {
+    common::unobserve_deletions(&ctx.db, &Default::default()).await;
     Migrator::down(&ctx.db, None).await.expect("down");
     let commands: &[&[&str]] = &[
         &["stats"],

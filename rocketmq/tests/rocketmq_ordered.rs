@@ -131,9 +131,11 @@ impl Publisher for FlakyFirst {
     }
 }
 
-/// The relays' settings: ordered (`Block`), 16 keys in flight, claims of 20, back-off 50 ms.
+/// The relays' settings: ordered (`Block`), 16 keys in flight, claims of 20, back-off 50 ms,
+/// the run's completion ([`common::completion`]).
 fn ordered_config(owner: &str) -> WorkerConfig {
     WorkerConfig::default()
+        .completion(common::completion())
         .ordered(Some(OrderedPolicy::Block))
         .poll_delay(Duration::from_millis(50))
         .lease(Duration::from_secs(30))

@@ -8,7 +8,9 @@ use sea_orm::{
     QueryFilter, TransactionTrait,
 };
 use sea_orm_outbox::event_record::{self, Column, Entity as Events};
-use sea_orm_outbox::{EventStatus, NewEvent, OutboxExt};
+use sea_orm_outbox::{EventStatus, NewEvent, Outbox, OutboxExt};
+
+use super::completion::{delivered_by_delete, delivered_row};
 
 /// Writes one `ORDER_CREATED` event `biz_no` with payload `{}` (its own autocommit); returns
 /// its id.
@@ -38,13 +40,25 @@ pub async fn insert_many(db: &DatabaseConnection, prefix: &str, n: usize) -> Vec
     ids
 }
 
-/// Rows of `t_event_record` in `status`.
+/// Rows of `t_event_record` in `status`; for `SUCCESS`, with the events delivered by delete
+/// ([`super::completion`]).
 pub async fn count(db: &impl ConnectionTrait, status: EventStatus) -> u64 {
-    Events::find()
+    let rows = Events::find()
         .filter(Column::Status.eq(status.as_str()))
         .count(db)
         .await
-        .expect("count")
+        .expect("count");
+    match status {
+        EventStatus::Success => rows + delivered_by_delete(db, &Outbox::default()).await,
+        _ => rows,
+    }
+}
+
+/// Rows of `t_event_record`, with the events delivered by delete ([`super::completion`]): the
+/// events written, as long as nothing else deleted one.
+pub async fn count_written(db: &impl ConnectionTrait) -> u64 {
+    let rows = Events::find().count(db).await.expect("count");
+    rows + delivered_by_delete(db, &Outbox::default()).await
 }
 
 /// Whether `n` events are `SUCCESS` within `deadline` (checked every 50 ms).
@@ -55,23 +69,31 @@ pub async fn wait_for_success(db: &impl ConnectionTrait, n: u64, deadline: Durat
     .await
 }
 
-/// The event `id`, which must exist.
+/// The event `id`, which must exist: its row, or when the relay deleted it on delivery its
+/// last state as `SUCCESS` ([`super::completion`]).
 pub async fn event(db: &impl ConnectionTrait, id: i64) -> event_record::Model {
-    Events::find_by_id(id)
-        .one(db)
-        .await
-        .expect("read")
-        .expect("event exists")
+    let row = Events::find_by_id(id).one(db).await.expect("read");
+    match row {
+        Some(e) => e,
+        None => delivered_row(db, &Outbox::default(), Column::Id, id.into())
+            .await
+            .expect("event exists"),
+    }
 }
 
-/// The event whose `biz_no` is `biz_no`, which must exist.
+/// The event whose `biz_no` is `biz_no`, which must exist (read as [`event`] reads one).
 pub async fn event_by_biz_no(db: &impl ConnectionTrait, biz_no: &str) -> event_record::Model {
-    Events::find()
+    let row = Events::find()
         .filter(Column::BizNo.eq(biz_no))
         .one(db)
         .await
-        .expect("read")
-        .unwrap_or_else(|| panic!("event {biz_no} exists"))
+        .expect("read");
+    match row {
+        Some(e) => e,
+        None => delivered_row(db, &Outbox::default(), Column::BizNo, biz_no.into())
+            .await
+            .unwrap_or_else(|| panic!("event {biz_no} exists")),
+    }
 }
 
 /// Moves a timestamp column of event `id` to the database's now − `ago`.

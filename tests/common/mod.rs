@@ -9,6 +9,7 @@
 //! every backend always runs.
 #![allow(dead_code)]
 
+pub mod completion;
 pub mod events;
 pub mod fleet;
 pub mod freezer;
@@ -19,9 +20,11 @@ pub mod ordered;
 
 // Each suite uses a part of these (and of the rest of this module, see `allow(dead_code)`).
 #[allow(unused_imports)]
+pub use completion::{completion, deleting, observe_deletions, unobserve_deletions};
+#[allow(unused_imports)]
 pub use events::{
-    age, age_many, claim_by_hand, count, db_now, db_now_sql, dead_letter, event, event_by_biz_no,
-    insert_keys, insert_many, new_event, wait_for_success,
+    age, age_many, claim_by_hand, count, count_written, db_now, db_now_sql, dead_letter, event,
+    event_by_biz_no, insert_keys, insert_many, new_event, wait_for_success,
 };
 #[allow(unused_imports)]
 pub use fleet::Fleet;
@@ -68,7 +71,8 @@ impl Backend {
     }
 }
 
-/// A fresh, migrated database for one test.
+/// A fresh, migrated database for one test; when delivered rows are deleted, with the log of
+/// deletions from `t_event_record` ([`observe_deletions`]).
 pub struct TestContext {
     pub backend: Backend,
     pub db: DatabaseConnection,
@@ -120,6 +124,7 @@ impl TestContext {
     pub async fn new(backend: Backend, label: &str) -> Self {
         let ctx = Self::new_empty(backend, label).await;
         Migrator::up(&ctx.db, None).await.expect("migration up");
+        observe_deletions(&ctx.db, &sea_orm_outbox::Outbox::default()).await;
         ctx.create_table(order::Entity).await;
         ctx.create_table(hooked_order::Entity).await;
         ctx
@@ -355,9 +360,11 @@ pub fn instance_of(claim_owner: &str) -> &str {
 }
 
 /// The suites' worker settings: 20 ms polls, lease 10 s (reclaim every 1 s), send timeout
-/// 2 s, 3 retries with a 200 ms back-off base, instance id `owner`.
+/// 2 s, 3 retries with a 200 ms back-off base, instance id `owner`, the run's completion
+/// ([`completion()`]).
 pub fn test_config(owner: &str) -> sea_orm_outbox::WorkerConfig {
     sea_orm_outbox::WorkerConfig::default()
+        .completion(completion())
         .poll_delay(Duration::from_millis(20))
         .lease(Duration::from_secs(10))
         .send_timeout(Duration::from_secs(2))

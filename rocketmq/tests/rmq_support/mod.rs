@@ -94,9 +94,11 @@ pub async fn shutdown_publisher(p: Arc<RocketMqPublisher>) {
     }
 }
 
-/// Worker settings for the broker suites: short poll, lease 30 s, worker send timeout 5 s.
+/// Worker settings for the broker suites: short poll, lease 30 s, worker send timeout 5 s,
+/// the run's completion ([`crate::common::completion`]).
 pub fn worker_config(owner: &str, retry: RetryPolicy) -> WorkerConfig {
     WorkerConfig::default()
+        .completion(crate::common::completion())
         .poll_delay(Duration::from_millis(50))
         .lease(Duration::from_secs(30))
         .send_timeout(Duration::from_secs(5))

@@ -1,12 +1,12 @@
 //! Batch claims and the reclaim of expired leases, statement by statement, on Postgres,
-//! MariaDB and SQLite: disjoint claims, owner guards on batch-claimed rows, the reclaim in
-//! bounded batches.
+//! MariaDB and SQLite: disjoint claims, owner guards on batch-claimed rows (deliveries
+//! completed as `OUTBOX_TEST_COMPLETION` says), the reclaim in bounded batches.
 use std::time::Duration;
 
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 
 use super::relay;
-use crate::common::{age_many, count, event, insert_many, TestContext};
+use crate::common::{age_many, completion, count, event, insert_many, TestContext};
 use crate::driver::{self, Transition};
 use crate::event_record::{Column, Entity as Events};
 use crate::EventStatus;
@@ -50,14 +50,14 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     let first = a[0].id;
     assert_eq!(
         relay(db)
-            .transition(|d| d.mark_success(first, "b"))
+            .transition(|d| d.complete(&[first], "b", completion()))
             .await
             .expect("ack"),
         Transition::LeaseLost
     );
     assert_eq!(
         relay(db)
-            .run(|d| d.mark_success_many(&[first, b[0].id], "a"))
+            .run(|d| d.complete(&[first, b[0].id], "a", completion()))
             .await
             .expect("ack"),
         1
@@ -83,7 +83,7 @@ async fn batch_claims_are_disjoint_and_guarded(ctx: &TestContext) {
     assert_eq!(again.len(), 19);
     assert_eq!(
         relay(db)
-            .run(|d| d.mark_success_many(&a_ids, "a"))
+            .run(|d| d.complete(&a_ids, "a", completion()))
             .await
             .expect("late"),
         0

@@ -3,6 +3,7 @@
 //! (the integration suites' `tests/common` picks and prepares the databases).
 mod admin_statements;
 mod completion;
+mod indexes;
 mod leases;
 mod listen;
 mod ordered;

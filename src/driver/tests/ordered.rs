@@ -1,6 +1,7 @@
 //! The ordered claim statement by statement, on Postgres, MariaDB and SQLite: raced claims
 //! never hold two events of one key, a dead letter retried under `Skip` waits for the event
-//! out, and the deep scan finds a head behind a full window.
+//! out, and the deep scan finds a head behind a full window. Deliveries are completed as
+//! `OUTBOX_TEST_COMPLETION` says (`tests/common/completion.rs`).
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,7 +10,7 @@ use sea_orm::ConnectionTrait;
 
 use super::relay;
 use crate::common::ordered::{flaky, ordered_config};
-use crate::common::{count, insert_keys, wait_until, Fleet, TestContext};
+use crate::common::{completion, count, insert_keys, wait_until, Fleet, TestContext};
 use crate::driver::HeadScan;
 use crate::{ops, EventStatus, InMemoryPublisher, OrderedPolicy};
 
@@ -113,7 +114,7 @@ async fn racing_claims_never_hold_two_events_of_one_key(ctx: &TestContext) {
                 }
                 marked.lock().expect("lock").extend(&got_ids);
                 let n = relay(&db)
-                    .run(|d| d.mark_success_many(&got_ids, &owner))
+                    .run(|d| d.complete(&got_ids, &owner, completion()))
                     .await
                     .expect("mark");
                 assert_eq!(n, got_ids.len() as u64);
@@ -175,7 +176,7 @@ async fn a_dead_letter_retried_under_skip_waits_for_the_event_out(ctx: &TestCont
     assert!(claim("r#3").await.is_empty(), "A0 waits while A1 is out");
     assert_eq!(
         relay(db)
-            .transition(|d| d.mark_success(a1, "r#2"))
+            .transition(|d| d.complete(&[a1], "r#2", completion()))
             .await
             .expect("mark"),
         Transition::Applied
