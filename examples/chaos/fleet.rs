@@ -73,6 +73,8 @@ impl Fleet {
             ms(policy.backoff_base),
             "--retry-max-backoff".to_owned(),
             ms(policy.max_backoff),
+            "--completion".to_owned(),
+            args.completion.as_str().to_owned(),
         ];
         if let Some(o) = args.ordered {
             worker_args.extend(["--ordered".to_owned(), o.as_str().to_owned()]);

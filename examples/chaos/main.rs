@@ -43,6 +43,10 @@
 //!   twice the lease after the broker accepted it (`OUTBOX_CHAOS_SEND_STALL`): the lease expires,
 //!   another worker sends it again, the stalled worker's late acknowledgement is refused.
 //!
+//! `--completion delete` (or `OUTBOX_TEST_COMPLETION=delete`) runs the relays with
+//! `--completion delete`: a delivered event's row is deleted, and the harness counts it from
+//! a log of the deleted rows that a trigger keeps (module `events`).
+//!
 //! The last line is the summary:
 //! `summary: events=20000 success=20000 fail=0 lost=0 duplicates=37 kills=9 reclaimed=41 elapsed_s=58 max_gap_ms=212 redelivered=0`
 //! - lost: written but never received by the consumer and not `FAIL`;
@@ -65,6 +69,7 @@
 //! (until everything settled) and `report` (the counts and the diagnosis of lost events).
 mod broker;
 mod consumer;
+mod events;
 mod faults;
 mod fleet;
 mod report;
@@ -119,6 +124,25 @@ impl OrderedArg {
         match self {
             OrderedArg::Block => "block",
             OrderedArg::Skip => "skip",
+        }
+    }
+}
+
+/// `--completion`: what the relays do with a delivered row.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum CompletionArg {
+    /// Mark it `SUCCESS`.
+    Update,
+    /// Delete it.
+    Delete,
+}
+
+impl CompletionArg {
+    /// The value of `outbox relay --completion`.
+    fn as_str(self) -> &'static str {
+        match self {
+            CompletionArg::Update => "update",
+            CompletionArg::Delete => "delete",
         }
     }
 }
@@ -238,6 +262,14 @@ struct Args {
     /// one writer task per key writing its events in order, each in its own transaction.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     events_per_key: u64,
+    /// What the relays do with a delivered row (`outbox relay --completion`).
+    #[arg(
+        long,
+        value_enum,
+        env = "OUTBOX_TEST_COMPLETION",
+        default_value = "update"
+    )]
+    completion: CompletionArg,
 }
 
 /// `FROM..TO` of `--broker-down`.
@@ -352,6 +384,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     .await?;
     let db = scratch.pool((args.writers + 4) as u32).await?;
     Migrator::up(&db, None).await?;
+    events::create(&db, args.completion == CompletionArg::Delete).await?;
     let schema = Schema::new(db.get_database_backend());
     db.execute(&schema.create_table_from_entity(order::Entity))
         .await?;
@@ -379,8 +412,8 @@ async fn run(args: Args) -> Result<u64, BoxError> {
     let mut fleet = Fleet::start(&run, &policy)?;
     log(format!(
         "run {}: {:?} database {}, topic {} on {}, {} events over {:?}, \
-         {} workers (lease {:?}, send timeout {:?}, batch {}, max_retries {} = {:.0} s of back-off), \
-         logs in {}",
+         {} workers (lease {:?}, send timeout {:?}, batch {}, max_retries {} = {:.0} s of back-off, \
+         completion {}), logs in {}",
         run.id,
         db.get_database_backend(),
         scratch.name,
@@ -397,6 +430,7 @@ async fn run(args: Args) -> Result<u64, BoxError> {
             .map(|n| policy.backoff(n))
             .sum::<Duration>()
             .as_secs_f64(),
+        run.args.completion.as_str(),
         work_dir.display()
     ));
     let writers = writers::Writers::start(&run, &db);

@@ -3,8 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QuerySelect};
-use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm::DatabaseConnection;
 use sea_orm_outbox_rocketmq::RocketMqConsumer;
 
 use crate::consumer::Received;
@@ -16,9 +15,9 @@ use crate::{log, Run};
 
 /// The figures of the summary line.
 pub struct Tally {
-    /// Event rows written.
+    /// Events written (rows, with those deleted on delivery: [`crate::events`]).
     pub events: usize,
-    /// Rows `SUCCESS`.
+    /// Events `SUCCESS` (with `--completion delete`: deleted on delivery).
     pub success: usize,
     /// Rows `FAIL` (dead letters).
     pub fail: usize,
@@ -129,15 +128,7 @@ impl Tally {
         let retried = count_in_logs(log_dir, "send failed; will retry");
         let db_errors = count_in_logs(log_dir, "outbox round failed")
             + count_in_logs(log_dir, "outbox reclaim failed");
-        let max_retry: Option<i32> = Events::find()
-            .select_only()
-            .column_as(Column::RetryCount.max(), "m")
-            .into_tuple()
-            .one(db)
-            .await
-            .ok()
-            .flatten()
-            .flatten();
+        let max_retry = crate::events::max_retry_count(db).await.ok().flatten();
         log(format!(
             "drained={drained} rows={} other_status={other} received={} distinct={distinct} \
              without_event_id={} foreign={foreign} write_retries={} workers_started={} \
@@ -180,13 +171,7 @@ impl Tally {
         ));
         let order_violations = match run.args.ordered {
             Some(_) => {
-                let keyed: Vec<(i64, String)> = Events::find()
-                    .select_only()
-                    .column(Column::Id)
-                    .column(Column::BizNo)
-                    .into_tuple()
-                    .all(db)
-                    .await?;
+                let keyed = crate::events::pairs(db, "biz_no").await?;
                 Some(order_violations(&keyed, &r.firsts))
             }
             None => None,

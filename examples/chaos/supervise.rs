@@ -4,8 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sea_orm::{DatabaseConnection, EntityTrait, QuerySelect};
-use sea_orm_outbox::event_record::{Column, Entity as Events};
+use sea_orm::DatabaseConnection;
 use tokio::task::JoinHandle;
 
 use crate::consumer::Consumer;
@@ -27,15 +26,10 @@ impl Rng {
     }
 }
 
-/// `(id, status)` of every event row.
+/// `(id, status)` of every event written (see [`crate::events`]: with `--completion delete` a
+/// row the relays deleted on delivery is `SUCCESS`).
 pub async fn rows(db: &DatabaseConnection) -> Result<Vec<(i64, String)>, sea_orm::DbErr> {
-    Events::find()
-        .select_only()
-        .column(Column::Id)
-        .column(Column::Status)
-        .into_tuple()
-        .all(db)
-        .await
+    crate::events::pairs(db, "status").await
 }
 
 /// How the supervision ended.
