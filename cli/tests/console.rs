@@ -33,6 +33,7 @@ impl Running {
     /// Starts `outbox console --addr <addr>` on `url`, with `token` in OUTBOX_CONSOLE_TOKEN.
     fn start(url: &str, addr: &str, token: Option<&str>) -> Running {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+        cmd.env("OUTBOX_COMPLETION", common::completion().as_str());
         cmd.args(["console", "--addr", addr])
             .env("DATABASE_URL", url)
             .env_remove("RUST_LOG")

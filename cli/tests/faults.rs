@@ -53,6 +53,7 @@ async fn relay_with_clock_ahead_reclaims_nothing_early(ctx: &TestContext) {
         .find(|p| p.is_file())
         .expect("libfaketime (Debian package faketime) is needed; .ci/run installs it");
     let child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .env("OUTBOX_COMPLETION", common::completion().as_str())
         .arg("relay")
         .env("LD_PRELOAD", libfaketime)
         .env("FAKETIME", "+15m")

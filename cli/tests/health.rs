@@ -55,6 +55,7 @@ fn spawn_child(url: &str) -> Child {
 /// `outbox args` against `url`.
 fn outbox(url: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .env("OUTBOX_COMPLETION", common::completion().as_str())
         .args(args)
         .env("DATABASE_URL", url)
         .env_remove("RUST_LOG")

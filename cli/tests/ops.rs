@@ -42,6 +42,7 @@ const SECRET: &str = "Pw-S3cret-42";
 /// Runs the `outbox` binary with `args` against `url`, killing it after `timeout`.
 fn outbox_with(url: &str, args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    cmd.env("OUTBOX_COMPLETION", common::completion().as_str());
     cmd.args(args)
         .env("DATABASE_URL", url)
         .env_remove("RUST_LOG")
@@ -714,6 +715,7 @@ impl RelayProcess {
     fn spawn(url: &str, args: &[&str]) -> Self {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+            .env("OUTBOX_COMPLETION", common::completion().as_str())
             .args(["relay", "--dry-run"])
             .args(args)
             .env("DATABASE_URL", url)
@@ -1076,6 +1078,7 @@ async fn cli_never_prints_the_password(ctx: &TestContext) {
                 assert_no_secret("postgres command", &o);
             }
             let child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+                .env("OUTBOX_COMPLETION", common::completion().as_str())
                 .args(["relay", "--dry-run", "--poll-delay", "50ms"])
                 .env("DATABASE_URL", &url)
                 .env_remove("ROCKETMQ_NAMESRV_ADDR")

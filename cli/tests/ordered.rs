@@ -16,6 +16,7 @@ backend_tests!(block_holds_a_key_behind_its_dead_letter_until_retried);
 /// Runs `outbox args` against the test database; returns stdout (the command must succeed).
 fn outbox(ctx: &TestContext, args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .env("OUTBOX_COMPLETION", common::completion().as_str())
         .args(args)
         .env("DATABASE_URL", &ctx.url)
         .env_remove("RUST_LOG")

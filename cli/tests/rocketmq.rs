@@ -28,6 +28,7 @@ async fn relay_start(url: &str, namesrv: &str) -> std::process::Output {
         let (url, namesrv) = (url.to_owned(), namesrv.to_owned());
         move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+                .env("OUTBOX_COMPLETION", common::completion().as_str())
                 .args([
                     "relay",
                     "--poll-delay",
@@ -90,6 +91,7 @@ async fn relay_refuses_a_name_server_it_cannot_use_on(ctx: &TestContext) {
             let url = ctx.url.clone();
             move || {
                 std::process::Command::new(env!("CARGO_BIN_EXE_outbox"))
+                    .env("OUTBOX_COMPLETION", common::completion().as_str())
                     .args([
                         "relay",
                         "--poll-delay",

@@ -483,6 +483,7 @@ async fn runtime_rejection_keeps_events_waiting(
 /// Runs the `outbox` binary with `args` and the RocketMQ variables, killing it after 90 s.
 fn outbox(ctx: &TestContext, cluster: &AuthCluster, secret: &str, args: &[&str]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .env("OUTBOX_COMPLETION", common::completion().as_str())
         .args(args)
         .env("DATABASE_URL", &ctx.url)
         .env("ROCKETMQ_NAMESRV_ADDR", cluster.addr())
