@@ -1,0 +1,133 @@
+//! Faults: a message the broker refuses, an outage, wrong credentials.
+use std::time::Duration;
+
+use sea_orm::EntityTrait;
+use sea_orm_outbox::event_record::Entity as Events;
+use sea_orm_outbox::{EventStatus, NewEvent, RetryPolicy};
+
+use super::{
+    count, destination, relay_config, wait_until, write, Inbox, Relays, DEADLINE, SEND_TIMEOUT,
+};
+use crate::{Broker, Proxy, TestDb};
+
+/// One oversized event among three others in one claim: it goes to `FAIL` on its first
+/// attempt, with a reason, and the three others arrive.
+pub async fn oversized_fails_alone<B: Broker>(db: &TestDb, broker: &B) {
+    let dest = destination("oversized");
+    let mut inbox = Inbox::new(broker.consumer(&dest).await);
+    let big = "x".repeat(broker.oversized_payload_bytes());
+    let events = vec![
+        NewEvent::raw("order-1", "OrderCreated", r#"{"n":1}"#),
+        NewEvent::raw("order-2", "OrderCreated", format!(r#"{{"big":"{big}"}}"#)),
+        NewEvent::raw("order-3", "OrderCreated", r#"{"n":3}"#),
+        NewEvent::raw("order-4", "OrderCreated", r#"{"n":4}"#),
+    ];
+    let ids = write(db, events).await;
+    let publisher = broker
+        .publisher(&broker.addr(), &dest, SEND_TIMEOUT)
+        .await
+        .expect("publisher starts");
+    let retry = RetryPolicy::new(5, Duration::from_millis(200), Duration::from_secs(5));
+    let relays = Relays::start(db, publisher, [relay_config("relay-0", retry)]).await;
+    let others = inbox.until(DEADLINE, |inbox| inbox.distinct() >= 3).await;
+    let failed = wait_until(DEADLINE, || async {
+        count(&db.db, EventStatus::Fail).await == 1
+    })
+    .await;
+    relays.stop().await;
+    assert!(others, "{} of the 3 others arrived", inbox.distinct());
+    assert!(failed, "the oversized event is not FAIL");
+    let row = Events::find_by_id(ids[1])
+        .one(&db.db)
+        .await
+        .expect("read")
+        .expect("the oversized event's row");
+    assert_eq!(row.status, EventStatus::Fail);
+    assert_eq!(row.retry_count, 0, "a permanent failure is not retried");
+    assert!(
+        row.last_error.as_deref().is_some_and(|e| !e.is_empty()),
+        "no reason recorded"
+    );
+    assert!(
+        !inbox.times.contains_key(&ids[1]),
+        "the oversized event arrived"
+    );
+}
+
+/// 3 relays send through a proxy; mid-run it drops every connection and refuses new ones for
+/// 5 s while more events are written. Every event arrives afterwards and none is `FAIL`.
+pub async fn outage_loses_nothing<B: Broker>(db: &TestDb, broker: &B) {
+    let dest = destination("outage");
+    let mut inbox = Inbox::new(broker.consumer(&dest).await);
+    let proxy = Proxy::start(&broker.addr()).await;
+    let first = (0..2_000)
+        .map(|i| {
+            NewEvent::raw(
+                format!("order-{i}"),
+                "OrderCreated",
+                format!(r#"{{"n":{i}}}"#),
+            )
+        })
+        .collect();
+    let mut ids = write(db, first).await;
+    let publisher = broker
+        .publisher(proxy.addr(), &dest, SEND_TIMEOUT)
+        .await
+        .expect("publisher starts");
+    // Enough retries to outlast the outage: 40 attempts, at most 1 s apart.
+    let retry = RetryPolicy::new(40, Duration::from_millis(100), Duration::from_secs(1));
+    let relays = Relays::start(
+        db,
+        publisher,
+        (0..3).map(|i| relay_config(&format!("relay-{i}"), retry.clone())),
+    )
+    .await;
+    assert!(
+        inbox.until(DEADLINE, |inbox| inbox.distinct() >= 200).await,
+        "the relays never started delivering"
+    );
+    proxy.down();
+    let more = (2_000..3_000)
+        .map(|i| {
+            NewEvent::raw(
+                format!("order-{i}"),
+                "OrderCreated",
+                format!(r#"{{"n":{i}}}"#),
+            )
+        })
+        .collect();
+    ids.extend(write(db, more).await);
+    inbox.settle(Duration::from_secs(5)).await;
+    proxy.up();
+    let all = inbox
+        .until(DEADLINE, |inbox| inbox.distinct() >= ids.len())
+        .await;
+    relays.stop().await;
+    assert!(all, "{} of {} events arrived", inbox.distinct(), ids.len());
+    assert_eq!(
+        count(&db.db, EventStatus::Fail).await,
+        0,
+        "events went to FAIL"
+    );
+}
+
+/// A publisher with a wrong secret does not start; its error names the setting and does not
+/// show the secret.
+pub async fn wrong_credentials_are_refused<B: Broker>(_db: &TestDb, broker: &B) {
+    let dest = destination("credentials");
+    let attempt = tokio::time::timeout(Duration::from_secs(30), broker.wrong_credentials(&dest))
+        .await
+        .expect("the start with wrong credentials ends within 30 s");
+    let error = attempt
+        .error
+        .expect("a publisher with a wrong secret must not start");
+    assert!(
+        error.contains(&attempt.setting),
+        "the error does not name {}: {error}",
+        attempt.setting
+    );
+    assert!(
+        !error.contains(&attempt.secret),
+        "the error shows the secret: {error}"
+    );
+}

@@ -1,0 +1,90 @@
+//! A TCP proxy between publishers and their server, which the outage case takes down.
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::copy_bidirectional;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Forwards connections from a loopback port to a server; [`Proxy::down`] drops every
+/// connection and refuses new ones until [`Proxy::up`].
+pub struct Proxy {
+    addr: String,
+    up: Arc<watch::Sender<bool>>,
+    task: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// A proxy to `target` (`host:port`) on a free loopback port below 32768.
+    ///
+    /// # Panics
+    /// When no port of 20000–32767 can be bound.
+    pub async fn start(target: &str) -> Proxy {
+        let listener = bind_below_ephemeral().await;
+        let addr = listener.local_addr().expect("local address").to_string();
+        let (up, _) = watch::channel(true);
+        let up = Arc::new(up);
+        let (target, state) = (target.to_owned(), up.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                if !*state.borrow() {
+                    drop(client);
+                    continue;
+                }
+                let (target, mut down) = (target.clone(), state.subscribe());
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let mut client = client;
+                    tokio::select! {
+                        _ = copy_bidirectional(&mut client, &mut server) => {}
+                        _ = down.wait_for(|up| !*up) => {}
+                    }
+                });
+            }
+        });
+        Proxy { addr, up, task }
+    }
+
+    /// The proxy's address (`127.0.0.1:port`), for the publishers.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Drops every connection through the proxy and refuses new ones.
+    pub fn down(&self) {
+        self.up.send_replace(false);
+    }
+
+    /// Accepts connections again.
+    pub fn up(&self) {
+        self.up.send_replace(true);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.down();
+        self.task.abort();
+    }
+}
+
+/// A listener on a loopback port of 20000–32767 (ports from 32768 on are the ephemeral ones).
+async fn bind_below_ephemeral() -> TcpListener {
+    let start = 20_000 + (std::process::id() % 12_000) as u16;
+    for i in 0..12_768u16 {
+        let port = 20_000 + (start - 20_000 + i) % 12_768;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)).await {
+            return listener;
+        }
+        if i > 200 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    panic!("no free loopback port in 20000-32767");
+}
