@@ -34,7 +34,7 @@ pub async fn every_event_once<B: Broker>(db: &TestDb, broker: &B) {
     let relays = Relays::start(
         db,
         publisher,
-        (0..3).map(|i| relay_config(&format!("relay-{i}"), retry.clone())),
+        (0..3).map(|i| relay_config(&format!("relay-{i}"), retry)),
     )
     .await;
     let all = inbox
@@ -125,7 +125,7 @@ pub async fn ordered_keeps_key_order<B: Broker>(db: &TestDb, broker: &B) {
         db,
         publisher,
         (0..3).map(|i| {
-            relay_config(&format!("relay-{i}"), retry.clone()).ordered(Some(OrderedPolicy::Block))
+            relay_config(&format!("relay-{i}"), retry).ordered(Some(OrderedPolicy::Block))
         }),
     )
     .await;

@@ -11,7 +11,7 @@ use super::{
 use crate::{Broker, Proxy, TestDb};
 
 /// One oversized event among three others in one claim: it goes to `FAIL` on its first
-/// attempt, with a reason, and the three others arrive.
+/// attempt (`retry_count` 1: that attempt), with a reason, and the three others arrive.
 pub async fn oversized_fails_alone<B: Broker>(db: &TestDb, broker: &B) {
     let dest = destination("oversized");
     let mut inbox = Inbox::new(broker.consumer(&dest).await);
@@ -43,7 +43,8 @@ pub async fn oversized_fails_alone<B: Broker>(db: &TestDb, broker: &B) {
         .expect("read")
         .expect("the oversized event's row");
     assert_eq!(row.status, EventStatus::Fail);
-    assert_eq!(row.retry_count, 0, "a permanent failure is not retried");
+    // The failed attempt is counted once; a permanent failure is not tried again.
+    assert_eq!(row.retry_count, 1, "a permanent failure is not retried");
     assert!(
         row.last_error.as_deref().is_some_and(|e| !e.is_empty()),
         "no reason recorded"
@@ -79,7 +80,7 @@ pub async fn outage_loses_nothing<B: Broker>(db: &TestDb, broker: &B) {
     let relays = Relays::start(
         db,
         publisher,
-        (0..3).map(|i| relay_config(&format!("relay-{i}"), retry.clone())),
+        (0..3).map(|i| relay_config(&format!("relay-{i}"), retry)),
     )
     .await;
     assert!(
