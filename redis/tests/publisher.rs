@@ -109,3 +109,101 @@ async fn start_names_the_url_without_its_password() {
     );
     assert!(text.contains("redis://app:redacted@127.0.0.1:1"), "{text}");
 }
+
+/// A private `redis-server` with `requirepass` on a loopback port below 32768, killed on drop.
+struct PrivateServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl PrivateServer {
+    /// Starts one with password `password`; `None` (the test is skipped) when the binary is
+    /// missing outside CI.
+    async fn start(password: &str) -> Option<PrivateServer> {
+        let start = 20_000 + (std::process::id() % 12_000) as u16;
+        let port = (0..12_768u16)
+            .map(|i| 20_000 + (start - 20_000 + i) % 12_768)
+            .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            .expect("a free port below 32768");
+        let spawned = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--requirepass",
+                password,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "redis-server: {e}"
+                );
+                eprintln!("SKIPPED: redis-server: {e}");
+                return None;
+            }
+        };
+        let server = PrivateServer { child, port };
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return Some(server);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the private redis-server did not listen on {port}");
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server with `requirepass`: no password and a wrong one are refused at start with an
+/// error naming REDIS_PASSWORD and never showing the password; the right one starts.
+#[tokio::test]
+async fn start_checks_the_password() {
+    let Some(server) = PrivateServer::start("right-pw-8086").await else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let e = RedisPublisher::start(RedisConfig::new(&url))
+        .await
+        .expect_err("no password");
+    let text = e.to_string();
+    assert!(matches!(e, OutboxError::InvalidConfig(_)), "{text}");
+    assert!(
+        text.contains("REDIS_PASSWORD") && text.contains("NOAUTH"),
+        "{text}"
+    );
+    for config in [
+        RedisConfig::new(&url).password("wrong-pw-1234"),
+        RedisConfig::new(format!("redis://:wrong-pw-1234@127.0.0.1:{}", server.port)),
+    ] {
+        let e = RedisPublisher::start(config)
+            .await
+            .expect_err("wrong password");
+        let text = e.to_string();
+        assert!(matches!(e, OutboxError::InvalidConfig(_)), "{text}");
+        assert!(
+            text.contains("REDIS_PASSWORD") && !text.contains("wrong-pw-1234"),
+            "{text}"
+        );
+    }
+    let publisher = RedisPublisher::start(RedisConfig::new(&url).password("right-pw-8086"))
+        .await
+        .expect("the right password");
+    let m = OutboxMessage::new(1, "k", "OrderCreated", "{}");
+    publisher.publish(&m).await.expect("published");
+    publisher.shutdown().await;
+}
