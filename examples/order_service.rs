@@ -14,19 +14,23 @@
 //! `create_outbox_table` when missing, and the writes, the relays and the counts all go
 //! through one `Outbox` handle naming it.
 //!
-//! With `ROCKETMQ_NAMESRV_ADDR` set (see docs/ROCKETMQ.md; `ROCKETMQ_PRODUCER_GROUP`,
-//! `OUTBOX_TOPIC` and, for a broker with authentication, `ROCKETMQ_ACCESS_KEY` with
-//! `ROCKETMQ_SECRET_KEY` optional) the events go to RocketMQ instead of an in-memory publisher,
-//! and a consumer in a fresh group (with the same credentials) reads them back: the summary
-//! line then ends with `received=N received_duplicates=D` (this run's events only).
+//! With `OUTBOX_PUBLISHER=rocketmq|redis` (or only `ROCKETMQ_NAMESRV_ADDR` set) the events go
+//! to that broker instead of an in-memory publisher, configured by its crate's variables
+//! (RocketMQ: `ROCKETMQ_NAMESRV_ADDR`, `OUTBOX_TOPIC`, credentials, see docs/ROCKETMQ.md;
+//! Redis: `REDIS_URL`, `OUTBOX_REDIS_STREAM_PREFIX`), and a consumer of that broker reads them
+//! back: the summary line then ends with `received=N received_duplicates=D` (this run's events
+//! only).
 #[path = "common/logging.rs"]
 mod logging;
 /// The demo's own business table, `demo_orders`.
 #[path = "common/order.rs"]
 mod order;
 
-use sea_orm_outbox_rocketmq::RocketMqConsumer;
-use std::collections::HashSet;
+/// The broker of `OUTBOX_PUBLISHER` and its consumer.
+#[path = "common/brokers.rs"]
+mod brokers;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,24 +46,41 @@ use sea_orm_outbox::{
     migration, ops, CancellationToken, InMemoryPublisher, Migrator, NewEvent, Outbox,
     OutboxMessage, PublishError, Publisher, RetryPolicy, WorkerConfig,
 };
-use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqPublisher, ENV_TOPIC, EVENT_LIMITS};
+use sea_orm_outbox_rocketmq::EVENT_LIMITS;
 
-/// The demo's topic when `OUTBOX_TOPIC` names none.
+/// The demo's RocketMQ topic when `OUTBOX_TOPIC` names none.
 const TOPIC: &str = "ORDER_EVENT_TOPIC";
 
-/// Sends through RocketMQ when configured, and records every message that was accepted.
+/// Sends through the broker when one is configured, and records every message it accepted.
 struct Recording {
-    rocketmq: Option<Arc<RocketMqPublisher>>,
+    broker: Option<Arc<dyn Publisher>>,
     log: InMemoryPublisher,
 }
 
 #[async_trait]
 impl Publisher for Recording {
     async fn publish(&self, m: &OutboxMessage) -> Result<(), PublishError> {
-        if let Some(rocketmq) = &self.rocketmq {
-            rocketmq.publish(m).await?;
+        if let Some(broker) = &self.broker {
+            broker.publish(m).await?;
         }
         self.log.publish(m).await
+    }
+
+    async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let Some(broker) = &self.broker else {
+            return self.log.publish_batch(messages).await;
+        };
+        let results = broker.publish_batch(messages).await;
+        for (m, r) in messages.iter().zip(&results) {
+            if r.is_ok() {
+                let _ = self.log.publish(m).await;
+            }
+        }
+        results
+    }
+
+    fn batches(&self) -> bool {
+        self.broker.as_ref().is_some_and(|b| b.batches())
     }
 }
 
@@ -149,41 +170,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
 
-    // RocketMQ when ROCKETMQ_NAMESRV_ADDR is set: one publisher shared by every worker (its
-    // start checks the credentials with the broker), then a consumer in a fresh group (it
-    // creates the topic when missing).
-    let rocketmq = match std::env::var("ROCKETMQ_NAMESRV_ADDR") {
-        Ok(addr) if !addr.trim().is_empty() => {
-            let mut config = RocketMqConfig::from_env()?;
-            // The demo's topic, unless OUTBOX_TOPIC names another.
-            if std::env::var(ENV_TOPIC).map_or(true, |t| t.trim().is_empty()) {
-                config = config.topic(TOPIC);
-            }
-            let group = format!(
-                "order_demo_{}",
-                &uuid::Uuid::new_v4().simple().to_string()[..8]
-            );
-            let (addr, topic, credentials) = (
-                config.namesrv_addr.clone(),
-                config.topic.clone(),
-                config.credentials.clone(),
-            );
-            let publisher = RocketMqPublisher::start(config).await?;
-            match RocketMqConsumer::start_with_credentials(&addr, &group, &topic, credentials).await
-            {
-                Ok(consumer) => Some((Arc::new(publisher), consumer)),
-                Err(e) => {
-                    publisher.shutdown().await;
-                    return Err(e.into());
-                }
-            }
-        }
-        _ => None,
+    // The broker of OUTBOX_PUBLISHER: its consumer first (it reads from the start), then one
+    // publisher shared by every worker (its start checks the credentials with the broker).
+    let mut link = match brokers::Kind::from_env()? {
+        Some(kind) => Some(brokers::Link::start(kind, Duration::from_secs(3), TOPIC).await?),
+        None => None,
     };
+    if let Some(link) = &link {
+        eprintln!("publishing to {} (OUTBOX_PUBLISHER)", link.kind.name());
+    }
 
     // The relay instances start first, as they would in a running service.
     let publisher = Arc::new(Recording {
-        rocketmq: rocketmq.as_ref().map(|(p, _)| p.clone()),
+        broker: link.as_ref().map(|l| l.publisher()),
         log: InMemoryPublisher::new(),
     });
     let cancel = CancellationToken::new();
@@ -258,40 +257,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let distinct: HashSet<i64> = sent.iter().map(|m| m.event_id).collect();
     drop(publisher);
 
-    // Read this run's events back from the broker (keys carry the order number).
+    // Read this run's events back from the broker (keys carry the order number), then a
+    // little longer to see duplicates that arrive late.
     let mut received_line = String::new();
-    if let Some((rocketmq, consumer)) = rocketmq {
-        let mine = |m: &sea_orm_outbox_rocketmq::ReceivedMessage| {
-            m.keys.as_deref().is_some_and(|k| k.starts_with(&prefix))
-        };
-        let wanted = |got: &[sea_orm_outbox_rocketmq::ReceivedMessage]| {
-            let ids: HashSet<i64> = got
-                .iter()
-                .filter(|m| mine(m))
-                .filter_map(|m| m.event_id)
-                .collect();
-            distinct.is_subset(&ids)
-        };
-        let mut got = consumer
-            .collect_until(Duration::from_secs(args.timeout_s), wanted)
-            .await;
-        // A little longer, to see duplicates that arrive late.
-        got.extend(
-            consumer
-                .collect_until(Duration::from_secs(2), |_| false)
-                .await,
-        );
-        let got: Vec<_> = got.into_iter().filter(|m| mine(m)).collect();
-        let ids: HashSet<i64> = got.iter().filter_map(|m| m.event_id).collect();
+    if let Some(mut link) = link.take() {
+        let mut times: HashMap<i64, usize> = HashMap::new();
+        let end = tokio::time::Instant::now() + Duration::from_secs(args.timeout_s);
+        let mut linger: Option<tokio::time::Instant> = None;
+        loop {
+            let now = tokio::time::Instant::now();
+            if linger.is_some_and(|l| now >= l) || now >= end {
+                break;
+            }
+            for m in link.poll(Duration::from_millis(200)).await? {
+                if let (Some(id), true) =
+                    (m.event_id, m.key.is_some_and(|k| k.starts_with(&prefix)))
+                {
+                    *times.entry(id).or_default() += 1;
+                }
+            }
+            if linger.is_none() && distinct.iter().all(|id| times.contains_key(id)) {
+                linger = Some(tokio::time::Instant::now() + Duration::from_secs(2));
+            }
+        }
         received_line = format!(
             " received={} received_duplicates={}",
-            ids.len(),
-            got.len() - ids.len()
+            times.len(),
+            times.values().map(|n| n - 1).sum::<usize>()
         );
-        consumer.shutdown().await;
-        if let Ok(rocketmq) = Arc::try_unwrap(rocketmq) {
-            rocketmq.shutdown().await;
-        }
+        link.shutdown().await;
     }
     println!(
         "summary: table={} orders={orders} events={events} published={} duplicates={} fail={} wait={} sending={}{received_line}",

@@ -1,0 +1,170 @@
+//! The broker the demo and the bench publish to, chosen by `OUTBOX_PUBLISHER`
+//! (`rocketmq`, `redis`; unset: RocketMQ when `ROCKETMQ_NAMESRV_ADDR` is set, else none), each
+//! configured from its own crate's variables, with a consumer of that broker that reads back
+//! what arrived.
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm_outbox::{OutboxError, Publisher};
+use sea_orm_outbox_redis::{RedisConfig, RedisPublisher, RedisStreamConsumer};
+use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqConsumer, RocketMqPublisher, ENV_TOPIC};
+
+/// The variable that names the broker.
+pub const ENV_PUBLISHER: &str = "OUTBOX_PUBLISHER";
+
+/// The brokers `OUTBOX_PUBLISHER` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    RocketMq,
+    Redis,
+}
+
+impl Kind {
+    /// The broker `OUTBOX_PUBLISHER` names; unset or empty: RocketMQ when
+    /// `ROCKETMQ_NAMESRV_ADDR` is set, else `None`.
+    pub fn from_env() -> Result<Option<Kind>, OutboxError> {
+        let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+        match std::env::var(ENV_PUBLISHER).unwrap_or_default().trim() {
+            "" if set("ROCKETMQ_NAMESRV_ADDR") => Ok(Some(Kind::RocketMq)),
+            "" => Ok(None),
+            "rocketmq" => Ok(Some(Kind::RocketMq)),
+            "redis" => Ok(Some(Kind::Redis)),
+            other => Err(OutboxError::InvalidConfig(format!(
+                "{ENV_PUBLISHER}={other}: expected rocketmq or redis"
+            ))),
+        }
+    }
+
+    /// The name `OUTBOX_PUBLISHER` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::RocketMq => "rocketmq",
+            Kind::Redis => "redis",
+        }
+    }
+}
+
+/// One message as the consumer read it: the event id and the business key it carried.
+pub struct Arrival {
+    pub event_id: Option<i64>,
+    pub key: Option<String>,
+}
+
+/// A started publisher, kept typed so that it can be shut down.
+enum Sender {
+    RocketMq(Arc<RocketMqPublisher>),
+    Redis(Arc<RedisPublisher>),
+}
+
+/// A started consumer.
+enum Reader {
+    RocketMq(RocketMqConsumer),
+    Redis(RedisStreamConsumer),
+}
+
+/// A publisher and a consumer of one broker, the consumer started first so that it reads
+/// everything the publisher sends.
+pub struct Link {
+    pub kind: Kind,
+    sender: Sender,
+    reader: Reader,
+}
+
+impl Link {
+    /// Starts `kind`'s consumer, then its publisher, from the broker's variables, with the
+    /// send timeout `send_timeout`. `rocketmq_topic` is RocketMQ's topic when `OUTBOX_TOPIC`
+    /// names none.
+    pub async fn start(
+        kind: Kind,
+        send_timeout: Duration,
+        rocketmq_topic: &str,
+    ) -> Result<Link, OutboxError> {
+        let (sender, reader) = match kind {
+            Kind::RocketMq => {
+                let mut config = RocketMqConfig::from_env()?.send_timeout(send_timeout);
+                if std::env::var(ENV_TOPIC).map_or(true, |t| t.trim().is_empty()) {
+                    config = config.topic(rocketmq_topic);
+                }
+                let group = format!(
+                    "outbox_demo_{}",
+                    &uuid::Uuid::new_v4().simple().to_string()[..8]
+                );
+                let consumer = RocketMqConsumer::start_with_credentials(
+                    &config.namesrv_addr,
+                    &group,
+                    &config.topic,
+                    config.credentials.clone(),
+                )
+                .await?;
+                let publisher = RocketMqPublisher::start(config).await?;
+                (
+                    Sender::RocketMq(Arc::new(publisher)),
+                    Reader::RocketMq(consumer),
+                )
+            }
+            Kind::Redis => {
+                let config = RedisConfig::from_env()?.send_timeout(send_timeout);
+                let consumer = RedisStreamConsumer::start(&config).await?;
+                let publisher = RedisPublisher::start(config).await?;
+                (Sender::Redis(Arc::new(publisher)), Reader::Redis(consumer))
+            }
+        };
+        Ok(Link {
+            kind,
+            sender,
+            reader,
+        })
+    }
+
+    /// The publisher, for the relays.
+    pub fn publisher(&self) -> Arc<dyn Publisher> {
+        match &self.sender {
+            Sender::RocketMq(p) => p.clone(),
+            Sender::Redis(p) => p.clone(),
+        }
+    }
+
+    /// What arrived since the last call, waiting up to `wait` for the first message.
+    pub async fn poll(&mut self, wait: Duration) -> Result<Vec<Arrival>, OutboxError> {
+        Ok(match &mut self.reader {
+            Reader::RocketMq(c) => c
+                .poll(wait)
+                .await
+                .into_iter()
+                .map(|m| Arrival {
+                    event_id: m.event_id,
+                    key: m.keys,
+                })
+                .collect(),
+            Reader::Redis(c) => c
+                .poll(wait)
+                .await?
+                .into_iter()
+                .map(|e| Arrival {
+                    event_id: e.event_id,
+                    key: Some(e.biz_no),
+                })
+                .collect(),
+        })
+    }
+
+    /// Stops the consumer and the publisher (once the relays have let go of it).
+    pub async fn shutdown(self) {
+        match self.reader {
+            Reader::RocketMq(c) => c.shutdown().await,
+            Reader::Redis(_) => {}
+        }
+        match self.sender {
+            Sender::RocketMq(p) => {
+                if let Ok(p) = Arc::try_unwrap(p) {
+                    p.shutdown().await;
+                }
+            }
+            Sender::Redis(p) => {
+                if let Ok(p) = Arc::try_unwrap(p) {
+                    p.shutdown().await;
+                }
+            }
+        }
+    }
+}
