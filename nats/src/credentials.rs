@@ -218,7 +218,10 @@ impl Credentials {
     /// # Errors
     /// [`OutboxError::InvalidConfig`] when the creds file cannot be read or parsed (the message
     /// names [`ENV_CREDS_FILE`] and the path, never the file's content).
-    pub(crate) async fn apply(&self, options: ConnectOptions) -> Result<ConnectOptions, OutboxError> {
+    pub(crate) async fn apply(
+        &self,
+        options: ConnectOptions,
+    ) -> Result<ConnectOptions, OutboxError> {
         Ok(match self {
             Credentials::UserPassword { user, password } => {
                 options.user_and_password(user.clone(), password.expose().to_owned())
@@ -291,10 +294,14 @@ mod tests {
 
     #[test]
     fn validate_names_the_variable() {
-        let err = Credentials::user_password("a b", "p").validate().expect_err("space");
+        let err = Credentials::user_password("a b", "p")
+            .validate()
+            .expect_err("space");
         assert!(err.to_string().contains(ENV_USER), "{err}");
         assert!(!err.to_string().contains("a b"), "{err}");
-        let err = Credentials::Token(Secret::default()).validate().expect_err("empty");
+        let err = Credentials::Token(Secret::default())
+            .validate()
+            .expect_err("empty");
         assert!(err.to_string().contains(ENV_TOKEN), "{err}");
         Credentials::user_password("outbox", "p")
             .validate()

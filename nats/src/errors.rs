@@ -29,7 +29,9 @@ pub fn classify(e: &ClientError) -> PublishError {
             "no JetStream stream captures the subject (no responders): create a stream for \
              the subjects `<{ENV_SUBJECT_PREFIX}>.>` ({text})"
         )),
-        PublishErrorKind::Other if server_code(e) == Some(ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM) => {
+        PublishErrorKind::Other
+            if server_code(e) == Some(ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM) =>
+        {
             PublishError::permanent(format!(
                 "NATS refused the message for good: it is larger than the stream's \
                  max_msg_size ({text})"
@@ -125,11 +127,17 @@ mod tests {
         let config = NatsConfig::new("nats://127.0.0.1:4222")
             .credentials(Credentials::user_password("outbox", "wrong-pass-1"));
         let text = connect_error(&e, &config).to_string();
-        assert!(text.contains("NATS_PASSWORD") && text.contains("outbox"), "{text}");
+        assert!(
+            text.contains("NATS_PASSWORD") && text.contains("outbox"),
+            "{text}"
+        );
         assert!(!text.contains("wrong-pass-1"), "{text}");
         let config = NatsConfig::new("nats://outbox:wrong-pass-1@127.0.0.1:4222");
         let text = connect_error(&e, &config).to_string();
-        assert!(text.contains("NATS_URL") && !text.contains("wrong-pass-1"), "{text}");
+        assert!(
+            text.contains("NATS_URL") && !text.contains("wrong-pass-1"),
+            "{text}"
+        );
         let e = ConnectError::new(ConnectErrorKind::Io);
         let err = connect_error(&e, &config);
         assert!(matches!(err, OutboxError::Broker(_)), "{err}");

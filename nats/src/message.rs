@@ -77,7 +77,10 @@ pub(crate) fn subject(prefix: &str, event: &OutboxMessage) -> Result<String, Pub
 /// # Errors
 /// A permanent [`PublishError`] when a header name is reserved ([`RESERVED_HEADER_PREFIXES`])
 /// or NATS cannot carry a header's name or value.
-pub(crate) fn publish_of(event: &OutboxMessage, msg_id_prefix: &str) -> Result<Publish, PublishError> {
+pub(crate) fn publish_of(
+    event: &OutboxMessage,
+    msg_id_prefix: &str,
+) -> Result<Publish, PublishError> {
     let mut headers = HeaderMap::new();
     let refuse = |name: &str, reason: String| {
         PublishError::permanent(format!(
@@ -92,16 +95,14 @@ pub(crate) fn publish_of(event: &OutboxMessage, msg_id_prefix: &str) -> Result<P
         .map(|(n, v)| (n.as_str(), v.as_str(), true))
         .chain(properties.iter().map(|(n, v)| (*n, v.as_str(), false)));
     for (name, value, from_event) in all {
-        if from_event
-            && RESERVED_HEADER_PREFIXES
-                .iter()
-                .any(|p| name.starts_with(p))
-        {
-            return Err(refuse(name, "names starting with `Nats-` are NATS's own".into()));
+        if from_event && RESERVED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p)) {
+            return Err(refuse(
+                name,
+                "names starting with `Nats-` are NATS's own".into(),
+            ));
         }
         let header_name = HeaderName::from_str(name).map_err(|e| refuse(name, e.to_string()))?;
-        let header_value =
-            HeaderValue::from_str(value).map_err(|e| refuse(name, e.to_string()))?;
+        let header_value = HeaderValue::from_str(value).map_err(|e| refuse(name, e.to_string()))?;
         headers.insert(header_name, header_value);
     }
     Ok(Publish::build()
@@ -154,7 +155,15 @@ mod tests {
         let m = OutboxMessage::new(7, "order-1", "Paid", "{}").with_header("tenant", "acme");
         let p = publish_of(&m, "svc-").expect("message");
         let text = format!("{p:?}");
-        for part in ["tenant", "acme", "eventId", "eventType", "bizNo", "NatsMessageId", "svc-7"] {
+        for part in [
+            "tenant",
+            "acme",
+            "eventId",
+            "eventType",
+            "bizNo",
+            "NatsMessageId",
+            "svc-7",
+        ] {
             assert!(text.contains(part), "{part} missing: {text}");
         }
     }

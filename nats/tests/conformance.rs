@@ -32,7 +32,9 @@ impl Broker for Nats {
     fn addr(&self) -> String {
         let url = self.url.trim();
         let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-        rest.rsplit_once('@').map_or(rest, |(_, host)| host).to_owned()
+        rest.rsplit_once('@')
+            .map_or(rest, |(_, host)| host)
+            .to_owned()
     }
 
     async fn publisher(
@@ -64,7 +66,10 @@ impl Broker for Nats {
         let config = NatsConfig::new(format!("nats://127.0.0.1:{}", server.port))
             .subject_prefix(dest)
             .credentials(Credentials::user_password("outbox", secret.as_str()));
-        let error = NatsPublisher::start(config).await.err().map(|e| e.to_string());
+        let error = NatsPublisher::start(config)
+            .await
+            .err()
+            .map(|e| e.to_string());
         server.stop().await;
         WrongCredentials {
             error,
@@ -151,7 +156,10 @@ impl PrivateServer {
             .unwrap_or_else(|e| panic!("cannot start {bin} (set NATS_SERVER_BIN): {e}"));
         let server = PrivateServer { child, port };
         for _ in 0..200 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
                 return server;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -168,7 +176,10 @@ impl PrivateServer {
 /// The `nats-server` binary: `NATS_SERVER_BIN`, else `nats-server` on the `PATH`, else
 /// `/usr/sbin/nats-server`.
 fn server_bin() -> String {
-    if let Some(bin) = std::env::var("NATS_SERVER_BIN").ok().filter(|b| !b.is_empty()) {
+    if let Some(bin) = std::env::var("NATS_SERVER_BIN")
+        .ok()
+        .filter(|b| !b.is_empty())
+    {
         return bin;
     }
     let on_path = std::env::var_os("PATH").and_then(|path| {
@@ -191,4 +202,4 @@ fn free_port_below_32768() -> u16 {
         .expect("a free loopback port in 20000-32767")
 }
 
-sea_orm_outbox_conformance::suite!(Nats);
+sea_orm_outbox_conformance::suite!(crate::Nats);

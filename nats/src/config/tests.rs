@@ -36,7 +36,10 @@ fn reads_every_variable() {
     assert_eq!(c.subject_prefix, "svc.order");
     assert_eq!(c.send_timeout, Duration::from_millis(1500));
     assert_eq!(c.msg_id_prefix, "order-");
-    assert_eq!(c.credentials, Some(Credentials::user_password("outbox", "pw-123")));
+    assert_eq!(
+        c.credentials,
+        Some(Credentials::user_password("outbox", "pw-123"))
+    );
     let c = from(&[(ENV_TOKEN, "tok")]).expect("token");
     assert_eq!(c.credentials.map(|c| c.setting()), Some(ENV_TOKEN));
     let c = from(&[(ENV_SUBJECT_PREFIX, "  ")]).expect("blank is unset");
@@ -48,7 +51,10 @@ fn invalid_values_name_their_variable() {
     for (vars, name) in [
         (vec![(ENV_SUBJECT_PREFIX, "a.*")], ENV_SUBJECT_PREFIX),
         (vec![(ENV_SUBJECT_PREFIX, "a..b")], ENV_SUBJECT_PREFIX),
-        (vec![(ENV_SUBJECT_PREFIX, "order events")], ENV_SUBJECT_PREFIX),
+        (
+            vec![(ENV_SUBJECT_PREFIX, "order events")],
+            ENV_SUBJECT_PREFIX,
+        ),
         (vec![(ENV_SEND_TIMEOUT_MS, "3s")], ENV_SEND_TIMEOUT_MS),
         (vec![(ENV_SEND_TIMEOUT_MS, "0")], ENV_SEND_TIMEOUT_MS),
         (vec![(ENV_URL, "nats://a:4222,,")], ENV_URL),
