@@ -43,7 +43,9 @@ pub const ENV_MSG_ID_PREFIX: &str = "OUTBOX_NATS_MSG_ID_PREFIX";
 /// assert!(!format!("{config:?}").contains("s3cret"));
 /// # Ok::<(), sea_orm_outbox::OutboxError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` shows the URL without its user and password, and no secret of the login.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NatsConfig {
     /// Server address(es): `nats://host:port` (or `host:port`), several separated by `,`
@@ -69,6 +71,19 @@ pub struct NatsConfig {
     /// one stream must each set a distinct prefix (e.g. `order-`), or their equal event ids
     /// collide.
     pub msg_id_prefix: String,
+}
+
+impl std::fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConfig")
+            .field("url", &self.redacted_url())
+            .field("subject_prefix", &self.subject_prefix)
+            .field("send_timeout", &self.send_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("credentials", &self.credentials)
+            .field("msg_id_prefix", &self.msg_id_prefix)
+            .finish()
+    }
 }
 
 impl Default for NatsConfig {

@@ -26,12 +26,20 @@ use crate::message::{publish_of, subject};
 ///
 /// Publishes take `&self`: wrap the publisher in an `Arc` and hand it to every worker. Call
 /// [`NatsPublisher::shutdown`] at the end, after the workers have stopped.
-#[derive(Debug)]
 pub struct NatsPublisher {
     config: NatsConfig,
     client: async_nats::Client,
     js: jetstream::Context,
     stream: String,
+}
+
+impl std::fmt::Debug for NatsPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsPublisher")
+            .field("config", &self.config)
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
 }
 
 impl NatsPublisher {

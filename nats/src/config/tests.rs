@@ -77,6 +77,7 @@ fn urls_are_shown_without_their_login() {
         "nats://<redacted>@127.0.0.1:4222,tls://<redacted>@h:4443"
     );
     assert!(c.url_has_login());
+    assert!(!format!("{c:?}").contains("pw-secret"), "{c:?}");
     assert!(!NatsConfig::default().url_has_login());
     let err = NatsConfig::new("nats://u:pw-secret@h:bad")
         .validate()
