@@ -1,6 +1,6 @@
 //! [`RabbitMqPublisher`]: one connection and confirm-mode channel shared by every worker,
 //! reopened on the first publish after it broke.
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use async_trait::async_trait;
@@ -238,11 +238,16 @@ impl Publisher for RabbitMqPublisher {
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let deadline = Instant::now() + self.config.send_timeout;
         let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; messages.len()];
-        // The keys (ordered mode) whose message failed: nothing more of them is sent.
-        let mut failed: HashSet<&str> = HashSet::new();
+        // Ordered mode: the keys whose message failed, with the index of the first that did;
+        // nothing of a key after that index is sent.
+        let mut failed: HashMap<&str, usize> = HashMap::new();
+        let after_failure = |failed: &HashMap<&str, usize>, i: usize| {
+            let m = &messages[i];
+            m.ordered && failed.get(m.biz_no.as_str()).is_some_and(|&f| f < i)
+        };
         let mut waiting: Vec<(usize, Outgoing)> = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
-            if m.ordered && failed.contains(m.biz_no.as_str()) {
+            if after_failure(&failed, i) {
                 results[i] = Some(Err(errors::held_back(&m.biz_no)));
                 continue;
             }
@@ -251,7 +256,7 @@ impl Publisher for RabbitMqPublisher {
                 Err(e) => {
                     results[i] = Some(Err(e));
                     if m.ordered {
-                        failed.insert(&m.biz_no);
+                        failed.entry(&m.biz_no).or_insert(i);
                     }
                 }
             }
@@ -262,7 +267,7 @@ impl Publisher for RabbitMqPublisher {
             let mut keys = HashSet::new();
             for (i, out) in waiting {
                 let m = &messages[i];
-                if m.ordered && failed.contains(m.biz_no.as_str()) {
+                if after_failure(&failed, i) {
                     results[i] = Some(Err(errors::held_back(&m.biz_no)));
                 } else if !m.ordered || keys.insert(m.biz_no.as_str()) {
                     round.push((i, out));
@@ -275,7 +280,8 @@ impl Publisher for RabbitMqPublisher {
                 .await;
             for i in sent {
                 if messages[i].ordered && !matches!(results[i], Some(Ok(()))) {
-                    failed.insert(&messages[i].biz_no);
+                    let first = failed.entry(&messages[i].biz_no).or_insert(i);
+                    *first = (*first).min(i);
                 }
             }
             waiting = later;
