@@ -166,6 +166,7 @@ async fn a_wrong_password_in_the_url_names_the_url_and_hides_it() {
         .await
         .expect_err("refused");
     let text = err.to_string();
+    eprintln!("{text}");
     assert!(matches!(err, OutboxError::InvalidConfig(_)), "{text}");
     assert!(
         text.contains(ENV_URL) && !text.contains("wrong-pw-31337"),
