@@ -9,6 +9,7 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use sea_orm_outbox::{OutboxError, PublishError};
 
 use crate::config::{RabbitMqConfig, ENV_DECLARE_EXCHANGE, ENV_EXCHANGE, ENV_URL};
+use crate::credentials::{ENV_PASSWORD, ENV_USERNAME};
 use crate::errors::{classify, is_access_refused, is_not_found};
 
 /// The name the connection shows in the management UI.
@@ -122,12 +123,18 @@ impl OpenError {
         let url = config.redacted_url();
         let exchange = &config.exchange;
         match self {
-            OpenError::Connect(e) if is_access_refused(&e) => OutboxError::InvalidConfig(format!(
-                "RabbitMQ at {url} refused the login of user `{}`: check the password in {} \
-                 (and the user and virtual host in {ENV_URL}): {e}",
-                config.username(),
-                config.password_setting()
-            )),
+            OpenError::Connect(e) if is_access_refused(&e) => {
+                let check = if config.password_setting() == ENV_URL {
+                    format!("check the user and password in {ENV_URL}")
+                } else {
+                    format!("check {ENV_USERNAME} and {ENV_PASSWORD}")
+                };
+                OutboxError::InvalidConfig(format!(
+                    "RabbitMQ at {url} refused the login of user `{}` ({check}; and that the \
+                     user may use the virtual host): {e}",
+                    config.username()
+                ))
+            }
             OpenError::Connect(e) if is_not_found(&e) => OutboxError::InvalidConfig(format!(
                 "RabbitMQ at {url} has no such virtual host (the path of {ENV_URL}; `/` is \
                  written %2f): {e}"
