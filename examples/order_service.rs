@@ -14,10 +14,11 @@
 //! `create_outbox_table` when missing, and the writes, the relays and the counts all go
 //! through one `Outbox` handle naming it.
 //!
-//! With `OUTBOX_PUBLISHER=rocketmq|redis` (or only `ROCKETMQ_NAMESRV_ADDR` set) the events go
+//! With `OUTBOX_PUBLISHER=rocketmq|nats|rabbitmq|redis` (or only `ROCKETMQ_NAMESRV_ADDR` set) the events go
 //! to that broker instead of an in-memory publisher, configured by its crate's variables
 //! (RocketMQ: `ROCKETMQ_NAMESRV_ADDR`, `OUTBOX_TOPIC`, credentials, see docs/ROCKETMQ.md;
-//! Redis: `REDIS_URL`, `OUTBOX_REDIS_STREAM_PREFIX`), and a consumer of that broker reads them
+//! NATS: `NATS_URL`, `OUTBOX_NATS_SUBJECT_PREFIX`, read from the stream `<prefix>` upper-cased,
+//! created when missing; RabbitMQ: `RABBITMQ_URL`, `OUTBOX_RABBITMQ_EXCHANGE`; Redis: `REDIS_URL`, `OUTBOX_REDIS_STREAM_PREFIX`), and a consumer of that broker reads them
 //! back: the summary line then ends with `received=N received_duplicates=D` (this run's events
 //! only).
 #[path = "common/logging.rs"]
@@ -46,7 +47,7 @@ use sea_orm_outbox::{
     migration, ops, CancellationToken, InMemoryPublisher, Migrator, NewEvent, Outbox,
     OutboxMessage, PublishError, Publisher, RetryPolicy, WorkerConfig,
 };
-use sea_orm_outbox_rocketmq::EVENT_LIMITS;
+use sea_orm_outbox_rocketmq::{ENV_TOPIC, EVENT_LIMITS};
 
 /// The demo's RocketMQ topic when `OUTBOX_TOPIC` names none.
 const TOPIC: &str = "ORDER_EVENT_TOPIC";
@@ -173,7 +174,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The broker of OUTBOX_PUBLISHER: its consumer first (it reads from the start), then one
     // publisher shared by every worker (its start checks the credentials with the broker).
     let mut link = match brokers::Kind::from_env()? {
-        Some(kind) => Some(brokers::Link::start(kind, Duration::from_secs(3), TOPIC).await?),
+        Some(kind) => {
+            // RocketMQ: the demo's topic, unless OUTBOX_TOPIC names another.
+            let topic_unset = std::env::var(ENV_TOPIC).map_or(true, |t| t.trim().is_empty());
+            let dest = (kind == brokers::Kind::RocketMq && topic_unset).then_some(TOPIC);
+            Some(brokers::Link::start(kind, Duration::from_secs(3), dest).await?)
+        }
         None => None,
     };
     if let Some(link) = &link {

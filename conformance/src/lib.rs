@@ -10,7 +10,7 @@
 //! struct Nats;
 //! #[async_trait::async_trait]
 //! impl sea_orm_outbox_conformance::Broker for Nats { /* ... */ }
-//! sea_orm_outbox_conformance::suite!(Nats);
+//! sea_orm_outbox_conformance::suite!(crate::Nats); // a path the generated modules can see
 //! ```
 //!
 //! The cases ([`cases`]):

@@ -1,13 +1,15 @@
 //! The broker the demo and the bench publish to, chosen by `OUTBOX_PUBLISHER`
-//! (`rocketmq`, `redis`; unset: RocketMQ when `ROCKETMQ_NAMESRV_ADDR` is set, else none), each
+//! (`rocketmq`, `nats`, `rabbitmq`, `redis`; unset: RocketMQ when `ROCKETMQ_NAMESRV_ADDR` is set, else none), each
 //! configured from its own crate's variables, with a consumer of that broker that reads back
 //! what arrived.
 use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm_outbox::{OutboxError, Publisher};
+use sea_orm_outbox_nats::{NatsConfig, NatsConsumer, NatsPublisher};
+use sea_orm_outbox_rabbitmq::{RabbitMqConfig, RabbitMqConsumer, RabbitMqPublisher};
 use sea_orm_outbox_redis::{RedisConfig, RedisPublisher, RedisStreamConsumer};
-use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqConsumer, RocketMqPublisher, ENV_TOPIC};
+use sea_orm_outbox_rocketmq::{RocketMqConfig, RocketMqConsumer, RocketMqPublisher};
 
 /// The variable that names the broker.
 pub const ENV_PUBLISHER: &str = "OUTBOX_PUBLISHER";
@@ -16,6 +18,8 @@ pub const ENV_PUBLISHER: &str = "OUTBOX_PUBLISHER";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     RocketMq,
+    Nats,
+    RabbitMq,
     Redis,
 }
 
@@ -27,10 +31,19 @@ impl Kind {
         match std::env::var(ENV_PUBLISHER).unwrap_or_default().trim() {
             "" if set("ROCKETMQ_NAMESRV_ADDR") => Ok(Some(Kind::RocketMq)),
             "" => Ok(None),
-            "rocketmq" => Ok(Some(Kind::RocketMq)),
-            "redis" => Ok(Some(Kind::Redis)),
+            name => Kind::parse(name).map(Some),
+        }
+    }
+
+    /// The broker called `name` (`rocketmq`, `nats`, `rabbitmq`, `redis`).
+    pub fn parse(name: &str) -> Result<Kind, OutboxError> {
+        match name {
+            "rocketmq" => Ok(Kind::RocketMq),
+            "nats" => Ok(Kind::Nats),
+            "rabbitmq" => Ok(Kind::RabbitMq),
+            "redis" => Ok(Kind::Redis),
             other => Err(OutboxError::InvalidConfig(format!(
-                "{ENV_PUBLISHER}={other}: expected rocketmq or redis"
+                "{ENV_PUBLISHER}={other}: expected rocketmq, nats, rabbitmq or redis"
             ))),
         }
     }
@@ -39,6 +52,8 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::RocketMq => "rocketmq",
+            Kind::Nats => "nats",
+            Kind::RabbitMq => "rabbitmq",
             Kind::Redis => "redis",
         }
     }
@@ -53,12 +68,16 @@ pub struct Arrival {
 /// A started publisher, kept typed so that it can be shut down.
 enum Sender {
     RocketMq(Arc<RocketMqPublisher>),
+    Nats(Arc<NatsPublisher>),
+    RabbitMq(Arc<RabbitMqPublisher>),
     Redis(Arc<RedisPublisher>),
 }
 
 /// A started consumer.
 enum Reader {
     RocketMq(RocketMqConsumer),
+    Nats(NatsConsumer),
+    RabbitMq(RabbitMqConsumer),
     Redis(RedisStreamConsumer),
 }
 
@@ -72,18 +91,19 @@ pub struct Link {
 
 impl Link {
     /// Starts `kind`'s consumer, then its publisher, from the broker's variables, with the
-    /// send timeout `send_timeout`. `rocketmq_topic` is RocketMQ's topic when `OUTBOX_TOPIC`
-    /// names none.
+    /// send timeout `send_timeout`. `dest`, when given, replaces the destination the variables
+    /// name: RocketMQ's topic, NATS's subject prefix (its stream is `<dest>` upper-cased),
+    /// RabbitMQ's exchange, Redis's stream prefix.
     pub async fn start(
         kind: Kind,
         send_timeout: Duration,
-        rocketmq_topic: &str,
+        dest: Option<&str>,
     ) -> Result<Link, OutboxError> {
         let (sender, reader) = match kind {
             Kind::RocketMq => {
                 let mut config = RocketMqConfig::from_env()?.send_timeout(send_timeout);
-                if std::env::var(ENV_TOPIC).map_or(true, |t| t.trim().is_empty()) {
-                    config = config.topic(rocketmq_topic);
+                if let Some(topic) = dest {
+                    config = config.topic(topic);
                 }
                 let group = format!(
                     "outbox_demo_{}",
@@ -102,8 +122,33 @@ impl Link {
                     Reader::RocketMq(consumer),
                 )
             }
+            Kind::Nats => {
+                let mut config = NatsConfig::from_env()?.send_timeout(send_timeout);
+                if let Some(prefix) = dest {
+                    config = config.subject_prefix(prefix);
+                }
+                let stream = config.subject_prefix.to_uppercase();
+                let consumer = NatsConsumer::start(&config, &stream).await?;
+                let publisher = NatsPublisher::start(config).await?;
+                (Sender::Nats(Arc::new(publisher)), Reader::Nats(consumer))
+            }
+            Kind::RabbitMq => {
+                let mut config = RabbitMqConfig::from_env()?.send_timeout(send_timeout);
+                if let Some(exchange) = dest {
+                    config = config.exchange(exchange);
+                }
+                let consumer = RabbitMqConsumer::start(&config, "#").await?;
+                let publisher = RabbitMqPublisher::start(config).await?;
+                (
+                    Sender::RabbitMq(Arc::new(publisher)),
+                    Reader::RabbitMq(consumer),
+                )
+            }
             Kind::Redis => {
-                let config = RedisConfig::from_env()?.send_timeout(send_timeout);
+                let mut config = RedisConfig::from_env()?.send_timeout(send_timeout);
+                if let Some(prefix) = dest {
+                    config = config.stream_prefix(prefix);
+                }
                 let consumer = RedisStreamConsumer::start(&config).await?;
                 let publisher = RedisPublisher::start(config).await?;
                 (Sender::Redis(Arc::new(publisher)), Reader::Redis(consumer))
@@ -120,6 +165,8 @@ impl Link {
     pub fn publisher(&self) -> Arc<dyn Publisher> {
         match &self.sender {
             Sender::RocketMq(p) => p.clone(),
+            Sender::Nats(p) => p.clone(),
+            Sender::RabbitMq(p) => p.clone(),
             Sender::Redis(p) => p.clone(),
         }
     }
@@ -134,6 +181,24 @@ impl Link {
                 .map(|m| Arrival {
                     event_id: m.event_id,
                     key: m.keys,
+                })
+                .collect(),
+            Reader::Nats(c) => c
+                .poll(wait)
+                .await
+                .into_iter()
+                .map(|m| Arrival {
+                    event_id: m.event_id,
+                    key: m.biz_no,
+                })
+                .collect(),
+            Reader::RabbitMq(c) => c
+                .poll(wait)
+                .await
+                .into_iter()
+                .map(|m| Arrival {
+                    event_id: m.event_id,
+                    key: Some(m.biz_no),
                 })
                 .collect(),
             Reader::Redis(c) => c
@@ -152,10 +217,22 @@ impl Link {
     pub async fn shutdown(self) {
         match self.reader {
             Reader::RocketMq(c) => c.shutdown().await,
+            Reader::Nats(c) => c.shutdown().await,
+            Reader::RabbitMq(c) => c.close(false).await,
             Reader::Redis(_) => {}
         }
         match self.sender {
             Sender::RocketMq(p) => {
+                if let Ok(p) = Arc::try_unwrap(p) {
+                    p.shutdown().await;
+                }
+            }
+            Sender::Nats(p) => {
+                if let Ok(p) = Arc::try_unwrap(p) {
+                    p.shutdown().await;
+                }
+            }
+            Sender::RabbitMq(p) => {
                 if let Ok(p) = Arc::try_unwrap(p) {
                     p.shutdown().await;
                 }

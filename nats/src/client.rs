@@ -44,6 +44,10 @@ pub(crate) async fn connect(config: &NatsConfig, name: &str) -> Result<Client, O
                     Event::Disconnected => {
                         tracing::warn!(%url, "NATS connection lost; reconnecting")
                     }
+                    // A drain and close follow the publisher's own shutdown.
+                    Event::Draining | Event::Closed => {
+                        tracing::debug!(%url, event = %event, "NATS connection event")
+                    }
                     other => tracing::warn!(%url, event = %other, "NATS connection event"),
                 }
             }

@@ -85,7 +85,7 @@ impl ReceivedMessage {
 /// use sea_orm_outbox_rabbitmq::{RabbitMqConfig, RabbitMqConsumer};
 /// let config = RabbitMqConfig::from_env()?;
 /// let mut consumer = RabbitMqConsumer::start(&config, "#").await?;
-/// for message in consumer.receive(Duration::from_secs(1)).await {
+/// for message in consumer.poll(Duration::from_secs(1)).await {
 ///     println!("{:?} {} {}", message.event_id, message.event_type, message.payload);
 /// }
 /// consumer.close(false).await;
@@ -204,7 +204,7 @@ impl RabbitMqConsumer {
 
     /// The messages that arrived since the last call, waiting at most `wait` for the first
     /// one; empty when none came.
-    pub async fn receive(&mut self, wait: Duration) -> Vec<ReceivedMessage> {
+    pub async fn poll(&mut self, wait: Duration) -> Vec<ReceivedMessage> {
         let mut out = Vec::new();
         if let Ok(Some(first)) = tokio::time::timeout(wait, self.messages.recv()).await {
             out.push(first);

@@ -109,7 +109,7 @@ impl Consumer for SuiteConsumer {
             return Vec::new();
         };
         consumer
-            .receive(wait)
+            .poll(wait)
             .await
             .into_iter()
             .map(|m| Received {

@@ -58,7 +58,7 @@ async fn an_unroutable_message_fails_retryably_naming_exchange_and_key() {
         .publish(&OutboxMessage::new(1, "order-1", "OrderPaid", "{}"))
         .await
         .expect("routed");
-    let got = consumer.receive(Duration::from_secs(5)).await;
+    let got = consumer.poll(Duration::from_secs(5)).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].routing_key, "orders.OrderPaid");
     publisher.shutdown().await;
@@ -136,7 +136,7 @@ async fn an_ordered_batch_holds_back_a_key_after_its_failure() {
     );
     let mut got = Vec::new();
     while got.len() < 3 {
-        let more = consumer.receive(Duration::from_secs(5)).await;
+        let more = consumer.poll(Duration::from_secs(5)).await;
         assert!(!more.is_empty(), "only {got:?} arrived");
         got.extend(more);
     }
