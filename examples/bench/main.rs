@@ -53,10 +53,13 @@
 //! - `rocketmq_raw_eps`, `rocketmq_raw_batch_eps`, `rocketmq_relay_eps`, `relay_over_raw`,
 //!   `relay_over_raw_batch` (and `rocketmq_relay_eps_w<W>` with `--rocketmq-scaling`): through
 //!   the real broker when `ROCKETMQ_NAMESRV_ADDR` is set (module `rocketmq`).
+//! - `<broker>_raw_eps`, `<broker>_relay_eps`, `<broker>_relay_over_raw` for each broker of
+//!   `--brokers nats,rabbitmq,redis` (module `brokers_phase`).
 //! - `peak_rss_mib`: this process' VmHWM (workers, publisher and bench bookkeeping together).
 //!
 //! Modules: `setup` (the outbox table's bulk fill), one module per group of figures (`limit`,
 //! `relay`, `ordered`, `idle`, `writes`, `scan`), `cpu` (accounting from /proc) and `figures` (the report).
+mod brokers_phase;
 mod cpu;
 mod figures;
 mod idle;
@@ -68,6 +71,10 @@ mod scan;
 mod setup;
 mod writes;
 
+// The bench sends through the demo's brokers; it does not read what arrived.
+#[allow(dead_code)]
+#[path = "../common/brokers.rs"]
+mod brokers;
 #[path = "../common/logging.rs"]
 mod logging;
 #[path = "../common/order.rs"]
@@ -194,6 +201,10 @@ struct Args {
     /// Events of each RocketMQ phase (run when ROCKETMQ_NAMESRV_ADDR is set).
     #[arg(long, default_value_t = 20_000)]
     rocketmq_events: u64,
+    /// Other brokers to measure the relay through, comma-separated (`nats,rabbitmq,redis`),
+    /// each configured by its crate's variables; events: `--rocketmq-events`.
+    #[arg(long, value_delimiter = ',')]
+    brokers: Vec<String>,
     /// Also measure the relay through RocketMQ with 1, 2, 4 and 8 workers.
     #[arg(long)]
     rocketmq_scaling: bool,
@@ -338,6 +349,8 @@ async fn run(bench: &ScratchDb, args: &Args) -> Result<(), BoxError> {
     // Its duplicates are reported (`rocketmq_duplicates`), not an error: a send the broker
     // stored but answered too late is sent again (at-least-once); lost events are an error.
     rocketmq::figures(&mut figs, bench, &setup, args).await?;
+    // 3b. The other brokers of --brokers.
+    brokers_phase::figures(&mut figs, bench, &setup, args).await?;
 
     // 4. Idle latency, polling only and woken on commit; write throughput with and without
     // the notify.

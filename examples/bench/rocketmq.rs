@@ -243,7 +243,8 @@ pub(crate) async fn relay(
         Sends::Batches => args.rocketmq_batch_concurrency,
         Sends::Single => args.concurrency,
     };
-    let config = worker_config(ClaimStrategy::Batch, args.batch, concurrency, poll, false);
+    let config = worker_config(ClaimStrategy::Batch, args.batch, concurrency, poll, false)
+        .completion(args.completion.into());
     let p: Arc<dyn Publisher> = match sends {
         Sends::Batches => p,
         Sends::Single => Arc::new(OneByOne(p)),
@@ -305,11 +306,23 @@ pub(crate) async fn relay(
     for w in ws {
         w.db().clone().close().await.ok();
     }
+    // Every event delivered: none left to send, and (with completion by update) every row
+    // SUCCESS; with completion by delete a delivered event leaves no row.
     let counts = status_counts(setup).await?;
     let success = counts.get("SUCCESS").copied().unwrap_or(0);
-    if success != n as i64 {
+    let left: i64 = counts
+        .iter()
+        .filter(|(s, _)| *s != "SUCCESS")
+        .map(|(_, c)| c)
+        .sum();
+    let kept = match args.completion {
+        crate::CompletionArg::Update => n as i64,
+        crate::CompletionArg::Delete => 0,
+    };
+    if left != 0 || success != kept {
         return Err(format!(
-            "relay W={workers} through the broker: {success} of {n} SUCCESS after {secs:.1} s ({counts:?})"
+            "relay W={workers} through the broker: {left} of {n} not delivered after {secs:.1} s \
+             ({counts:?})"
         )
         .into());
     }
