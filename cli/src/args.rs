@@ -121,9 +121,11 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to RocketMQ at the name server
-    /// given (`--rocketmq-namesrv` or `ROCKETMQ_NAMESRV_ADDR`; without one it refuses to
-    /// start, unless `--dry-run`). At start it waits for the database (see `--connect-timeout`).
+    /// Run a relay worker until Ctrl-C or SIGTERM. It publishes to the broker `--publisher`
+    /// names: RocketMQ (the default) at the name server given (`--rocketmq-namesrv` or
+    /// `ROCKETMQ_NAMESRV_ADDR`; without one it refuses to start, unless `--dry-run`), or NATS,
+    /// RabbitMQ or Redis as their crate's variables say. At start it waits for the database
+    /// (see `--connect-timeout`).
     Relay(Box<RelayArgs>),
     /// Serve the web console (overview and trend, dead letters by error with retry and discard,
     /// search by biz_no or id) until Ctrl-C or SIGTERM. Without a token it is read-only.
@@ -143,8 +145,8 @@ pub(crate) struct RelayArgs {
     /// and expired leases are reclaimed every tenth of it (at most every 60 s).
     #[arg(long, env = "OUTBOX_LEASE", value_parser = humantime::parse_duration)]
     pub(crate) lease: Option<Duration>,
-    /// Longest a single send may take [default: 3s]; at most a third of the lease (the RocketMQ
-    /// client uses it as its own timeout).
+    /// Longest a single send may take [default: 3s]; at most a third of the lease (the broker's
+    /// client uses it as its own timeout, over the crate's send-timeout variable).
     #[arg(long, env = "OUTBOX_SEND_TIMEOUT", value_parser = humantime::parse_duration)]
     pub(crate) send_timeout: Option<Duration>,
     /// How rounds claim: batch (one statement, SKIP LOCKED) or per-row (the seed's)
@@ -202,8 +204,14 @@ pub(crate) struct RelayArgs {
     /// Healing of dead letters.
     #[command(flatten)]
     pub(crate) heal: HealArgs,
+    /// The broker to publish to: rocketmq (the `--rocketmq-*`, `--topic`, `--topic-map` and
+    /// `--producer-group` flags), or nats, rabbitmq, redis (each configured by its crate's
+    /// environment variables: `NATS_URL`..., `RABBITMQ_URL`..., `REDIS_URL`...; a RocketMQ
+    /// flag or variable given with them is an error) [default: rocketmq].
+    #[arg(long, env = "OUTBOX_PUBLISHER", value_enum, default_value = "rocketmq")]
+    pub(crate) publisher: PublisherKind,
     /// RocketMQ name server(s), `host:port[;host:port]`, where the relay publishes. Required
-    /// (unset or empty is an error) unless --dry-run.
+    /// (unset or empty is an error) with `--publisher rocketmq` unless --dry-run.
     #[arg(long, env = "ROCKETMQ_NAMESRV_ADDR")]
     pub(crate) rocketmq_namesrv: Option<String>,
     /// RocketMQ default topic: where events go whose type `--topic-map` does not list
@@ -254,6 +262,33 @@ pub(crate) struct RelayArgs {
     #[cfg(feature = "chaos-testing")]
     #[command(flatten)]
     pub(crate) chaos: crate::chaos::ChaosArgs,
+}
+
+/// `--publisher` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PublisherKind {
+    /// RocketMQ (sea-orm-outbox-rocketmq), set by the tool's RocketMQ flags.
+    #[value(name = "rocketmq")]
+    RocketMq,
+    /// NATS JetStream (sea-orm-outbox-nats), set by `NATS_URL` and `OUTBOX_NATS_*`.
+    Nats,
+    /// RabbitMQ (sea-orm-outbox-rabbitmq), set by `RABBITMQ_URL` and `OUTBOX_RABBITMQ_*`.
+    #[value(name = "rabbitmq")]
+    RabbitMq,
+    /// Redis Streams (sea-orm-outbox-redis), set by `REDIS_URL` and `OUTBOX_REDIS_*`.
+    Redis,
+}
+
+impl PublisherKind {
+    /// The name `--publisher` gives it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            PublisherKind::RocketMq => "rocketmq",
+            PublisherKind::Nats => "nats",
+            PublisherKind::RabbitMq => "rabbitmq",
+            PublisherKind::Redis => "redis",
+        }
+    }
 }
 
 /// `--claim-strategy` values.

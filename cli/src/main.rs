@@ -47,6 +47,7 @@ mod connect;
 mod console;
 mod failure;
 mod health;
+mod publishers;
 mod redact;
 mod relay;
 

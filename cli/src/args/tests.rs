@@ -304,3 +304,33 @@ fn completion_parses() {
     );
     assert!(Cli::try_parse_from(["outbox", "relay", "--completion", "archive"]).is_err());
 }
+
+/// `--publisher` takes the four brokers, RocketMQ by default; any other name is refused with
+/// the list of those it takes.
+#[test]
+fn publisher_parses() {
+    let publisher = |extra: &[&str]| {
+        let cli = Cli::try_parse_from([&["outbox", "relay"], extra].concat()).expect("parse");
+        let Command::Relay(args) = cli.command else {
+            panic!("relay")
+        };
+        args.publisher
+    };
+    assert_eq!(publisher(&[]), PublisherKind::RocketMq);
+    for kind in [
+        PublisherKind::RocketMq,
+        PublisherKind::Nats,
+        PublisherKind::RabbitMq,
+        PublisherKind::Redis,
+    ] {
+        assert_eq!(publisher(&["--publisher", kind.name()]), kind);
+    }
+    let err = Cli::try_parse_from(["outbox", "relay", "--publisher", "kafka"])
+        .expect_err("kafka is refused")
+        .to_string();
+    assert!(
+        err.contains("invalid value 'kafka' for '--publisher <PUBLISHER>'")
+            && err.contains("[possible values: rocketmq, nats, rabbitmq, redis]"),
+        "{err}"
+    );
+}
