@@ -174,5 +174,12 @@ async fn a_stream_of_some_of_the_subjects_counts() {
     js.delete_stream(&prefix).await.expect("delete the stream");
     let publisher = started.expect("a stream of one event type's subject is enough");
     assert_eq!(publisher.stream(), prefix);
+    // With the stream gone, a publish finds no stream: a configuration error, never a dead
+    // letter by its retries running out.
+    let e = publisher
+        .publish(&OutboxMessage::new(1, "order-1", "OrderCreated", "{}"))
+        .await
+        .expect_err("no stream");
+    assert_eq!(e.kind, PublishErrorKind::Configuration, "{}", e.message);
     publisher.shutdown().await;
 }
