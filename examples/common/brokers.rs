@@ -76,7 +76,7 @@ enum Sender {
 /// A started consumer.
 enum Reader {
     RocketMq(RocketMqConsumer),
-    Nats(NatsConsumer),
+    Nats(Box<NatsConsumer>),
     RabbitMq(RabbitMqConsumer),
     Redis(RedisStreamConsumer),
 }
@@ -131,7 +131,10 @@ impl Link {
                 let stream = config.subject_prefix.to_uppercase();
                 let consumer = NatsConsumer::start(&config, &stream).await?;
                 let publisher = NatsPublisher::start(config).await?;
-                (Sender::Nats(Arc::new(publisher)), Reader::Nats(consumer))
+                (
+                    Sender::Nats(Arc::new(publisher)),
+                    Reader::Nats(Box::new(consumer)),
+                )
             }
             Kind::RabbitMq => {
                 let mut config = RabbitMqConfig::from_env()?.send_timeout(send_timeout);
