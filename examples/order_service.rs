@@ -171,8 +171,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
 
-    // The broker of OUTBOX_PUBLISHER: its consumer first (it reads from the start), then one
-    // publisher shared by every worker (its start checks the credentials with the broker).
+    // The broker of OUTBOX_PUBLISHER: one publisher shared by every worker (its start checks
+    // the credentials with the broker) and a consumer, both ready before the relays send.
     let mut link = match brokers::Kind::from_env()? {
         Some(kind) => {
             // RocketMQ: the demo's topic, unless OUTBOX_TOPIC names another.

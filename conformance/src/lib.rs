@@ -1,8 +1,8 @@
 //! # sea-orm-outbox-conformance
 //!
-//! The conformance suite every publisher of sea-orm-outbox runs against its real broker: the
-//! same cases for RocketMQ, Kafka, NATS JetStream, RabbitMQ and Redis Streams, on Postgres and
-//! MariaDB (SQLite for the fault-free case).
+//! The conformance suite a publisher of sea-orm-outbox runs against its real broker: the same
+//! cases for NATS JetStream, RabbitMQ and Redis Streams (and for a publisher of your own), on
+//! Postgres and MariaDB (SQLite for the fault-free case).
 //!
 //! A publisher crate implements [`Broker`] in one test file and expands [`suite!`] there:
 //!

@@ -76,13 +76,13 @@ enum Sender {
 /// A started consumer.
 enum Reader {
     RocketMq(RocketMqConsumer),
-    Nats(NatsConsumer),
+    Nats(Box<NatsConsumer>),
     RabbitMq(RabbitMqConsumer),
     Redis(RedisStreamConsumer),
 }
 
-/// A publisher and a consumer of one broker, the consumer started first so that it reads
-/// everything the publisher sends.
+/// A publisher and a consumer of one broker, both started before any relay sends, so that the
+/// consumer reads everything the publisher sends.
 pub struct Link {
     pub kind: Kind,
     sender: Sender,
@@ -90,7 +90,8 @@ pub struct Link {
 }
 
 impl Link {
-    /// Starts `kind`'s consumer, then its publisher, from the broker's variables, with the
+    /// Starts `kind`'s publisher and consumer (NATS's consumer first: it creates the stream the
+    /// publisher's start looks for) from the broker's variables, with the
     /// send timeout `send_timeout`. `dest`, when given, replaces the destination the variables
     /// name: RocketMQ's topic, NATS's subject prefix (its stream is `<dest>` upper-cased),
     /// RabbitMQ's exchange, Redis's stream prefix.
@@ -130,15 +131,25 @@ impl Link {
                 let stream = config.subject_prefix.to_uppercase();
                 let consumer = NatsConsumer::start(&config, &stream).await?;
                 let publisher = NatsPublisher::start(config).await?;
-                (Sender::Nats(Arc::new(publisher)), Reader::Nats(consumer))
+                (
+                    Sender::Nats(Arc::new(publisher)),
+                    Reader::Nats(Box::new(consumer)),
+                )
             }
             Kind::RabbitMq => {
                 let mut config = RabbitMqConfig::from_env()?.send_timeout(send_timeout);
                 if let Some(exchange) = dest {
                     config = config.exchange(exchange);
                 }
-                let consumer = RabbitMqConsumer::start(&config, "#").await?;
-                let publisher = RabbitMqPublisher::start(config).await?;
+                // The publisher first: its start names the setting of a refused login.
+                let publisher = RabbitMqPublisher::start(config.clone()).await?;
+                let consumer = match RabbitMqConsumer::start(&config, "#").await {
+                    Ok(consumer) => consumer,
+                    Err(e) => {
+                        publisher.shutdown().await;
+                        return Err(e);
+                    }
+                };
                 (
                     Sender::RabbitMq(Arc::new(publisher)),
                     Reader::RabbitMq(consumer),
@@ -149,8 +160,9 @@ impl Link {
                 if let Some(prefix) = dest {
                     config = config.stream_prefix(prefix);
                 }
+                // The publisher first: its start names the setting of a refused login.
+                let publisher = RedisPublisher::start(config.clone()).await?;
                 let consumer = RedisStreamConsumer::start(&config).await?;
-                let publisher = RedisPublisher::start(config).await?;
                 (Sender::Redis(Arc::new(publisher)), Reader::Redis(consumer))
             }
         };

@@ -280,15 +280,18 @@ impl NatsConfig {
     }
 }
 
-/// `url` with the part before `@` of its authority replaced by `<redacted>`.
+/// `url` with everything between the scheme and the last `@` replaced by `<redacted>`.
+///
+/// The last `@` of the whole address, not of its authority: a password written without
+/// percent-encoding may hold `/`, `?` or `#`, which would otherwise end the authority early
+/// and leave the password in the text. A NATS address has no path that could hold an `@`.
 fn redact_url(url: &str) -> String {
     let url = url.trim();
     let (scheme, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),
         None => ("", url),
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    match rest.rfind('@') {
         Some(at) => format!("{scheme}<redacted>{}", &rest[at..]),
         None => url.to_owned(),
     }

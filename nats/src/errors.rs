@@ -14,10 +14,11 @@ use crate::config::{NatsConfig, ENV_SUBJECT_PREFIX, ENV_URL};
 ///
 /// Permanent: the message is larger than the server's `max_payload` (the client refuses it
 /// before sending), or the stream refuses it as larger than its `max_msg_size` (JetStream error
-/// 10054). Everything else is retryable: no ack within the timeout, a connection that broke,
-/// too many acks in flight, no stream for the subject ("no responders": a stream may be created
-/// later; the message says to create one), and any other server error. The message carries
-/// the client's error and its cause.
+/// 10054). Configuration ([`sea_orm_outbox::PublishErrorKind::Configuration`], the attempt is
+/// not counted and the event stays `WAIT` until a stream captures it): no stream for the
+/// subject ("no responders"; the message says to create one). Everything else is retryable: no
+/// ack within the timeout, a connection that broke, too many acks in flight, and any other
+/// server error. The message carries the client's error and its cause.
 pub fn classify(e: &ClientError) -> PublishError {
     let text = error_text(e);
     match e.kind() {
@@ -25,7 +26,7 @@ pub fn classify(e: &ClientError) -> PublishError {
             "NATS refused the message for good: it is larger than the server's max_payload \
              ({text})"
         )),
-        PublishErrorKind::StreamNotFound => PublishError::retryable(format!(
+        PublishErrorKind::StreamNotFound => PublishError::configuration(format!(
             "no JetStream stream captures the subject (no responders): create a stream for \
              the subjects `<{ENV_SUBJECT_PREFIX}>.>` ({text})"
         )),
@@ -109,7 +110,7 @@ mod tests {
         assert_eq!(p.kind, Kind::Permanent);
         assert!(p.message.contains("1572900"), "{}", p.message);
         let p = classify(&ClientError::new(PublishErrorKind::StreamNotFound));
-        assert_eq!(p.kind, Kind::Retryable);
+        assert_eq!(p.kind, Kind::Configuration);
         assert!(p.message.contains("create a stream"), "{}", p.message);
         for kind in [
             PublishErrorKind::TimedOut,

@@ -8,8 +8,9 @@
 //! `eventId`, `eventType`, `bizNo`, and `Nats-Msg-Id` = the event id, so that JetStream drops a
 //! re-send within its duplicate window. Only the server's ack counts as delivered (a core NATS
 //! publish would not be at-least-once). A message larger than the server's `max_payload`, or an
-//! event type that is not one subject token, fails for good and the event goes straight to
-//! `FAIL` with the reason; time-outs, a broken connection and a missing stream are retryable.
+//! event type that cannot be part of a subject (`*`, `>`, spaces), fails for good and the event goes straight to
+//! `FAIL` with the reason; time-outs and a broken connection are retryable; a subject without a stream is a
+//! configuration error (the event stays `WAIT`).
 //!
 //! ```no_run
 //! # async fn demo(db: sea_orm::DatabaseConnection) -> Result<(), sea_orm_outbox::OutboxError> {

@@ -57,14 +57,16 @@ pub(crate) fn check_token(token: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The subject of `event` under `prefix`: `<prefix>.<event_type>`.
+/// The subject of `event` under `prefix`: `<prefix>.<event_type>`. A dotted event type
+/// (`order.created`) gives a subject of several tokens, which `<prefix>.>` still captures.
 ///
 /// # Errors
-/// A permanent [`PublishError`] naming the event type when it is not one subject token.
+/// A permanent [`PublishError`] naming the event type when it is not a valid subject: empty
+/// tokens (`..`, a leading or trailing `.`), wildcards, whitespace or control characters.
 pub(crate) fn subject(prefix: &str, event: &OutboxMessage) -> Result<String, PublishError> {
-    check_token(&event.event_type).map_err(|reason| {
+    check_subject(&event.event_type).map_err(|reason| {
         PublishError::permanent(format!(
-            "event type `{}` of event {} cannot be a NATS subject token: {reason}",
+            "event type `{}` of event {} cannot be part of a NATS subject: {reason}",
             event.event_type, event.event_id
         ))
     })?;
@@ -134,6 +136,14 @@ mod tests {
             subject("svc.order", &OutboxMessage::new(7, "k", "Paid", "{}")).expect("ok"),
             "svc.order.Paid"
         );
+        assert_eq!(
+            subject("outbox", &OutboxMessage::new(7, "k", "order.created", "{}")).expect("dots"),
+            "outbox.order.created"
+        );
+        for bad in ["order..created", ".created", "order.", "order.*", "order.>"] {
+            let e = subject("outbox", &OutboxMessage::new(7, "k", bad, "{}")).expect_err(bad);
+            assert_eq!(e.kind, PublishErrorKind::Permanent, "{bad}");
+        }
     }
 
     #[test]

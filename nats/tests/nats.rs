@@ -84,9 +84,9 @@ async fn a_batch_has_one_outcome_per_event_and_re_sends_are_dropped() {
     let batch = vec![
         OutboxMessage::new(1, "order-1", "OrderCreated", r#"{"n":1}"#)
             .with_header("tenant", "acme"),
-        OutboxMessage::new(2, "order-2", "Order.Created", "{}"),
+        OutboxMessage::new(2, "order-2", "Order.*", "{}"),
         OutboxMessage::new(3, "order-3", "OrderCreated", "{}").with_header("Nats-Rollup", "all"),
-        OutboxMessage::new(4, "order-4", "OrderPaid", r#"{"n":4}"#),
+        OutboxMessage::new(4, "order-4", "order.paid", r#"{"n":4}"#),
     ];
     let results = publisher.publish_batch(&batch).await;
     let kinds: Vec<Option<PublishErrorKind>> = results
@@ -103,7 +103,7 @@ async fn a_batch_has_one_outcome_per_event_and_re_sends_are_dropped() {
         ]
     );
     let reason = &results[1].as_ref().expect_err("event type").message;
-    assert!(reason.contains("`Order.Created`"), "{reason}");
+    assert!(reason.contains("`Order.*`"), "{reason}");
     // A re-send of event 1 (a reclaim, say) succeeds and JetStream drops it as a duplicate.
     publisher.publish(&batch[0]).await.expect("re-send");
     let got = read(&mut consumer, 2).await;
@@ -113,7 +113,8 @@ async fn a_batch_has_one_outcome_per_event_and_re_sends_are_dropped() {
     assert_eq!(got[0].header("tenant"), Some("acme"));
     assert_eq!(got[0].msg_id.as_deref(), Some("1"));
     assert_eq!(got[1].biz_no.as_deref(), Some("order-4"));
-    assert_eq!(got[1].event_type.as_deref(), Some("OrderPaid"));
+    assert_eq!(got[1].event_type.as_deref(), Some("order.paid"));
+    assert_eq!(got[1].subject, format!("{prefix}.order.paid"));
     publisher.shutdown().await;
     consumer.delete_stream().await.expect("delete the stream");
 }
@@ -173,5 +174,12 @@ async fn a_stream_of_some_of_the_subjects_counts() {
     js.delete_stream(&prefix).await.expect("delete the stream");
     let publisher = started.expect("a stream of one event type's subject is enough");
     assert_eq!(publisher.stream(), prefix);
+    // With the stream gone, a publish finds no stream: a configuration error, never a dead
+    // letter by its retries running out.
+    let e = publisher
+        .publish(&OutboxMessage::new(1, "order-1", "OrderCreated", "{}"))
+        .await
+        .expect_err("no stream");
+    assert_eq!(e.kind, PublishErrorKind::Configuration, "{}", e.message);
     publisher.shutdown().await;
 }

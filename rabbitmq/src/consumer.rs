@@ -114,7 +114,8 @@ impl RabbitMqConsumer {
     /// Messages published after it returns are received.
     ///
     /// # Errors
-    /// [`OutboxError::Broker`] when the server cannot be reached or refuses a step;
+    /// [`OutboxError::Broker`] when the server cannot be reached within
+    /// [`RabbitMqConfig::connect_timeout`] or refuses a step;
     /// [`OutboxError::InvalidConfig`] for a configuration that fails
     /// [`RabbitMqConfig::validate`].
     pub async fn start(config: &RabbitMqConfig, binding_key: &str) -> Result<Self, OutboxError> {
@@ -123,10 +124,16 @@ impl RabbitMqConsumer {
         let failed = |step: &str, e: lapin::Error| {
             OutboxError::Broker(format!("RabbitMQ consumer at {url}: {step} failed: {e}"))
         };
-        let connection =
-            Connection::connect_uri(config.amqp_uri()?, ConnectionProperties::default())
-                .await
-                .map_err(|e| failed("connect", e))?;
+        let connect = Connection::connect_uri(config.amqp_uri()?, ConnectionProperties::default());
+        let connection = tokio::time::timeout(config.connect_timeout, connect)
+            .await
+            .map_err(|_| {
+                OutboxError::Broker(format!(
+                    "RabbitMQ consumer at {url}: no connection within {:?} (connect timeout)",
+                    config.connect_timeout
+                ))
+            })?
+            .map_err(|e| failed("connect", e))?;
         let channel = connection
             .create_channel()
             .await

@@ -145,12 +145,13 @@ pub fn redact_url(url: &str) -> String {
         return REDACTED.to_owned();
     };
     let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
+    // The last `@` of the whole URL, not of the authority the parser would see: a password
+    // written without percent-encoding may hold `/`, `?` or `#`, which would end the authority
+    // early and leave the password in the text. Redacting too much is the safe side.
+    let Some(at) = rest.rfind('@') else {
         return url.to_owned();
     };
-    let userinfo = &authority[..at];
+    let userinfo = &rest[..at];
     let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
     if user.len() == userinfo.len() {
         return url.to_owned();
@@ -211,6 +212,13 @@ mod tests {
             ("amqp://user@h/v", "amqp://user@h/v"),
             ("amqp://h:5672/v", "amqp://h:5672/v"),
             ("guest:guest@h", "<redacted>"),
+            // A password not percent-encoded may hold what would end the authority.
+            (
+                "amqp://u:pw/secret@h:5672/%2f",
+                "amqp://u:<redacted>@h:5672/%2f",
+            ),
+            ("amqp://u:pw#secret@h", "amqp://u:<redacted>@h"),
+            ("amqp://u:pw?secret@h/v", "amqp://u:<redacted>@h/v"),
         ] {
             assert_eq!(redact_url(url), shown, "{url}");
         }

@@ -84,3 +84,23 @@ fn urls_are_shown_without_their_login() {
         .expect_err("bad port");
     assert!(!err.to_string().contains("pw-secret"), "{err}");
 }
+
+#[test]
+fn a_password_with_a_slash_stays_out_of_errors_and_debug() {
+    for url in [
+        "nats://u:pw/secret@h:4222",
+        "nats://u:pw#secret@h",
+        "tls://pw/secret@h:4443",
+    ] {
+        let config = NatsConfig::new(url);
+        assert!(config.url_has_login(), "{url}");
+        let err = config
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        for text in [err, format!("{config:?}"), config.redacted_url()] {
+            assert!(!text.contains("secret"), "{text}");
+        }
+    }
+}

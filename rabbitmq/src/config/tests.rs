@@ -113,3 +113,22 @@ fn event_limits_follow_the_message_size() {
     let c = RabbitMqConfig::default().max_message_bytes(2048);
     assert_eq!(c.event_limits().max_payload_bytes, 2048);
 }
+
+#[test]
+fn a_password_with_a_slash_stays_out_of_errors_and_debug() {
+    for url in [
+        "amqp://u:pw/secret@h:5672/%2f",
+        "amqp://u:pw#secret@h",
+        "amqp://u:pw?secret@h",
+    ] {
+        let config = RabbitMqConfig::new(url);
+        let err = config.validate().expect_err("the port does not parse");
+        for text in [
+            err.to_string(),
+            format!("{config:?}"),
+            config.redacted_url(),
+        ] {
+            assert!(!text.contains("secret"), "{text}");
+        }
+    }
+}
