@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sea_orm_outbox::{EventStatus, NewEvent, OrderedPolicy, RetryPolicy};
+use sea_orm_outbox::{EventStatus, NewEvent, OrderedPolicy};
 
-use super::{count, destination, relay_config, write, Inbox, Relays, DEADLINE, SEND_TIMEOUT};
+use super::{count, destination, write, Inbox, Relays, DEADLINE, RETRY};
 use crate::{Broker, TestDb};
 
 /// Events of the fault-free run.
@@ -26,17 +26,7 @@ pub async fn every_event_once<B: Broker>(db: &TestDb, broker: &B) {
         })
         .collect();
     let ids = write(db, events).await;
-    let publisher = broker
-        .publisher(&broker.addr(), &dest, SEND_TIMEOUT)
-        .await
-        .expect("publisher starts");
-    let retry = RetryPolicy::new(3, Duration::from_millis(200), Duration::from_secs(5));
-    let relays = Relays::start(
-        db,
-        publisher,
-        (0..3).map(|i| relay_config(&format!("relay-{i}"), retry)),
-    )
-    .await;
+    let relays = Relays::through(db, broker, &broker.addr(), &dest, 3, RETRY, |c| c).await;
     let all = inbox
         .until(DEADLINE, |inbox| inbox.distinct() >= EVENTS)
         .await;
@@ -66,12 +56,7 @@ pub async fn fields_arrive<B: Broker>(db: &TestDb, broker: &B) {
         .header("tenant", "acme")
         .header("x-request-id", "req-7");
     let id = write(db, vec![event]).await[0];
-    let publisher = broker
-        .publisher(&broker.addr(), &dest, SEND_TIMEOUT)
-        .await
-        .expect("publisher starts");
-    let retry = RetryPolicy::new(3, Duration::from_millis(200), Duration::from_secs(5));
-    let relays = Relays::start(db, publisher, [relay_config("relay-0", retry)]).await;
+    let relays = Relays::through(db, broker, &broker.addr(), &dest, 1, RETRY, |c| c).await;
     let arrived = inbox.until(DEADLINE, |inbox| inbox.distinct() >= 1).await;
     relays.stop().await;
     assert!(arrived, "the event never arrived");
@@ -116,18 +101,9 @@ pub async fn ordered_keeps_key_order<B: Broker>(db: &TestDb, broker: &B) {
         })
         .collect();
     write(db, events).await;
-    let publisher = broker
-        .publisher(&broker.addr(), &dest, SEND_TIMEOUT)
-        .await
-        .expect("publisher starts");
-    let retry = RetryPolicy::new(3, Duration::from_millis(200), Duration::from_secs(5));
-    let relays = Relays::start(
-        db,
-        publisher,
-        (0..3).map(|i| {
-            relay_config(&format!("relay-{i}"), retry).ordered(Some(OrderedPolicy::Block))
-        }),
-    )
+    let relays = Relays::through(db, broker, &broker.addr(), &dest, 3, RETRY, |c| {
+        c.ordered(Some(OrderedPolicy::Block))
+    })
     .await;
     let total = KEYS * PER_KEY;
     let all = inbox

@@ -5,9 +5,7 @@ use sea_orm::EntityTrait;
 use sea_orm_outbox::event_record::Entity as Events;
 use sea_orm_outbox::{EventStatus, NewEvent, RetryPolicy};
 
-use super::{
-    count, destination, relay_config, wait_until, write, Inbox, Relays, DEADLINE, SEND_TIMEOUT,
-};
+use super::{count, destination, wait_until, write, Inbox, Relays, DEADLINE};
 use crate::{Broker, Proxy, TestDb};
 
 /// One oversized event among three others in one claim: it goes to `FAIL` on its first
@@ -23,12 +21,8 @@ pub async fn oversized_fails_alone<B: Broker>(db: &TestDb, broker: &B) {
         NewEvent::raw("order-4", "OrderCreated", r#"{"n":4}"#),
     ];
     let ids = write(db, events).await;
-    let publisher = broker
-        .publisher(&broker.addr(), &dest, SEND_TIMEOUT)
-        .await
-        .expect("publisher starts");
     let retry = RetryPolicy::new(5, Duration::from_millis(200), Duration::from_secs(5));
-    let relays = Relays::start(db, publisher, [relay_config("relay-0", retry)]).await;
+    let relays = Relays::through(db, broker, &broker.addr(), &dest, 1, retry, |c| c).await;
     let others = inbox.until(DEADLINE, |inbox| inbox.distinct() >= 3).await;
     let failed = wait_until(DEADLINE, || async {
         count(&db.db, EventStatus::Fail).await == 1
@@ -71,18 +65,9 @@ pub async fn outage_loses_nothing<B: Broker>(db: &TestDb, broker: &B) {
         })
         .collect();
     let mut ids = write(db, first).await;
-    let publisher = broker
-        .publisher(proxy.addr(), &dest, SEND_TIMEOUT)
-        .await
-        .expect("publisher starts");
     // Enough retries to outlast the outage: 40 attempts, at most 1 s apart.
     let retry = RetryPolicy::new(40, Duration::from_millis(100), Duration::from_secs(1));
-    let relays = Relays::start(
-        db,
-        publisher,
-        (0..3).map(|i| relay_config(&format!("relay-{i}"), retry)),
-    )
-    .await;
+    let relays = Relays::through(db, broker, proxy.addr(), &dest, 3, retry, |c| c).await;
     assert!(
         inbox.until(DEADLINE, |inbox| inbox.distinct() >= 200).await,
         "the relays never started delivering"

@@ -82,6 +82,10 @@ pub fn destination(case: &str) -> String {
     )
 }
 
+/// The cases' retries where no fault is expected: 3, from 200 ms, at most 5 s apart.
+pub const RETRY: RetryPolicy =
+    RetryPolicy::new(3, Duration::from_millis(200), Duration::from_secs(5));
+
 /// The relays' settings in the cases: 20 ms polls, a 10 s lease, the given retries.
 pub fn relay_config(owner: &str, retry: RetryPolicy) -> WorkerConfig {
     WorkerConfig::default()
@@ -137,6 +141,29 @@ impl Relays {
             handles.push(tokio::spawn(async move { worker.run(cancel).await }));
         }
         Relays { cancel, handles }
+    }
+
+    /// Starts `broker`'s publisher to `dest` on the server at `addr` (send timeout
+    /// [`SEND_TIMEOUT`]), then `n` relays `relay-0`, `relay-1`, … sending through it with
+    /// [`relay_config`] and `retry`, each config passed through `tune`.
+    ///
+    /// # Panics
+    /// When the publisher does not start.
+    pub async fn through<B: Broker>(
+        db: &TestDb,
+        broker: &B,
+        addr: &str,
+        dest: &str,
+        n: usize,
+        retry: RetryPolicy,
+        tune: impl Fn(WorkerConfig) -> WorkerConfig,
+    ) -> Relays {
+        let publisher = broker
+            .publisher(addr, dest, SEND_TIMEOUT)
+            .await
+            .expect("publisher starts");
+        let configs = (0..n).map(|i| tune(relay_config(&format!("relay-{i}"), retry)));
+        Relays::start(db, publisher, configs).await
     }
 
     /// Stops the relays and waits for them.
