@@ -44,7 +44,7 @@ mod db;
 mod proxy;
 
 pub use db::{Backend, TestDb};
-pub use proxy::Proxy;
+pub use proxy::{free_port, Proxy};
 
 /// One message as a broker's consumer read it back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +80,37 @@ pub struct WrongCredentials {
     pub secret: String,
 }
 
+/// Takes a server away from its publishers and brings it back ([`Outage`]).
+#[async_trait]
+pub trait Switch: Send + Sync {
+    /// Makes the server unreachable: open connections drop, new ones fail.
+    async fn down(&self);
+    /// Makes the server reachable again.
+    async fn up(&self);
+}
+
+#[async_trait]
+impl Switch for Proxy {
+    async fn down(&self) {
+        Proxy::down(self);
+    }
+    async fn up(&self) {
+        Proxy::up(self);
+    }
+}
+
+/// Where the outage case runs ([`Broker::outage`]): the address its publishers use, a
+/// consumer of its destination, and the switch that takes the server away. Dropping it ends
+/// whatever it started.
+pub struct Outage {
+    /// The address for [`Broker::publisher`].
+    pub addr: String,
+    /// Reads everything sent to the case's destination.
+    pub consumer: Box<dyn Consumer>,
+    /// Takes the server away and brings it back.
+    pub switch: Box<dyn Switch>,
+}
+
 /// What a publisher crate gives the suite: its broker, reached on loopback.
 #[async_trait]
 pub trait Broker: Send + Sync + Sized + 'static {
@@ -109,6 +140,20 @@ pub trait Broker: Send + Sync + Sized + 'static {
 
     /// Tries to start a publisher to `dest` with a wrong secret.
     async fn wrong_credentials(&self, dest: &str) -> WrongCredentials;
+
+    /// The set-up of the outage case for destination `dest`. By default a [`Proxy`] in front
+    /// of [`Broker::addr`], read by [`Broker::consumer`]. A broker whose clients learn the
+    /// server's address from the server itself (Kafka's advertised listeners, RocketMQ's name
+    /// server) starts a private server instead, one that advertises a proxy or that its
+    /// switch stops and starts.
+    async fn outage(&self, dest: &str) -> Outage {
+        let proxy = Proxy::start(&self.addr()).await;
+        Outage {
+            addr: proxy.addr().to_owned(),
+            consumer: self.consumer(dest).await,
+            switch: Box::new(proxy),
+        }
+    }
 
     /// A payload size in bytes, below the outbox's default limit of 4 MiB, that the
     /// publisher of [`Broker::publisher`] refuses for good.

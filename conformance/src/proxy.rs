@@ -74,6 +74,13 @@ impl Drop for Proxy {
     }
 }
 
+/// A free loopback port of 20000–32767, for a server a test starts for itself (it is free when
+/// this returns; another process may take it before the server binds it).
+pub async fn free_port() -> u16 {
+    let listener = bind_below_ephemeral().await;
+    listener.local_addr().expect("local address").port()
+}
+
 /// A listener on a loopback port of 20000–32767 (ports from 32768 on are the ephemeral ones).
 async fn bind_below_ephemeral() -> TcpListener {
     let start = 20_000 + (std::process::id() % 12_000) as u16;

@@ -2,12 +2,15 @@
 //! crate's variables configure it, as the demo's `OUTBOX_PUBLISHER` does; a destination of the
 //! run's own):
 //! - `<broker>_raw_eps`: the crate's publisher alone (no database) sending the relay's messages
-//!   (same body, key, type) one per `publish`, workers × `--concurrency` sends in flight;
+//!   (same body, key, type) one per `publish`, one at a time: the baseline of
+//!   `<broker>_relay_over_raw`;
+//! - `<broker>_raw_parallel_eps`: the same with workers × `--concurrency` sends in flight (many
+//!   tasks each sending one message: the most a sender without batches gets from the client);
 //! - `<broker>_relay_eps`: `--workers` relays with batch sends (the default) draining
 //!   `--rocketmq-events` `WAIT` events through the same publisher, until every one is
 //!   delivered;
-//! - `<broker>_relay_over_raw`: the relay's rate over the raw one (the relay batches, so it can
-//!   pass one-at-a-time sends).
+//! - `<broker>_relay_over_raw`: the relay's rate over the one-at-a-time one (the relay
+//!   batches, so it can pass one-at-a-time sends).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,11 +45,17 @@ pub async fn figures(
         let in_flight = args.workers * args.concurrency;
         // A first send creates what the broker creates on first use; not timed.
         p.publish(&message(0)).await?;
-        let raw_eps = raw(&p, n, in_flight, 1).await?;
+        let raw_eps = raw(&p, n, 1, 1).await?;
+        let parallel_eps = raw(&p, n, in_flight, 1).await?;
         let b = kind.name();
         figs.add(
             &format!("{b}_raw_eps"),
             f1(raw_eps),
+            format!("{n} sends of one message, one at a time, no database"),
+        );
+        figs.add(
+            &format!("{b}_raw_parallel_eps"),
+            f1(parallel_eps),
             format!("{n} sends of one message, {in_flight} in flight, no database"),
         );
         let r = relay(

@@ -6,7 +6,7 @@ use sea_orm_outbox::event_record::Entity as Events;
 use sea_orm_outbox::{EventStatus, NewEvent, RetryPolicy};
 
 use super::{count, destination, wait_until, write, Inbox, Relays, DEADLINE};
-use crate::{Broker, Proxy, TestDb};
+use crate::{Broker, TestDb};
 
 /// One oversized event among three others in one claim: it goes to `FAIL` on its first
 /// attempt (`retry_count` 1: that attempt), with a reason, and the three others arrive.
@@ -49,12 +49,13 @@ pub async fn oversized_fails_alone<B: Broker>(db: &TestDb, broker: &B) {
     );
 }
 
-/// 3 relays send through a proxy; mid-run it drops every connection and refuses new ones for
-/// 5 s while more events are written. Every event arrives afterwards and none is `FAIL`.
+/// 3 relays send to the server of [`Broker::outage`] (by default through a proxy); mid-run the
+/// server goes away for 5 s (the proxy drops every connection and refuses new ones) while more
+/// events are written. Every event arrives afterwards and none is `FAIL`.
 pub async fn outage_loses_nothing<B: Broker>(db: &TestDb, broker: &B) {
     let dest = destination("outage");
-    let mut inbox = Inbox::new(broker.consumer(&dest).await);
-    let proxy = Proxy::start(&broker.addr()).await;
+    let outage = broker.outage(&dest).await;
+    let mut inbox = Inbox::new(outage.consumer);
     let first = (0..2_000)
         .map(|i| {
             NewEvent::raw(
@@ -67,12 +68,12 @@ pub async fn outage_loses_nothing<B: Broker>(db: &TestDb, broker: &B) {
     let mut ids = write(db, first).await;
     // Enough retries to outlast the outage: 40 attempts, at most 1 s apart.
     let retry = RetryPolicy::new(40, Duration::from_millis(100), Duration::from_secs(1));
-    let relays = Relays::through(db, broker, proxy.addr(), &dest, 3, retry, |c| c).await;
+    let relays = Relays::through(db, broker, &outage.addr, &dest, 3, retry, |c| c).await;
     assert!(
         inbox.until(DEADLINE, |inbox| inbox.distinct() >= 200).await,
         "the relays never started delivering"
     );
-    proxy.down();
+    outage.switch.down().await;
     let more = (2_000..3_000)
         .map(|i| {
             NewEvent::raw(
@@ -84,7 +85,7 @@ pub async fn outage_loses_nothing<B: Broker>(db: &TestDb, broker: &B) {
         .collect();
     ids.extend(write(db, more).await);
     inbox.settle(Duration::from_secs(5)).await;
-    proxy.up();
+    outage.switch.up().await;
     let all = inbox
         .until(DEADLINE, |inbox| inbox.distinct() >= ids.len())
         .await;

@@ -161,10 +161,12 @@ impl Listener {
 }
 
 /// Whether the pool's connections share server backends (a pooler in transaction or
-/// statement mode), found before any `LISTEN` is sent: `mine` asks for its backend's pid,
-/// `other` asks for its own inside a transaction, then `mine` asks again. Unshared connections
-/// never show one pid twice nor a pid that changes; when the pids miss a pooler, the
-/// self-check's `NOTIFY` still finds it out.
+/// statement mode), found before any `LISTEN` is sent, in [`PID_ROUNDS`] rounds: `mine` asks
+/// for its backend's pid, `other` asks for its own inside a transaction, `mine` asks again, and
+/// once more after `other`'s transaction ended. Unshared connections never show one pid twice
+/// nor a pid that changes. A transaction pooler hands a released server connection to the
+/// next client, so each round catches it unless other clients took that connection in
+/// between; the self-check's `NOTIFY` finds a pooler that every round missed.
 async fn shares_backends(
     mine: &mut PgListener,
     other: &mut PgListener,
@@ -173,18 +175,28 @@ async fn shares_backends(
     // Simple-protocol statements (no parameters), so that a transaction pooler runs them.
     // language=SQL
     const PID: &str = "SELECT pg_backend_pid()";
-    let first: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
-    let mut txn = (&mut *other).begin().await?;
-    let theirs: i32 = (&mut *txn).fetch_one(PID).await?.try_get(0)?;
-    let again: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
-    txn.rollback().await?;
-    Ok(pids_show_sharing(first, theirs, again))
+    for _ in 0..PID_ROUNDS {
+        let first: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
+        let mut txn = (&mut *other).begin().await?;
+        let theirs: i32 = (&mut *txn).fetch_one(PID).await?.try_get(0)?;
+        let again: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
+        txn.rollback().await?;
+        let after: i32 = (&mut *mine).fetch_one(PID).await?.try_get(0)?;
+        if pids_show_sharing(first, theirs, [again, after]) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
-/// The verdict of [`shares_backends`] on the pids it saw: `first` and `again` of one
+/// Rounds of [`shares_backends`]: a `LISTEN` that a missed pooler lets through subscribes a
+/// server connection that other clients then get, so the check repeats.
+const PID_ROUNDS: usize = 4;
+
+/// The verdict of [`shares_backends`] on the pids of one round: `first` and `later` of one
 /// connection, `theirs` of another one in between.
-fn pids_show_sharing(first: i32, theirs: i32, again: i32) -> bool {
-    theirs == first || again != first
+fn pids_show_sharing(first: i32, theirs: i32, later: [i32; 2]) -> bool {
+    theirs == first || later.iter().any(|&pid| pid != first)
 }
 
 /// Whether `payload` is a self-check's (of this worker or another): never a wake reason.
@@ -212,12 +224,13 @@ mod tests {
     #[test]
     fn pids_tell_shared_backends() {
         // Own backends (Postgres itself, a pooler that gives each client one): distinct, stable pids.
-        assert!(!pids_show_sharing(10, 11, 10));
+        assert!(!pids_show_sharing(10, 11, [10, 10]));
         // A transaction pooler gave the other connection this one's server backend...
-        assert!(pids_show_sharing(10, 10, 11));
-        assert!(pids_show_sharing(10, 10, 10));
-        // ... or this connection a different one the second time.
-        assert!(pids_show_sharing(10, 11, 12));
+        assert!(pids_show_sharing(10, 10, [11, 10]));
+        assert!(pids_show_sharing(10, 10, [10, 10]));
+        // ... or this connection a different one later (the other's, once it was released).
+        assert!(pids_show_sharing(10, 11, [12, 10]));
+        assert!(pids_show_sharing(10, 11, [10, 11]));
     }
 
     #[test]
