@@ -208,7 +208,13 @@ pub(crate) struct RelayArgs {
     /// `--producer-group` flags), or nats, rabbitmq, redis (each configured by its crate's
     /// environment variables: `NATS_URL`..., `RABBITMQ_URL`..., `REDIS_URL`...; a RocketMQ
     /// flag or variable given with them is an error) [default: rocketmq].
-    #[arg(long, env = "OUTBOX_PUBLISHER", value_enum, default_value = "rocketmq")]
+    #[arg(
+        long,
+        env = "OUTBOX_PUBLISHER",
+        value_enum,
+        ignore_case = true,
+        default_value = "rocketmq"
+    )]
     pub(crate) publisher: PublisherKind,
     /// RocketMQ name server(s), `host:port[;host:port]`, where the relay publishes. Required
     /// (unset or empty is an error) with `--publisher rocketmq` unless --dry-run.

@@ -37,7 +37,7 @@ impl Kind {
 
     /// The broker called `name` (`rocketmq`, `nats`, `rabbitmq`, `redis`).
     pub fn parse(name: &str) -> Result<Kind, OutboxError> {
-        match name {
+        match name.trim().to_ascii_lowercase().as_str() {
             "rocketmq" => Ok(Kind::RocketMq),
             "nats" => Ok(Kind::Nats),
             "rabbitmq" => Ok(Kind::RabbitMq),

@@ -34,6 +34,17 @@ pub(crate) fn is_not_found(e: &Error) -> bool {
     amqp_error(e).is_some_and(|a| matches!(a.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
 }
 
+/// Whether `e` is the server's `PRECONDITION_FAILED` (406): e.g. an exchange declared with a
+/// type or arguments other than those it exists with.
+pub(crate) fn is_precondition_failed(e: &Error) -> bool {
+    amqp_error(e).is_some_and(|a| {
+        matches!(
+            a.kind(),
+            AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)
+        )
+    })
+}
+
 /// Decides whether a failed publish may succeed later, as the [`PublishError`] the relay records.
 ///
 /// Configuration ([`sea_orm_outbox::PublishErrorKind::Configuration`], the attempt is not

@@ -10,7 +10,7 @@ use sea_orm_outbox::{OutboxError, PublishError};
 
 use crate::config::{RabbitMqConfig, ENV_DECLARE_EXCHANGE, ENV_EXCHANGE, ENV_URL};
 use crate::credentials::{ENV_PASSWORD, ENV_USERNAME};
-use crate::errors::{classify, is_access_refused, is_not_found};
+use crate::errors::{classify, is_access_refused, is_not_found, is_precondition_failed};
 
 /// The name the connection shows in the management UI.
 const CONNECTION_NAME: &str = "sea-orm-outbox publisher";
@@ -160,10 +160,15 @@ impl OpenError {
                     "use"
                 }
             )),
-            OpenError::Exchange(e) => OutboxError::InvalidConfig(format!(
-                "RabbitMQ exchange `{exchange}` ({ENV_EXCHANGE}) cannot be declared as a durable \
-                 topic exchange (it may exist with another type or arguments; set \
-                 {ENV_DECLARE_EXCHANGE}=false to use it as it is): {e}"
+            OpenError::Exchange(e) if is_precondition_failed(&e) => {
+                OutboxError::InvalidConfig(format!(
+                    "RabbitMQ exchange `{exchange}` ({ENV_EXCHANGE}) cannot be declared as a \
+                     durable topic exchange (it exists with another type or arguments; set \
+                     {ENV_DECLARE_EXCHANGE}=false to use it as it is): {e}"
+                ))
+            }
+            OpenError::Exchange(e) => OutboxError::Broker(format!(
+                "RabbitMQ at {url}: cannot check exchange `{exchange}` ({ENV_EXCHANGE}): {e}"
             )),
         }
     }

@@ -38,6 +38,8 @@ pub const ENV_STREAM_PREFIX: &str = "OUTBOX_REDIS_STREAM_PREFIX";
 pub const ENV_MAX_LEN: &str = "OUTBOX_REDIS_MAXLEN";
 /// The environment variable with [`RedisConfig::max_message_bytes`] (bytes).
 pub const ENV_MAX_MESSAGE_BYTES: &str = "OUTBOX_REDIS_MAX_MESSAGE_BYTES";
+/// The environment variable with [`RedisConfig::send_timeout`] (milliseconds).
+pub const ENV_SEND_TIMEOUT_MS: &str = "OUTBOX_REDIS_SEND_TIMEOUT_MS";
 
 /// Where and how [`RedisPublisher`](crate::RedisPublisher) sends. `Debug` shows the URL without
 /// its password and the password as `<redacted>`.
@@ -116,8 +118,9 @@ impl RedisConfig {
     }
 
     /// Reads `REDIS_URL` (default [`DEFAULT_URL`]), `REDIS_USERNAME`, `REDIS_PASSWORD`,
-    /// `OUTBOX_REDIS_STREAM_PREFIX`, `OUTBOX_REDIS_MAXLEN` (entries) and
-    /// `OUTBOX_REDIS_MAX_MESSAGE_BYTES` (bytes), all optional (unset or empty means the
+    /// `OUTBOX_REDIS_STREAM_PREFIX`, `OUTBOX_REDIS_MAXLEN` (entries),
+    /// `OUTBOX_REDIS_MAX_MESSAGE_BYTES` (bytes) and `OUTBOX_REDIS_SEND_TIMEOUT_MS`
+    /// (milliseconds, default 3000), all optional (unset or empty means the
     /// default; values are trimmed, except the password), and validates the result.
     ///
     /// # Errors
@@ -144,6 +147,9 @@ impl RedisConfig {
         }
         if let Some(n) = var(ENV_MAX_MESSAGE_BYTES) {
             config.max_message_bytes = parse_number(ENV_MAX_MESSAGE_BYTES, &n)?;
+        }
+        if let Some(ms) = var(ENV_SEND_TIMEOUT_MS) {
+            config.send_timeout = Duration::from_millis(parse_number(ENV_SEND_TIMEOUT_MS, &ms)?);
         }
         config.validate()?;
         Ok(config)

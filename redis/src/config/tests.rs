@@ -113,6 +113,7 @@ fn config_from_env() {
         ENV_STREAM_PREFIX,
         ENV_MAX_LEN,
         ENV_MAX_MESSAGE_BYTES,
+        ENV_SEND_TIMEOUT_MS,
     ] {
         std::env::remove_var(name);
     }
@@ -122,6 +123,7 @@ fn config_from_env() {
     std::env::set_var(ENV_STREAM_PREFIX, "orders");
     std::env::set_var(ENV_MAX_LEN, "1000");
     std::env::set_var(ENV_MAX_MESSAGE_BYTES, "65536");
+    std::env::set_var(ENV_SEND_TIMEOUT_MS, "1500");
     std::env::set_var(ENV_USERNAME, "app");
     std::env::set_var(ENV_PASSWORD, " env-secret-4711");
     let c = RedisConfig::from_env().expect("valid");
@@ -129,6 +131,13 @@ fn config_from_env() {
     assert_eq!(c.stream_prefix, "orders");
     assert_eq!(c.max_len, Some(1000));
     assert_eq!(c.max_message_bytes, 65536);
+    assert_eq!(c.send_timeout, std::time::Duration::from_millis(1500));
+    std::env::set_var(ENV_SEND_TIMEOUT_MS, "soon");
+    let m = message(RedisConfig::from_env().expect_err("not a number"));
+    assert!(m.contains(ENV_SEND_TIMEOUT_MS), "{m}");
+    std::env::set_var(ENV_SEND_TIMEOUT_MS, "0");
+    assert!(RedisConfig::from_env().is_err(), "a zero send timeout");
+    std::env::remove_var(ENV_SEND_TIMEOUT_MS);
     assert_eq!(c.username.as_deref(), Some("app"));
     assert_eq!(
         c.password.as_ref().map(Password::expose),
