@@ -107,6 +107,8 @@ pub fn worker_config(owner: &str, retry: RetryPolicy) -> WorkerConfig {
         .instance_id(owner)
 }
 
+// Not every suite counts rows.
+#[allow(unused_imports)]
 pub use crate::common::count;
 
 /// What a consumer got, indexed by event id.
