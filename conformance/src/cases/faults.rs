@@ -102,9 +102,10 @@ pub async fn outage_loses_nothing<B: Broker>(db: &TestDb, broker: &B) {
 /// show the secret.
 pub async fn wrong_credentials_are_refused<B: Broker>(_db: &TestDb, broker: &B) {
     let dest = destination("credentials");
-    let attempt = tokio::time::timeout(Duration::from_secs(30), broker.wrong_credentials(&dest))
+    // The attempt may include starting a private server with a login.
+    let attempt = tokio::time::timeout(Duration::from_secs(90), broker.wrong_credentials(&dest))
         .await
-        .expect("the start with wrong credentials ends within 30 s");
+        .expect("the start with wrong credentials ends within 90 s");
     let error = attempt
         .error
         .expect("a publisher with a wrong secret must not start");
