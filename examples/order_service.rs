@@ -14,7 +14,7 @@
 //! `create_outbox_table` when missing, and the writes, the relays and the counts all go
 //! through one `Outbox` handle naming it.
 //!
-//! With `OUTBOX_PUBLISHER=rocketmq|nats|rabbitmq|redis` (or only `ROCKETMQ_NAMESRV_ADDR` set) the events go
+//! With `OUTBOX_PUBLISHER=rocketmq|kafka|nats|rabbitmq|redis` (or only `ROCKETMQ_NAMESRV_ADDR` set) the events go
 //! to that broker instead of an in-memory publisher, configured by its crate's variables
 //! (RocketMQ: `ROCKETMQ_NAMESRV_ADDR`, `OUTBOX_TOPIC`, credentials, see docs/ROCKETMQ.md;
 //! NATS: `NATS_URL`, `OUTBOX_NATS_SUBJECT_PREFIX`, read from the stream `<prefix>` upper-cased,
@@ -178,7 +178,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // RocketMQ: the demo's topic, unless OUTBOX_TOPIC names another.
             let topic_unset = std::env::var(ENV_TOPIC).map_or(true, |t| t.trim().is_empty());
             let dest = (kind == brokers::Kind::RocketMq && topic_unset).then_some(TOPIC);
-            Some(brokers::Link::start(kind, Duration::from_secs(3), dest).await?)
+            Some(brokers::Link::start(kind, Duration::from_secs(3), dest, "ORDER_CREATED").await?)
         }
         None => None,
     };

@@ -205,8 +205,9 @@ pub(crate) struct RelayArgs {
     #[command(flatten)]
     pub(crate) heal: HealArgs,
     /// The broker to publish to: rocketmq (the `--rocketmq-*`, `--topic`, `--topic-map` and
-    /// `--producer-group` flags), or nats, rabbitmq, redis (each configured by its crate's
-    /// environment variables: `NATS_URL`..., `RABBITMQ_URL`..., `REDIS_URL`...; a RocketMQ
+    /// `--producer-group` flags), or kafka, nats, rabbitmq, redis (each configured by its
+    /// crate's environment variables: `KAFKA_BROKERS`..., `NATS_URL`..., `RABBITMQ_URL`...,
+    /// `REDIS_URL`...; a RocketMQ
     /// flag or variable given with them is an error) [default: rocketmq].
     #[arg(
         long,
@@ -276,6 +277,8 @@ pub(crate) enum PublisherKind {
     /// RocketMQ (sea-orm-outbox-rocketmq), set by the tool's RocketMQ flags.
     #[value(name = "rocketmq")]
     RocketMq,
+    /// Kafka (sea-orm-outbox-kafka), set by `KAFKA_BROKERS`, `KAFKA_*` and `OUTBOX_KAFKA_*`.
+    Kafka,
     /// NATS JetStream (sea-orm-outbox-nats), set by `NATS_URL` and `OUTBOX_NATS_*`.
     Nats,
     /// RabbitMQ (sea-orm-outbox-rabbitmq), set by `RABBITMQ_URL` and `OUTBOX_RABBITMQ_*`.
@@ -290,6 +293,7 @@ impl PublisherKind {
     pub(crate) fn name(self) -> &'static str {
         match self {
             PublisherKind::RocketMq => "rocketmq",
+            PublisherKind::Kafka => "kafka",
             PublisherKind::Nats => "nats",
             PublisherKind::RabbitMq => "rabbitmq",
             PublisherKind::Redis => "redis",

@@ -1,10 +1,11 @@
 //! The broker `outbox relay` publishes to (`--publisher` / `OUTBOX_PUBLISHER`): its settings,
 //! checked before anything connects, then its publisher, started and stopped. RocketMQ takes the
-//! tool's `--rocketmq-*` / `--topic*` / `--producer-group` flags; NATS, RabbitMQ and Redis read
+//! tool's `--rocketmq-*` / `--topic*` / `--producer-group` flags; Kafka, NATS, RabbitMQ and Redis read
 //! their own crate's environment variables (see each crate's README).
 use std::sync::Arc;
 
 use sea_orm_outbox::{OutboxError, Publisher, WorkerConfig};
+use sea_orm_outbox_kafka::{KafkaConfig, KafkaPublisher};
 use sea_orm_outbox_nats::{NatsConfig, NatsPublisher};
 use sea_orm_outbox_rabbitmq::{RabbitMqConfig, RabbitMqPublisher};
 use sea_orm_outbox_redis::{RedisConfig, RedisPublisher};
@@ -17,6 +18,7 @@ mod rocketmq;
 /// A broker's checked settings, ready to start its publisher.
 pub(crate) enum Settings {
     RocketMq(RocketMqConfig),
+    Kafka(KafkaConfig),
     Nats(NatsConfig),
     RabbitMq(RabbitMqConfig),
     Redis(RedisConfig),
@@ -25,6 +27,7 @@ pub(crate) enum Settings {
 /// The started publisher, kept typed to stop it at the end.
 pub(crate) enum Handle {
     RocketMq(Arc<RocketMqPublisher>),
+    Kafka(Arc<KafkaPublisher>),
     Nats(Arc<NatsPublisher>),
     RabbitMq(Arc<RabbitMqPublisher>),
     Redis(Arc<RedisPublisher>),
@@ -60,6 +63,12 @@ pub(crate) fn settings(
         PublisherKind::RocketMq => {
             return rocketmq::settings(args, worker).map(|c| c.map(Settings::RocketMq))
         }
+        PublisherKind::Kafka => {
+            let config = KafkaConfig::from_env()?.send_timeout(timeout);
+            config.validate()?;
+            worker.check_publisher_send_timeout("Kafka send_timeout", config.send_timeout)?;
+            Settings::Kafka(config)
+        }
         PublisherKind::Nats => {
             let config = NatsConfig::from_env()?.send_timeout(timeout);
             config.validate()?;
@@ -92,6 +101,14 @@ pub(crate) async fn start(
             let target = rocketmq::target(&config);
             let p = Arc::new(RocketMqPublisher::start(config).await?);
             (p.clone(), Handle::RocketMq(p), target)
+        }
+        Settings::Kafka(config) => {
+            let target = format!(
+                "kafka {} topic prefix {}",
+                config.brokers, config.topic_prefix
+            );
+            let p = Arc::new(KafkaPublisher::start(config).await?);
+            (p.clone(), Handle::Kafka(p), target)
         }
         Settings::Nats(config) => {
             let target = format!(
@@ -131,6 +148,10 @@ impl Handle {
             Handle::RocketMq(p) => match Arc::try_unwrap(p) {
                 Ok(p) => return p.shutdown().await,
                 Err(_) => "RocketMQ",
+            },
+            Handle::Kafka(p) => match Arc::try_unwrap(p) {
+                Ok(p) => return p.shutdown().await,
+                Err(_) => "Kafka",
             },
             Handle::Nats(p) => match Arc::try_unwrap(p) {
                 Ok(p) => return p.shutdown().await,

@@ -1,10 +1,11 @@
-//! `outbox relay --publisher nats|rabbitmq|redis` (through `OUTBOX_PUBLISHER`): the binary
+//! `outbox relay --publisher kafka|nats|rabbitmq|redis` (through `OUTBOX_PUBLISHER`): the binary
 //! relays 200 events to the broker, each configured by its crate's variables with a
 //! destination of the test's own, the broker's consumer reads every one back, and SIGTERM
 //! stops the relay cleanly. The startup log names the broker without a password. An unknown
 //! `--publisher` and a RocketMQ flag given with another broker are refused at start. Runs on
-//! Postgres (see the core's `tests/common`); needs NATS (JetStream), RabbitMQ and Redis at
-//! their crates' default addresses or `NATS_URL`, `RABBITMQ_URL`, `REDIS_URL`.
+//! Postgres (see the core's `tests/common`); needs Kafka (or Tansu), NATS (JetStream), RabbitMQ
+//! and Redis at their crates' default addresses or `KAFKA_BROKERS`, `NATS_URL`,
+//! `RABBITMQ_URL`, `REDIS_URL`.
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
@@ -15,11 +16,14 @@ use std::time::{Duration, Instant};
 
 use common::{count, insert_many, TestContext};
 use sea_orm_outbox::EventStatus;
+use sea_orm_outbox_kafka::{KafkaConfig, KafkaConsumer};
 use sea_orm_outbox_nats::{NatsConfig, NatsConsumer};
 use sea_orm_outbox_rabbitmq::{RabbitMqConfig, RabbitMqConsumer};
 use sea_orm_outbox_redis::{RedisConfig, RedisStreamConsumer};
 
 backend_test!(
+    /// Kafka: every event reaches the test's topic; SIGTERM stops the relay cleanly.
+    relay_publishes_to_kafka: Postgres, "cli_relay_kafka" => relay_publishes_to_kafka_on;
     /// NATS: every event reaches the test's stream; SIGTERM stops the relay cleanly.
     relay_publishes_to_nats: Postgres, "cli_relay_nats" => relay_publishes_to_nats_on;
     /// RabbitMQ: every event reaches the test's exchange; SIGTERM stops the relay cleanly.
@@ -43,6 +47,7 @@ fn unique() -> String {
 
 /// The broker's consumer, one per test.
 enum Reader {
+    Kafka(Box<KafkaConsumer>),
     Nats(Box<NatsConsumer>),
     RabbitMq(RabbitMqConsumer),
     Redis(RedisStreamConsumer),
@@ -53,6 +58,7 @@ impl Reader {
     async fn poll(&mut self) -> Vec<i64> {
         let wait = Duration::from_millis(500);
         match self {
+            Reader::Kafka(c) => c.poll(wait).await.into_iter().map(|m| m.event_id).collect(),
             Reader::Nats(c) => c.poll(wait).await.into_iter().map(|m| m.event_id).collect(),
             Reader::RabbitMq(c) => c.poll(wait).await.into_iter().map(|m| m.event_id).collect(),
             Reader::Redis(c) => c
@@ -71,6 +77,7 @@ impl Reader {
     /// Removes what the test made on the broker.
     async fn cleanup(self) {
         match self {
+            Reader::Kafka(c) => c.delete_topics().await.expect("delete the topics"),
             Reader::Nats(c) => c.delete_stream().await.expect("delete the stream"),
             Reader::RabbitMq(c) => c.close(true).await,
             Reader::Redis(mut c) => {
@@ -212,6 +219,22 @@ async fn relay_to(
     assert_eq!(count(&ctx.db, EventStatus::Success).await, EVENTS as u64);
 }
 
+async fn relay_publishes_to_kafka_on(ctx: &TestContext) {
+    let prefix = format!("cli_relay_{}", unique());
+    let config = KafkaConfig::from_env()
+        .expect("Kafka settings")
+        .topic_prefix(&prefix);
+    let consumer = KafkaConsumer::start(&config, &["ORDER_CREATED"], 3)
+        .await
+        .expect("Kafka (KAFKA_BROKERS)");
+    let env = [
+        ("OUTBOX_PUBLISHER", "kafka"),
+        ("OUTBOX_KAFKA_TOPIC_PREFIX", prefix.as_str()),
+    ];
+    let reader = Reader::Kafka(Box::new(consumer));
+    relay_to(ctx, reader, &env, ("kafka", &prefix, None)).await;
+}
+
 async fn relay_publishes_to_nats_on(ctx: &TestContext) {
     let prefix = format!("cli_relay_{}", unique());
     let config = NatsConfig::from_env()
@@ -291,12 +314,12 @@ async fn relay_refuses_rocketmq_flags_with_another_broker_on(ctx: &TestContext) 
     }
 }
 
-/// `--publisher kafka` is a usage error (exit 2) naming the brokers it takes, before anything
+/// `--publisher pulsar` is a usage error (exit 2) naming the brokers it takes, before anything
 /// connects.
 #[test]
 fn relay_refuses_an_unknown_publisher() {
     let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(["relay", "--publisher", "kafka"])
+        .args(["relay", "--publisher", "pulsar"])
         .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
@@ -305,8 +328,8 @@ fn relay_refuses_an_unknown_publisher() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("invalid value 'kafka' for '--publisher <PUBLISHER>'")
-            && err.contains("[possible values: rocketmq, nats, rabbitmq, redis]"),
+        err.contains("invalid value 'pulsar' for '--publisher <PUBLISHER>'")
+            && err.contains("[possible values: rocketmq, kafka, nats, rabbitmq, redis]"),
         "{err}"
     );
 }

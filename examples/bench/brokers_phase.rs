@@ -1,4 +1,4 @@
-//! Through NATS JetStream, RabbitMQ and Redis Streams, each broker `--brokers` names (its
+//! Through Kafka, NATS JetStream, RabbitMQ and Redis Streams, each broker `--brokers` names (its
 //! crate's variables configure it, as the demo's `OUTBOX_PUBLISHER` does; a destination of the
 //! run's own):
 //! - `<broker>_raw_eps`: the crate's publisher alone (no database) sending the relay's messages
@@ -39,7 +39,7 @@ pub async fn figures(
             "outbox_bench_{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let link = Link::start(kind, Duration::from_secs(3), Some(&dest)).await?;
+        let link = Link::start(kind, Duration::from_secs(3), Some(&dest), "ORDER_CREATED").await?;
         let p = link.publisher();
         let n = args.rocketmq_events;
         let in_flight = args.workers * args.concurrency;

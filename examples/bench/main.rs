@@ -54,7 +54,7 @@
 //!   `relay_over_raw_batch` (and `rocketmq_relay_eps_w<W>` with `--rocketmq-scaling`): through
 //!   the real broker when `ROCKETMQ_NAMESRV_ADDR` is set (module `rocketmq`).
 //! - `<broker>_raw_eps`, `<broker>_relay_eps`, `<broker>_relay_over_raw` for each broker of
-//!   `--brokers nats,rabbitmq,redis` (module `brokers_phase`).
+//!   `--brokers kafka,nats,rabbitmq,redis` (module `brokers_phase`).
 //! - `peak_rss_mib`: this process' VmHWM (workers, publisher and bench bookkeeping together).
 //!
 //! Modules: `setup` (the outbox table's bulk fill), one module per group of figures (`limit`,
@@ -201,7 +201,7 @@ struct Args {
     /// Events of each RocketMQ phase (run when ROCKETMQ_NAMESRV_ADDR is set).
     #[arg(long, default_value_t = 20_000)]
     rocketmq_events: u64,
-    /// Other brokers to measure the relay through, comma-separated (`nats,rabbitmq,redis`),
+    /// Other brokers to measure the relay through, comma-separated (`kafka,nats,rabbitmq,redis`),
     /// each configured by its crate's variables; events: `--rocketmq-events`.
     #[arg(long, value_delimiter = ',')]
     brokers: Vec<String>,

@@ -1,11 +1,12 @@
 //! The broker the demo and the bench publish to, chosen by `OUTBOX_PUBLISHER`
-//! (`rocketmq`, `nats`, `rabbitmq`, `redis`; unset: RocketMQ when `ROCKETMQ_NAMESRV_ADDR` is set, else none), each
+//! (`rocketmq`, `kafka`, `nats`, `rabbitmq`, `redis`; unset: RocketMQ when `ROCKETMQ_NAMESRV_ADDR` is set, else none), each
 //! configured from its own crate's variables, with a consumer of that broker that reads back
 //! what arrived.
 use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm_outbox::{OutboxError, Publisher};
+use sea_orm_outbox_kafka::{KafkaConfig, KafkaConsumer, KafkaPublisher};
 use sea_orm_outbox_nats::{NatsConfig, NatsConsumer, NatsPublisher};
 use sea_orm_outbox_rabbitmq::{RabbitMqConfig, RabbitMqConsumer, RabbitMqPublisher};
 use sea_orm_outbox_redis::{RedisConfig, RedisPublisher, RedisStreamConsumer};
@@ -18,6 +19,7 @@ pub const ENV_PUBLISHER: &str = "OUTBOX_PUBLISHER";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     RocketMq,
+    Kafka,
     Nats,
     RabbitMq,
     Redis,
@@ -39,11 +41,12 @@ impl Kind {
     pub fn parse(name: &str) -> Result<Kind, OutboxError> {
         match name.trim().to_ascii_lowercase().as_str() {
             "rocketmq" => Ok(Kind::RocketMq),
+            "kafka" => Ok(Kind::Kafka),
             "nats" => Ok(Kind::Nats),
             "rabbitmq" => Ok(Kind::RabbitMq),
             "redis" => Ok(Kind::Redis),
             other => Err(OutboxError::InvalidConfig(format!(
-                "{ENV_PUBLISHER}={other}: expected rocketmq, nats, rabbitmq or redis"
+                "{ENV_PUBLISHER}={other}: expected rocketmq, kafka, nats, rabbitmq or redis"
             ))),
         }
     }
@@ -52,6 +55,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::RocketMq => "rocketmq",
+            Kind::Kafka => "kafka",
             Kind::Nats => "nats",
             Kind::RabbitMq => "rabbitmq",
             Kind::Redis => "redis",
@@ -68,6 +72,7 @@ pub struct Arrival {
 /// A started publisher, kept typed so that it can be shut down.
 enum Sender {
     RocketMq(Arc<RocketMqPublisher>),
+    Kafka(Arc<KafkaPublisher>),
     Nats(Arc<NatsPublisher>),
     RabbitMq(Arc<RabbitMqPublisher>),
     Redis(Arc<RedisPublisher>),
@@ -76,6 +81,7 @@ enum Sender {
 /// A started consumer.
 enum Reader {
     RocketMq(RocketMqConsumer),
+    Kafka(Box<KafkaConsumer>),
     Nats(Box<NatsConsumer>),
     RabbitMq(RabbitMqConsumer),
     Redis(RedisStreamConsumer),
@@ -94,11 +100,13 @@ impl Link {
     /// publisher's start looks for) from the broker's variables, with the
     /// send timeout `send_timeout`. `dest`, when given, replaces the destination the variables
     /// name: RocketMQ's topic, NATS's subject prefix (its stream is `<dest>` upper-cased),
-    /// RabbitMQ's exchange, Redis's stream prefix.
+    /// RabbitMQ's exchange, Redis's stream prefix, Kafka's topic prefix (the consumer creates
+    /// the topic of `event_type` with 3 partitions when it does not exist).
     pub async fn start(
         kind: Kind,
         send_timeout: Duration,
         dest: Option<&str>,
+        event_type: &str,
     ) -> Result<Link, OutboxError> {
         let (sender, reader) = match kind {
             Kind::RocketMq => {
@@ -121,6 +129,18 @@ impl Link {
                 (
                     Sender::RocketMq(Arc::new(publisher)),
                     Reader::RocketMq(consumer),
+                )
+            }
+            Kind::Kafka => {
+                let mut config = KafkaConfig::from_env()?.send_timeout(send_timeout);
+                if let Some(prefix) = dest {
+                    config = config.topic_prefix(prefix);
+                }
+                let consumer = KafkaConsumer::start(&config, &[event_type], 3).await?;
+                let publisher = KafkaPublisher::start(config).await?;
+                (
+                    Sender::Kafka(Arc::new(publisher)),
+                    Reader::Kafka(Box::new(consumer)),
                 )
             }
             Kind::Nats => {
@@ -177,6 +197,7 @@ impl Link {
     pub fn publisher(&self) -> Arc<dyn Publisher> {
         match &self.sender {
             Sender::RocketMq(p) => p.clone(),
+            Sender::Kafka(p) => p.clone(),
             Sender::Nats(p) => p.clone(),
             Sender::RabbitMq(p) => p.clone(),
             Sender::Redis(p) => p.clone(),
@@ -193,6 +214,15 @@ impl Link {
                 .map(|m| Arrival {
                     event_id: m.event_id,
                     key: m.keys,
+                })
+                .collect(),
+            Reader::Kafka(c) => c
+                .poll(wait)
+                .await
+                .into_iter()
+                .map(|m| Arrival {
+                    event_id: m.event_id,
+                    key: m.key,
                 })
                 .collect(),
             Reader::Nats(c) => c
@@ -231,10 +261,15 @@ impl Link {
             Reader::RocketMq(c) => c.shutdown().await,
             Reader::Nats(c) => c.shutdown().await,
             Reader::RabbitMq(c) => c.close(false).await,
-            Reader::Redis(_) => {}
+            Reader::Kafka(_) | Reader::Redis(_) => {}
         }
         match self.sender {
             Sender::RocketMq(p) => {
+                if let Ok(p) = Arc::try_unwrap(p) {
+                    p.shutdown().await;
+                }
+            }
+            Sender::Kafka(p) => {
                 if let Ok(p) = Arc::try_unwrap(p) {
                     p.shutdown().await;
                 }

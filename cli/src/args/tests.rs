@@ -319,18 +319,20 @@ fn publisher_parses() {
     assert_eq!(publisher(&[]), PublisherKind::RocketMq);
     for kind in [
         PublisherKind::RocketMq,
+        PublisherKind::Kafka,
         PublisherKind::Nats,
         PublisherKind::RabbitMq,
         PublisherKind::Redis,
     ] {
         assert_eq!(publisher(&["--publisher", kind.name()]), kind);
     }
-    let err = Cli::try_parse_from(["outbox", "relay", "--publisher", "kafka"])
-        .expect_err("kafka is refused")
+    assert_eq!(publisher(&["--publisher", "NATS"]), PublisherKind::Nats);
+    let err = Cli::try_parse_from(["outbox", "relay", "--publisher", "pulsar"])
+        .expect_err("pulsar is refused")
         .to_string();
     assert!(
-        err.contains("invalid value 'kafka' for '--publisher <PUBLISHER>'")
-            && err.contains("[possible values: rocketmq, nats, rabbitmq, redis]"),
+        err.contains("invalid value 'pulsar' for '--publisher <PUBLISHER>'")
+            && err.contains("[possible values: rocketmq, kafka, nats, rabbitmq, redis]"),
         "{err}"
     );
 }
