@@ -1,8 +1,8 @@
 //! # sea-orm-outbox-conformance
 //!
 //! The conformance suite a publisher of sea-orm-outbox runs against its real broker: the same
-//! cases for NATS JetStream, RabbitMQ and Redis Streams (and for a publisher of your own), on
-//! Postgres and MariaDB (SQLite for the fault-free case).
+//! cases for RocketMQ, NATS JetStream, RabbitMQ and Redis Streams (and for a publisher of your
+//! own), on Postgres and MariaDB (SQLite for the fault-free case).
 //!
 //! A publisher crate implements [`Broker`] in one test file and expands [`suite!`] there:
 //!
@@ -19,9 +19,9 @@
 //!   reads them.
 //! - `oversized_fails_alone`: a message the broker refuses for good goes to `FAIL` with the
 //!   reason; the others of its batch arrive.
-//! - `outage_loses_nothing`: the server becomes unreachable mid-run (a proxy between the
-//!   publishers and the server drops every connection and refuses new ones); every event
-//!   arrives after it comes back.
+//! - `outage_loses_nothing`: the server becomes unreachable mid-run (by default a proxy between
+//!   the publishers and the server drops every connection and refuses new ones; see
+//!   [`Broker::outage`]); every event arrives after it comes back.
 //! - `wrong_credentials_are_refused`: the publisher does not start, with an error that names
 //!   the setting and never shows the secret.
 //! - `ordered_keeps_key_order`: in ordered mode one key's events reach the consumer in the
@@ -120,8 +120,8 @@ pub trait Broker: Send + Sync + Sized + 'static {
     /// The broker of this run, from the crate's address variables.
     fn from_env() -> Self;
 
-    /// The server's address (`host:port`); the suite checks that it answers and puts its
-    /// proxy in front of it for the outage case.
+    /// The server's address (`host:port`); the suite checks that it answers, and the default
+    /// [`Broker::outage`] puts its proxy in front of it.
     fn addr(&self) -> String;
 
     /// Starts a publisher that sends to destination `dest` (a name unique to the case: a

@@ -1,5 +1,7 @@
 //! A TCP proxy between publishers and their server, which the outage case takes down.
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::copy_bidirectional;
@@ -75,17 +77,34 @@ impl Drop for Proxy {
 }
 
 /// A free loopback port of 20000–32767, for a server a test starts for itself (it is free when
-/// this returns; another process may take it before the server binds it).
+/// this returns; another process may take it before the server binds it). It never returns
+/// one port twice in a process, so cases running at the same time get different ports.
+///
+/// # Panics
+/// When no port of 20000–32767 is free.
 pub async fn free_port() -> u16 {
-    let listener = bind_below_ephemeral().await;
-    listener.local_addr().expect("local address").port()
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let listener = bind_below_ephemeral().await;
+        let port = listener.local_addr().expect("local address").port();
+        if HANDED_OUT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(port)
+        {
+            return port;
+        }
+    }
 }
+
+/// Calls of [`bind_below_ephemeral`] so far in this process: each starts one port further.
+static SEARCHES: AtomicU32 = AtomicU32::new(0);
 
 /// A listener on a loopback port of 20000–32767 (ports from 32768 on are the ephemeral ones).
 async fn bind_below_ephemeral() -> TcpListener {
-    let start = 20_000 + (std::process::id() % 12_000) as u16;
-    for i in 0..12_768u16 {
-        let port = 20_000 + (start - 20_000 + i) % 12_768;
+    let first = std::process::id() % 12_000 + SEARCHES.fetch_add(1, Ordering::Relaxed);
+    for i in 0..12_768u32 {
+        let port = 20_000 + ((first + i) % 12_768) as u16;
         if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)).await {
             return listener;
         }
@@ -94,4 +113,14 @@ async fn bind_below_ephemeral() -> TcpListener {
         }
     }
     panic!("no free loopback port in 20000-32767");
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn free_ports_differ_until_bound() {
+        let (a, b) = (super::free_port().await, super::free_port().await);
+        assert_ne!(a, b, "two calls before any server binds");
+        assert!((20_000..32_768).contains(&a) && (20_000..32_768).contains(&b));
+    }
 }

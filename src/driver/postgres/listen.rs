@@ -166,7 +166,8 @@ impl Listener {
 /// once more after `other`'s transaction ended. Unshared connections never show one pid twice
 /// nor a pid that changes. A transaction pooler hands a released server connection to the
 /// next client, so each round catches it unless other clients took that connection in
-/// between; the self-check's `NOTIFY` finds a pooler that every round missed.
+/// between; the self-check's `NOTIFY` finds a pooler that every round missed, but only after
+/// its `LISTEN` went through (`docs/pools.md`).
 async fn shares_backends(
     mine: &mut PgListener,
     other: &mut PgListener,
