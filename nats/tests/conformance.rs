@@ -145,7 +145,7 @@ impl PrivateServer {
     /// When the `nats-server` binary is missing or the server does not come up in 10 s.
     async fn start(password: &str) -> PrivateServer {
         let bin = server_bin();
-        let port = free_port_below_32768();
+        let port = sea_orm_outbox_conformance::free_port().await;
         let child = tokio::process::Command::new(&bin)
             .args(["-a", "127.0.0.1", "-p", &port.to_string()])
             .args(["--user", "outbox", "--pass", password])
@@ -191,15 +191,6 @@ fn server_bin() -> String {
         || "/usr/sbin/nats-server".to_owned(),
         |p| p.display().to_string(),
     )
-}
-
-/// A loopback port of 20000-32767 that is free now.
-fn free_port_below_32768() -> u16 {
-    let start = (std::process::id() % 12_000) as u16;
-    (0..12_768u16)
-        .map(|i| 20_000 + (start + 7_000 + i) % 12_768)
-        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        .expect("a free loopback port in 20000-32767")
 }
 
 sea_orm_outbox_conformance::suite!(crate::Nats);
