@@ -1,13 +1,14 @@
 //! [`KafkaPublisher`]: the [`Publisher`] that sends each event as one Kafka record through an
 //! idempotent producer and waits for the brokers' ack of every one.
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::metadata::Metadata;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use sea_orm_outbox::{OutboxError, OutboxMessage, PublishError, Publisher};
 use tokio::time::{timeout_at, Instant};
 
@@ -39,11 +40,36 @@ const UNKNOWN_TOPIC_WAIT: Duration = Duration::from_secs(1);
 /// [`KafkaPublisher::shutdown`] at the end, after the workers have stopped.
 pub struct KafkaPublisher {
     config: KafkaConfig,
-    producer: Arc<Holder>,
+    /// The producer in use; replaced when it fails fatally (see [`KafkaPublisher::reset`]).
+    producer: RwLock<Arc<Holder>>,
 }
 
 /// The producer and its context, shareable with a blocking thread.
 struct Holder(FutureProducer<Ctx>, Ctx);
+
+impl Holder {
+    /// A new idempotent producer for `config`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when librdkafka refuses the settings.
+    fn create(config: &KafkaConfig) -> Result<Holder, OutboxError> {
+        let mut client = config.client_config("sea-orm-outbox-publisher");
+        client
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", millis(config.send_timeout))
+            .set(
+                "topic.metadata.propagation.max.ms",
+                millis(UNKNOWN_TOPIC_WAIT),
+            );
+        let ctx = Ctx::default();
+        let producer: FutureProducer<Ctx> =
+            client.create_with_context(ctx.clone()).map_err(|e| {
+                OutboxError::InvalidConfig(format!("the Kafka producer cannot be created: {e}"))
+            })?;
+        Ok(Holder(producer, ctx))
+    }
+}
 
 impl HasClient for Holder {
     fn fetch_metadata(&self, topic: Option<&str>, wait: Duration) -> KafkaResult<Metadata> {
@@ -93,7 +119,10 @@ impl KafkaPublisher {
         let metadata = check_metadata(producer.clone(), &config, None).await?;
         tracing::info!(brokers = %config.brokers, topics = %format!("{}.<event type>", config.topic_prefix),
             cluster_brokers = metadata.brokers().len(), "Kafka publisher started (idempotent producer, acks=all)");
-        Ok(KafkaPublisher { config, producer })
+        Ok(KafkaPublisher {
+            config,
+            producer: RwLock::new(producer),
+        })
     }
 
     /// The configuration in force.
@@ -103,7 +132,7 @@ impl KafkaPublisher {
 
     /// Waits up to the send timeout for records still in flight, then drops the producer.
     pub async fn shutdown(self) {
-        let producer = self.producer.clone();
+        let producer = self.current();
         let wait = self.config.send_timeout;
         let flushed = tokio::task::spawn_blocking(move || producer.0.flush(wait)).await;
         if let Ok(Err(e)) = flushed {
@@ -119,14 +148,21 @@ impl KafkaPublisher {
         messages: &[&OutboxMessage],
         deadline: Instant,
     ) -> Vec<Result<(), PublishError>> {
-        let pending: Vec<Result<DeliveryFuture, PublishError>> =
-            messages.iter().map(|m| self.enqueue(m)).collect();
+        let producer = self.current();
+        let pending: Vec<Result<DeliveryFuture, PublishError>> = messages
+            .iter()
+            .map(|m| self.enqueue(&producer, m))
+            .collect();
+        let mut fatal = false;
         let mut results = Vec::with_capacity(messages.len());
         for p in pending {
             results.push(match p {
                 Ok(delivery) => match timeout_at(deadline, delivery).await {
                     Ok(Ok(Ok(_delivery))) => Ok(()),
-                    Ok(Ok(Err((e, _message)))) => Err(classify(&e)),
+                    Ok(Ok(Err((e, _message)))) => {
+                        fatal |= is_fatal(&e);
+                        Err(classify(&e))
+                    }
                     Ok(Err(_canceled)) => Err(PublishError::retryable(
                         "the Kafka producer closed before the record's delivery report",
                     )),
@@ -135,17 +171,64 @@ impl KafkaPublisher {
                 Err(e) => Err(e),
             });
         }
+        if fatal || producer.0.client().fatal_error().is_some() {
+            self.reset(&producer);
+        }
         results
     }
 
+    /// The producer in use.
+    fn current(&self) -> Arc<Holder> {
+        self.producer
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces `failed` (unless another call did already) with a new producer, which gets a
+    /// new producer id. An idempotent producer that failed fatally (fenced, or its sequence
+    /// numbers out of step with the broker's) refuses every later record; only a new one
+    /// sends again.
+    fn reset(&self, failed: &Arc<Holder>) {
+        let fresh = match Holder::create(&self.config) {
+            Ok(fresh) => Arc::new(fresh),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot replace the failed Kafka producer");
+                return;
+            }
+        };
+        let old = {
+            let mut current = self.producer.write().unwrap_or_else(|p| p.into_inner());
+            if !Arc::ptr_eq(&current, failed) {
+                return;
+            }
+            std::mem::replace(&mut *current, fresh)
+        };
+        let reason = old
+            .0
+            .client()
+            .fatal_error()
+            .map(|(code, text)| format!("{code:?}: {text}"));
+        tracing::warn!(
+            reason = reason.as_deref().unwrap_or("a fatal produce error"),
+            "Kafka producer failed fatally; a new producer (a new producer id) replaces it"
+        );
+        // Dropping a producer waits for its queue: not on this thread.
+        tokio::task::spawn_blocking(move || drop(old));
+    }
+
     /// Hands `m` to the producer (without waiting for its delivery).
-    fn enqueue(&self, m: &OutboxMessage) -> Result<DeliveryFuture, PublishError> {
+    fn enqueue(
+        &self,
+        producer: &Holder,
+        m: &OutboxMessage,
+    ) -> Result<DeliveryFuture, PublishError> {
         let topic = topic(&self.config.topic_prefix, m)?;
         let record = FutureRecord::to(&topic)
             .key(m.biz_no.as_bytes())
             .payload(m.payload.as_bytes())
             .headers(headers_of(m));
-        self.producer
+        producer
             .0
             .send_result(record)
             .map_err(|(e, _record)| classify(&e))
@@ -202,6 +285,21 @@ impl KafkaPublisher {
             .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
             .collect()
     }
+}
+
+/// Whether `e` leaves the idempotent producer unable to send: fenced, fatal, or its producer
+/// id or sequence numbers out of step with the broker's.
+fn is_fatal(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::UnknownProducerId
+                | RDKafkaErrorCode::OutOfOrderSequenceNumber
+        )
+    )
 }
 
 /// The error of a record whose delivery report did not come within the send timeout.

@@ -91,7 +91,11 @@ impl Broker for Kafka {
 
     async fn outage(&self, dest: &str) -> Outage {
         let server_port = free_port().await;
+        // Held while the proxy binds, which would otherwise take the same first free port.
+        let reserved = std::net::TcpListener::bind(("127.0.0.1", server_port))
+            .expect("the broker's port is free");
         let proxy = Proxy::start(&format!("127.0.0.1:{server_port}")).await;
+        drop(reserved);
         let advertised: u16 = proxy
             .addr()
             .rsplit_once(':')
