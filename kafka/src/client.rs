@@ -79,6 +79,10 @@ impl ClientContext for Ctx {
 
 impl ConsumerContext for Ctx {}
 
+/// The longest one metadata request of [`check_metadata`] waits before it looks for a
+/// refused login.
+const SLICE: Duration = Duration::from_millis(500);
+
 /// Something that holds a librdkafka client with context [`Ctx`] and can be moved to a
 /// blocking thread.
 pub(crate) trait HasClient: Send + Sync + 'static {
@@ -101,9 +105,17 @@ pub(crate) async fn check_metadata<H: HasClient>(
 ) -> Result<Metadata, OutboxError> {
     let wait = config.connect_timeout;
     let task = tokio::task::spawn_blocking(move || {
-        let result = holder.fetch_metadata(topic.as_deref(), wait);
+        // In slices, so that a refused login ends the wait at once.
+        let deadline = std::time::Instant::now() + wait;
         let ctx = holder.ctx();
-        (result, ctx.auth_error(), ctx.last_error())
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let result = holder.fetch_metadata(topic.as_deref(), left.min(SLICE));
+            let done = result.is_ok() || left <= SLICE || ctx.auth_error().is_some();
+            if done {
+                return (result, ctx.auth_error(), ctx.last_error());
+            }
+        }
     });
     let bound = wait + Duration::from_secs(1);
     match tokio::time::timeout(bound, task).await {
