@@ -8,7 +8,7 @@ use rdkafka::ClientConfig;
 use sea_orm_outbox::OutboxError;
 
 use crate::credentials::{Credentials, Secret, ENV_PASSWORD, ENV_SASL_MECHANISM, ENV_USERNAME};
-use crate::message::check_topic_part;
+use crate::message::{check_topic_part, DEFAULT_MAX_MESSAGE_BYTES};
 
 /// Default bootstrap brokers: `127.0.0.1:9092`.
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
@@ -18,9 +18,6 @@ pub const DEFAULT_TOPIC_PREFIX: &str = "outbox";
 pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default connect timeout: 5 s (the metadata request at start).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default largest message the producer sends, in bytes (librdkafka's `message.max.bytes`
-/// default): 1,000,000. A larger one fails for good before it is sent.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
 /// The environment variable with the bootstrap brokers: `host:port`, several separated by `,`.
 pub const ENV_BROKERS: &str = "KAFKA_BROKERS";
 /// The environment variable with the topic prefix ([`KafkaConfig::topic_prefix`]).

@@ -59,14 +59,14 @@ mod message;
 mod producer;
 
 pub use config::{
-    KafkaConfig, DEFAULT_BROKERS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES,
-    DEFAULT_SEND_TIMEOUT, DEFAULT_TOPIC_PREFIX, ENV_BROKERS, ENV_MAX_MESSAGE_BYTES,
-    ENV_SEND_TIMEOUT_MS, ENV_TLS, ENV_TLS_CA_FILE, ENV_TOPIC_PREFIX,
+    KafkaConfig, DEFAULT_BROKERS, DEFAULT_CONNECT_TIMEOUT, DEFAULT_SEND_TIMEOUT,
+    DEFAULT_TOPIC_PREFIX, ENV_BROKERS, ENV_MAX_MESSAGE_BYTES, ENV_SEND_TIMEOUT_MS, ENV_TLS,
+    ENV_TLS_CA_FILE, ENV_TOPIC_PREFIX,
 };
 pub use consumer::{KafkaConsumer, ReceivedMessage};
 pub use credentials::{
     Credentials, SaslMechanism, Secret, ENV_PASSWORD, ENV_SASL_MECHANISM, ENV_USERNAME,
 };
 pub use errors::classify;
-pub use message::{EVENT_LIMITS, MAX_TOPIC_LEN};
+pub use message::{DEFAULT_MAX_MESSAGE_BYTES, EVENT_LIMITS, MAX_TOPIC_LEN};
 pub use producer::KafkaPublisher;

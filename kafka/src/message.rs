@@ -3,7 +3,9 @@
 use rdkafka::message::{Header, OwnedHeaders};
 use sea_orm_outbox::{EventLimits, OutboxMessage, PublishError};
 
-use crate::config::DEFAULT_MAX_MESSAGE_BYTES;
+/// Default largest message the producer sends, in bytes (librdkafka's `message.max.bytes`
+/// default): 1,000,000. A larger one fails for good before it is sent.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_000_000;
 
 /// Longest topic name Kafka accepts: 249 characters.
 pub const MAX_TOPIC_LEN: usize = 249;
