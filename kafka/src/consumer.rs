@@ -239,13 +239,21 @@ impl KafkaConsumer {
     /// # Errors
     /// [`OutboxError::Broker`] when the brokers do not delete them.
     pub async fn delete_topics(self) -> Result<(), OutboxError> {
-        let admin: AdminClient<Ctx> = self
-            .config
+        // The consumer goes first: a client that still reads a deleted topic asks for its
+        // metadata by topic id, and Tansu 0.6.0 answers with neither name nor id, on which
+        // librdkafka 2.12.1 crashes.
+        let KafkaConsumer {
+            config,
+            consumer,
+            topics,
+        } = self;
+        drop(consumer);
+        let admin: AdminClient<Ctx> = config
             .client_config("sea-orm-outbox-consumer-admin")
             .create_with_context(Ctx::default())
             .map_err(|e| OutboxError::Broker(format!("Kafka admin client: {e}")))?;
-        let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        let options = AdminOptions::new().operation_timeout(Some(self.config.connect_timeout));
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let options = AdminOptions::new().operation_timeout(Some(config.connect_timeout));
         let results = admin
             .delete_topics(&names, &options)
             .await

@@ -17,11 +17,6 @@ use crate::config::{millis, KafkaConfig};
 use crate::errors::classify;
 use crate::message::{headers_of, topic};
 
-/// How long librdkafka waits for a topic it does not know to appear before it fails the
-/// topic's messages as unknown (`topic.metadata.propagation.max.ms`): 1 s, so that a missing
-/// topic shows as a configuration error rather than a send timeout.
-const UNKNOWN_TOPIC_WAIT: Duration = Duration::from_secs(1);
-
 /// Relays outbox events to Kafka through an idempotent producer, each one acknowledged by
 /// every in-sync replica.
 ///
@@ -35,6 +30,10 @@ const UNKNOWN_TOPIC_WAIT: Duration = Duration::from_secs(1);
 /// ordered mode ([`OutboxMessage::ordered`]) a key's next event of the batch is enqueued only
 /// after the delivery of its previous one; after a failure the key's later events are not sent
 /// (retryable).
+///
+/// An idempotent producer that fails fatally (fenced, or its producer id or sequence numbers
+/// out of step with the broker's) refuses every later record: the publisher then replaces it
+/// with a new one, and the failed sends are retryable.
 ///
 /// Publishes take `&self`: wrap the publisher in an `Arc` and hand it to every worker. Call
 /// [`KafkaPublisher::shutdown`] at the end, after the workers have stopped.
@@ -57,11 +56,7 @@ impl Holder {
         client
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("message.timeout.ms", millis(config.send_timeout))
-            .set(
-                "topic.metadata.propagation.max.ms",
-                millis(UNKNOWN_TOPIC_WAIT),
-            );
+            .set("message.timeout.ms", millis(config.send_timeout));
         let ctx = Ctx::default();
         let producer: FutureProducer<Ctx> =
             client.create_with_context(ctx.clone()).map_err(|e| {
@@ -101,21 +96,7 @@ impl KafkaPublisher {
     /// when no broker answers within [`KafkaConfig::connect_timeout`].
     pub async fn start(config: KafkaConfig) -> Result<Self, OutboxError> {
         config.validate()?;
-        let mut client = config.client_config("sea-orm-outbox-publisher");
-        client
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", millis(config.send_timeout))
-            .set(
-                "topic.metadata.propagation.max.ms",
-                millis(UNKNOWN_TOPIC_WAIT),
-            );
-        let ctx = Ctx::default();
-        let producer: FutureProducer<Ctx> =
-            client.create_with_context(ctx.clone()).map_err(|e| {
-                OutboxError::InvalidConfig(format!("the Kafka producer cannot be created: {e}"))
-            })?;
-        let producer = Arc::new(Holder(producer, ctx));
+        let producer = Arc::new(Holder::create(&config)?);
         let metadata = check_metadata(producer.clone(), &config, None).await?;
         tracing::info!(brokers = %config.brokers, topics = %format!("{}.<event type>", config.topic_prefix),
             cluster_brokers = metadata.brokers().len(), "Kafka publisher started (idempotent producer, acks=all)");
