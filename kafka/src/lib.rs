@@ -10,9 +10,8 @@
 //! `acks=all`): its own retries neither duplicate nor reorder records, and only the brokers'
 //! ack counts as delivered. A record larger than `message.max.bytes`, or an event type that
 //! cannot be part of a topic name, fails for good and the event goes straight to `FAIL` with
-//! the reason; time-outs and unreachable brokers are retryable, and so is a record for a topic
-//! that does not exist (librdkafka holds it until the send timeout); a topic or cluster that
-//! the login may not write to is a configuration error (the event stays `WAIT`).
+//! the reason; time-outs and unreachable brokers are retryable; a topic that does not exist is
+//! a configuration error (the event stays `WAIT`).
 //!
 //! rdkafka is the Rust client with an idempotent producer; the pure-Rust clients (rskafka)
 //! have none, so a retry of theirs after a lost ack could write a record twice or out of

@@ -17,6 +17,11 @@ use crate::config::{millis, KafkaConfig};
 use crate::errors::classify;
 use crate::message::{headers_of, topic};
 
+/// How long librdkafka waits for a topic it does not know to appear before it fails the
+/// topic's records as unknown (`topic.metadata.propagation.max.ms`): 1 s, so that a missing
+/// topic shows as a configuration error rather than a send timeout.
+const UNKNOWN_TOPIC_WAIT: Duration = Duration::from_secs(1);
+
 /// Relays outbox events to Kafka through an idempotent producer, each one acknowledged by
 /// every in-sync replica.
 ///
@@ -56,7 +61,11 @@ impl Holder {
         client
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("message.timeout.ms", millis(config.send_timeout));
+            .set("message.timeout.ms", millis(config.send_timeout))
+            .set(
+                "topic.metadata.propagation.max.ms",
+                millis(UNKNOWN_TOPIC_WAIT),
+            );
         let ctx = Ctx::default();
         let producer: FutureProducer<Ctx> =
             client.create_with_context(ctx.clone()).map_err(|e| {

@@ -1,6 +1,6 @@
 //! The publisher against the Kafka-compatible broker at `KAFKA_BROKERS` (default
 //! `127.0.0.1:9092`): the start-up check, per-event outcomes of a batch (a too-large record, a
-//! bad event type and a missing topic, which times out, among good ones), and a key's order in one ordered
+//! bad event type and a missing topic among good ones), and a key's order in one ordered
 //! batch. Under `CI=true` a broker that does not answer fails the tests; elsewhere they are
 //! skipped with a message.
 use std::time::Duration;
@@ -114,7 +114,7 @@ async fn a_batch_has_one_outcome_per_event() {
             Some(PublishErrorKind::Permanent),
             Some(PublishErrorKind::Permanent),
             None,
-            Some(PublishErrorKind::Retryable),
+            Some(PublishErrorKind::Configuration),
         ],
         "{results:?}"
     );
