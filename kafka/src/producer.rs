@@ -1,0 +1,326 @@
+//! [`KafkaPublisher`]: the [`Publisher`] that sends each event as one Kafka record through an
+//! idempotent producer and waits for the brokers' ack of every one.
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::metadata::Metadata;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use sea_orm_outbox::{OutboxError, OutboxMessage, PublishError, Publisher};
+use tokio::time::{timeout_at, Instant};
+
+use crate::client::{check_metadata, Ctx, HasClient};
+use crate::config::{millis, KafkaConfig};
+use crate::errors::classify;
+use crate::message::{headers_of, topic};
+
+/// How long librdkafka waits for a topic it does not know to appear before it fails the
+/// topic's records as unknown (`topic.metadata.propagation.max.ms`): 1 s, so that a missing
+/// topic shows as a configuration error rather than a send timeout.
+const UNKNOWN_TOPIC_WAIT: Duration = Duration::from_secs(1);
+
+/// Relays outbox events to Kafka through an idempotent producer, each one acknowledged by
+/// every in-sync replica.
+///
+/// An event of type `T` goes to topic `<topic_prefix>.T` with key = `biz_no` (so one key's
+/// events stay on one partition), value = payload and headers = the event's headers,
+/// `eventId`, `eventType`, `bizNo`. The producer is idempotent (`enable.idempotence=true`,
+/// hence `acks=all`): its own retries neither duplicate nor reorder records. Only the brokers'
+/// ack counts as delivered.
+///
+/// A batch's records are all enqueued, then their deliveries awaited: one result per event. In
+/// ordered mode ([`OutboxMessage::ordered`]) a key's next event of the batch is enqueued only
+/// after the delivery of its previous one; after a failure the key's later events are not sent
+/// (retryable).
+///
+/// An idempotent producer that fails fatally (fenced, or its producer id or sequence numbers
+/// out of step with the broker's) refuses every later record: the publisher then replaces it
+/// with a new one, and the failed sends are retryable.
+///
+/// Publishes take `&self`: wrap the publisher in an `Arc` and hand it to every worker. Call
+/// [`KafkaPublisher::shutdown`] at the end, after the workers have stopped.
+pub struct KafkaPublisher {
+    config: KafkaConfig,
+    /// The producer in use; replaced when it fails fatally (see [`KafkaPublisher::reset`]).
+    producer: RwLock<Arc<Holder>>,
+}
+
+/// The producer and its context, shareable with a blocking thread.
+struct Holder(FutureProducer<Ctx>, Ctx);
+
+impl Holder {
+    /// A new idempotent producer for `config`.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] when librdkafka refuses the settings.
+    fn create(config: &KafkaConfig) -> Result<Holder, OutboxError> {
+        let mut client = config.client_config("sea-orm-outbox-publisher");
+        client
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", millis(config.send_timeout))
+            .set(
+                "topic.metadata.propagation.max.ms",
+                millis(UNKNOWN_TOPIC_WAIT),
+            );
+        let ctx = Ctx::default();
+        let producer: FutureProducer<Ctx> =
+            client.create_with_context(ctx.clone()).map_err(|e| {
+                OutboxError::InvalidConfig(format!("the Kafka producer cannot be created: {e}"))
+            })?;
+        Ok(Holder(producer, ctx))
+    }
+}
+
+impl HasClient for Holder {
+    fn fetch_metadata(&self, topic: Option<&str>, wait: Duration) -> KafkaResult<Metadata> {
+        self.0.client().fetch_metadata(topic, wait)
+    }
+    fn ctx(&self) -> &Ctx {
+        &self.1
+    }
+}
+
+impl std::fmt::Debug for KafkaPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaPublisher")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaPublisher {
+    /// Validates `config`, creates the idempotent producer and requests the cluster's metadata
+    /// (which proves that a broker answers and accepts the login). The client then reconnects
+    /// by itself whenever a connection breaks; publishes meanwhile fail retryably within the
+    /// send timeout.
+    ///
+    /// # Errors
+    /// [`OutboxError::InvalidConfig`] for a configuration that fails [`KafkaConfig::validate`]
+    /// or that librdkafka refuses (e.g. a CA file it cannot read), or a login the brokers
+    /// refuse (the message names `KAFKA_PASSWORD`, never its value); [`OutboxError::Broker`]
+    /// when no broker answers within [`KafkaConfig::connect_timeout`].
+    pub async fn start(config: KafkaConfig) -> Result<Self, OutboxError> {
+        config.validate()?;
+        let producer = Arc::new(Holder::create(&config)?);
+        let metadata = check_metadata(producer.clone(), &config, None).await?;
+        tracing::info!(brokers = %config.brokers, topics = %format!("{}.<event type>", config.topic_prefix),
+            cluster_brokers = metadata.brokers().len(), "Kafka publisher started (idempotent producer, acks=all)");
+        Ok(KafkaPublisher {
+            config,
+            producer: RwLock::new(producer),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &KafkaConfig {
+        &self.config
+    }
+
+    /// Waits up to the send timeout for records still in flight, then drops the producer.
+    pub async fn shutdown(self) {
+        let producer = self.current();
+        let wait = self.config.send_timeout;
+        let flushed = tokio::task::spawn_blocking(move || producer.0.flush(wait)).await;
+        if let Ok(Err(e)) = flushed {
+            tracing::warn!(error = %e, "Kafka producer did not flush every record");
+        }
+        tracing::info!("Kafka publisher stopped");
+    }
+
+    /// Enqueues `messages` (all at once, then awaits their deliveries) by `deadline`; one
+    /// result per message, in order.
+    async fn send_all(
+        &self,
+        messages: &[&OutboxMessage],
+        deadline: Instant,
+    ) -> Vec<Result<(), PublishError>> {
+        let producer = self.current();
+        let pending: Vec<Result<DeliveryFuture, PublishError>> = messages
+            .iter()
+            .map(|m| self.enqueue(&producer, m))
+            .collect();
+        let mut fatal = false;
+        let mut results = Vec::with_capacity(messages.len());
+        for p in pending {
+            results.push(match p {
+                Ok(delivery) => match timeout_at(deadline, delivery).await {
+                    Ok(Ok(Ok(_delivery))) => Ok(()),
+                    Ok(Ok(Err((e, _message)))) => {
+                        fatal |= is_fatal(&e);
+                        Err(classify(&e))
+                    }
+                    Ok(Err(_canceled)) => Err(PublishError::retryable(
+                        "the Kafka producer closed before the record's delivery report",
+                    )),
+                    Err(_) => Err(timed_out(&self.config)),
+                },
+                Err(e) => Err(e),
+            });
+        }
+        if fatal || producer.0.client().fatal_error().is_some() {
+            self.reset(&producer);
+        }
+        results
+    }
+
+    /// The producer in use.
+    fn current(&self) -> Arc<Holder> {
+        self.producer
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces `failed` (unless another call did already) with a new producer, which gets a
+    /// new producer id. An idempotent producer that failed fatally (fenced, or its sequence
+    /// numbers out of step with the broker's) refuses every later record; only a new one
+    /// sends again.
+    fn reset(&self, failed: &Arc<Holder>) {
+        let fresh = match Holder::create(&self.config) {
+            Ok(fresh) => Arc::new(fresh),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot replace the failed Kafka producer");
+                return;
+            }
+        };
+        let old = {
+            let mut current = self.producer.write().unwrap_or_else(|p| p.into_inner());
+            if !Arc::ptr_eq(&current, failed) {
+                return;
+            }
+            std::mem::replace(&mut *current, fresh)
+        };
+        let reason = old
+            .0
+            .client()
+            .fatal_error()
+            .map(|(code, text)| format!("{code:?}: {text}"));
+        tracing::warn!(
+            reason = reason.as_deref().unwrap_or("a fatal produce error"),
+            "Kafka producer failed fatally; a new producer (a new producer id) replaces it"
+        );
+        // Dropping a producer waits for its queue: not on this thread.
+        tokio::task::spawn_blocking(move || drop(old));
+    }
+
+    /// Hands `m` to the producer (without waiting for its delivery).
+    fn enqueue(
+        &self,
+        producer: &Holder,
+        m: &OutboxMessage,
+    ) -> Result<DeliveryFuture, PublishError> {
+        let topic = topic(&self.config.topic_prefix, m)?;
+        let record = FutureRecord::to(&topic)
+            .key(m.biz_no.as_bytes())
+            .payload(m.payload.as_bytes())
+            .headers(headers_of(m));
+        producer
+            .0
+            .send_result(record)
+            .map_err(|(e, _record)| classify(&e))
+    }
+
+    /// Ordered mode: sends `messages` in rounds, round `n` holding each key's `n`-th message
+    /// (and unordered messages in round 0), awaiting a round's deliveries before the next; a
+    /// key whose message failed sends nothing more.
+    async fn send_ordered(
+        &self,
+        messages: &[OutboxMessage],
+        deadline: Instant,
+    ) -> Vec<Result<(), PublishError>> {
+        let mut rounds: Vec<Vec<usize>> = Vec::new();
+        let mut next_round: HashMap<&str, usize> = HashMap::new();
+        for (i, m) in messages.iter().enumerate() {
+            let round = if m.ordered {
+                let n = next_round.entry(m.biz_no.as_str()).or_insert(0);
+                *n += 1;
+                *n - 1
+            } else {
+                0
+            };
+            if rounds.len() <= round {
+                rounds.resize_with(round + 1, Vec::new);
+            }
+            rounds[round].push(i);
+        }
+        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; messages.len()];
+        let mut failed: HashSet<&str> = HashSet::new();
+        for round in rounds {
+            let mut todo = Vec::with_capacity(round.len());
+            for i in round {
+                let m = &messages[i];
+                if m.ordered && failed.contains(m.biz_no.as_str()) {
+                    results[i] = Some(Err(PublishError::retryable(format!(
+                        "not sent: an earlier event of key {} failed in the same batch",
+                        m.biz_no
+                    ))));
+                } else {
+                    todo.push(i);
+                }
+            }
+            let batch: Vec<&OutboxMessage> = todo.iter().map(|&i| &messages[i]).collect();
+            for (i, result) in todo.into_iter().zip(self.send_all(&batch, deadline).await) {
+                if result.is_err() && messages[i].ordered {
+                    failed.insert(messages[i].biz_no.as_str());
+                }
+                results[i] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
+            .collect()
+    }
+}
+
+/// Whether `e` leaves the idempotent producer unable to send: fenced, fatal, or its producer
+/// id or sequence numbers out of step with the broker's.
+fn is_fatal(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::UnknownProducerId
+                | RDKafkaErrorCode::OutOfOrderSequenceNumber
+        )
+    )
+}
+
+/// The error of a record whose delivery report did not come within the send timeout.
+fn timed_out(config: &KafkaConfig) -> PublishError {
+    PublishError::retryable(format!(
+        "Kafka produce timed out: no ack within {:?} (send timeout)",
+        config.send_timeout
+    ))
+}
+
+#[async_trait]
+impl Publisher for KafkaPublisher {
+    async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        let deadline = Instant::now() + self.config.send_timeout;
+        self.send_all(&[message], deadline)
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(PublishError::retryable("not sent")))
+    }
+
+    async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
+        let deadline = Instant::now() + self.config.send_timeout;
+        if messages.iter().any(|m| m.ordered) {
+            self.send_ordered(messages, deadline).await
+        } else {
+            let all: Vec<&OutboxMessage> = messages.iter().collect();
+            self.send_all(&all, deadline).await
+        }
+    }
+
+    fn batches(&self) -> bool {
+        true
+    }
+}
