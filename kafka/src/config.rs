@@ -222,11 +222,20 @@ impl KafkaConfig {
     ///
     /// # Errors
     /// [`OutboxError::InvalidConfig`], naming the setting's variable, when the brokers are
-    /// empty or an entry is not `host:port`, the topic prefix holds a character Kafka does not
+    /// empty or an entry is not `host:port` or holds a login (`user:password@`; the message
+    /// does not repeat it), the topic prefix holds a character Kafka does not
     /// allow in a topic name, a timeout is zero, the largest message is below 1,000 bytes or
     /// above 1,000,000,000 (librdkafka's range), or the login fails [`Credentials::validate`].
     pub fn validate(&self) -> Result<(), OutboxError> {
         for entry in self.brokers.split(',').map(str::trim) {
+            // A login in an address would show wherever the brokers are logged: refuse it
+            // without echoing the entry.
+            if entry.contains('@') {
+                return Err(OutboxError::InvalidConfig(format!(
+                    "a Kafka broker address ({ENV_BROKERS}) holds `@`: give host:port only, and \
+                     the login in {ENV_USERNAME} and {ENV_PASSWORD}"
+                )));
+            }
             let addr = entry.split_once("://").map_or(entry, |(_, a)| a);
             let ok = addr
                 .rsplit_once(':')

@@ -128,4 +128,18 @@ fn the_password_stays_out_of_debug_and_errors() {
     ])
     .expect_err("mechanism");
     assert!(!err.to_string().contains("pw-secret"), "{err}");
+    // A login in the brokers' address is refused, and the message does not repeat it.
+    for brokers in [
+        "outbox:pw-secret@b:9092",
+        "outbox:pw-secret@b",
+        "sasl_ssl://u:pw-secret@b:1",
+    ] {
+        let err = from(&[(ENV_BROKERS, brokers)]).expect_err(brokers);
+        let text = err.to_string();
+        assert!(
+            text.contains(ENV_BROKERS) && text.contains(ENV_PASSWORD),
+            "{text}"
+        );
+        assert!(!text.contains("pw-secret"), "{text}");
+    }
 }
