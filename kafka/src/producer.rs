@@ -38,7 +38,8 @@ const UNKNOWN_TOPIC_WAIT: Duration = Duration::from_secs(1);
 ///
 /// An idempotent producer that fails fatally (fenced, or its producer id or sequence numbers
 /// out of step with the broker's) refuses every later record: the publisher then replaces it
-/// with a new one, and the failed sends are retryable.
+/// with a new one, and the failed sends are retryable, unless the fatal error is a login that
+/// may not write or brokers without an idempotent producer (configuration errors).
 ///
 /// Publishes take `&self`: wrap the publisher in an `Arc` and hand it to every worker. Call
 /// [`KafkaPublisher::shutdown`] at the end, after the workers have stopped.
@@ -139,32 +140,45 @@ impl KafkaPublisher {
         deadline: Instant,
     ) -> Vec<Result<(), PublishError>> {
         let producer = self.current();
-        let pending: Vec<Result<DeliveryFuture, PublishError>> = messages
+        let pending: Vec<Result<DeliveryFuture, Failure>> = messages
             .iter()
             .map(|m| self.enqueue(&producer, m))
             .collect();
-        let mut fatal = false;
-        let mut results = Vec::with_capacity(messages.len());
+        let mut outcomes: Vec<Result<(), Failure>> = Vec::with_capacity(messages.len());
         for p in pending {
-            results.push(match p {
+            outcomes.push(match p {
                 Ok(delivery) => match timeout_at(deadline, delivery).await {
                     Ok(Ok(Ok(_delivery))) => Ok(()),
-                    Ok(Ok(Err((e, _message)))) => {
-                        fatal |= is_fatal(&e);
-                        Err(classify(&e))
-                    }
-                    Ok(Err(_canceled)) => Err(PublishError::retryable(
+                    Ok(Ok(Err((e, _message)))) => Err(Failure::Kafka(e)),
+                    Ok(Err(_canceled)) => Err(Failure::Other(PublishError::retryable(
                         "the Kafka producer closed before the record's delivery report",
-                    )),
-                    Err(_) => Err(timed_out(&self.config)),
+                    ))),
+                    Err(_) => Err(Failure::Other(timed_out(&self.config))),
                 },
                 Err(e) => Err(e),
             });
         }
-        if fatal || producer.0.client().fatal_error().is_some() {
-            self.reset(&producer);
+        let cause = producer.0.client().fatal_error();
+        let fatal = outcomes
+            .iter()
+            .any(|o| matches!(o, Err(Failure::Kafka(e)) if is_fatal(e)));
+        if fatal || cause.is_some() {
+            self.reset(producer);
         }
-        results
+        outcomes
+            .into_iter()
+            .map(|o| {
+                o.map_err(|f| match (f, &cause) {
+                    (Failure::Kafka(e), Some((code, reason)))
+                        if e.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) =>
+                    {
+                        fatal_outcome(*code, reason)
+                    }
+                    (Failure::Kafka(e), _) => classify(&e),
+                    (Failure::Other(e), _) => e,
+                })
+            })
+            .collect()
     }
 
     /// The producer in use.
@@ -179,7 +193,7 @@ impl KafkaPublisher {
     /// new producer id. An idempotent producer that failed fatally (fenced, or its sequence
     /// numbers out of step with the broker's) refuses every later record; only a new one
     /// sends again.
-    fn reset(&self, failed: &Arc<Holder>) {
+    fn reset(&self, failed: Arc<Holder>) {
         let fresh = match Holder::create(&self.config) {
             Ok(fresh) => Arc::new(fresh),
             Err(e) => {
@@ -189,7 +203,7 @@ impl KafkaPublisher {
         };
         let old = {
             let mut current = self.producer.write().unwrap_or_else(|p| p.into_inner());
-            if !Arc::ptr_eq(&current, failed) {
+            if !Arc::ptr_eq(&current, &failed) {
                 return;
             }
             std::mem::replace(&mut *current, fresh)
@@ -203,17 +217,14 @@ impl KafkaPublisher {
             reason = reason.as_deref().unwrap_or("a fatal produce error"),
             "Kafka producer failed fatally; a new producer (a new producer id) replaces it"
         );
-        // Dropping a producer waits for its queue: not on this thread.
-        tokio::task::spawn_blocking(move || drop(old));
+        // Dropping a producer waits for its queue and its threads: not on this thread. The
+        // caller's reference goes too, so that this is the last one unless other sends hold it.
+        tokio::task::spawn_blocking(move || drop((old, failed)));
     }
 
     /// Hands `m` to the producer (without waiting for its delivery).
-    fn enqueue(
-        &self,
-        producer: &Holder,
-        m: &OutboxMessage,
-    ) -> Result<DeliveryFuture, PublishError> {
-        let topic = topic(&self.config.topic_prefix, m)?;
+    fn enqueue(&self, producer: &Holder, m: &OutboxMessage) -> Result<DeliveryFuture, Failure> {
+        let topic = topic(&self.config.topic_prefix, m).map_err(Failure::Other)?;
         let record = FutureRecord::to(&topic)
             .key(m.biz_no.as_bytes())
             .payload(m.payload.as_bytes())
@@ -221,7 +232,7 @@ impl KafkaPublisher {
         producer
             .0
             .send_result(record)
-            .map_err(|(e, _record)| classify(&e))
+            .map_err(|(e, _record)| Failure::Kafka(e))
     }
 
     /// Ordered mode: sends `messages` in rounds, round `n` holding each key's `n`-th message
@@ -292,6 +303,34 @@ fn is_fatal(e: &KafkaError) -> bool {
     )
 }
 
+/// Why one record was not delivered: the client's error (classified once the producer's fatal
+/// error, if any, is known) or an outcome already decided.
+enum Failure {
+    Kafka(KafkaError),
+    Other(PublishError),
+}
+
+/// The outcome of a record that a producer refused because it failed fatally with `code`: a
+/// login that may not write (no `IdempotentWrite` on the cluster, no `Write` on the topic) or
+/// brokers without an idempotent producer are configuration errors, since a new producer fails
+/// the same way; any other cause is retryable (the new producer sends the record).
+fn fatal_outcome(code: RDKafkaErrorCode, reason: &str) -> PublishError {
+    match code {
+        RDKafkaErrorCode::ClusterAuthorizationFailed
+        | RDKafkaErrorCode::TopicAuthorizationFailed => PublishError::configuration(format!(
+            "the Kafka login may not write: grant Write on the topics and IdempotentWrite on \
+             the cluster (the producer failed fatally: {reason})"
+        )),
+        RDKafkaErrorCode::UnsupportedFeature => PublishError::configuration(format!(
+            "the Kafka brokers do not support the idempotent producer (Kafka 0.11 or later \
+             needed; the producer failed fatally: {reason})"
+        )),
+        _ => PublishError::retryable(format!(
+            "the Kafka producer failed fatally ({code:?}: {reason}); a new producer replaces it"
+        )),
+    }
+}
+
 /// The error of a record whose delivery report did not come within the send timeout.
 fn timed_out(config: &KafkaConfig) -> PublishError {
     PublishError::retryable(format!(
@@ -322,5 +361,33 @@ impl Publisher for KafkaPublisher {
 
     fn batches(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sea_orm_outbox::PublishErrorKind as Kind;
+
+    #[test]
+    fn a_fatal_error_is_classified_by_its_cause() {
+        for code in [
+            RDKafkaErrorCode::ClusterAuthorizationFailed,
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::UnsupportedFeature,
+        ] {
+            assert_eq!(
+                fatal_outcome(code, "x").kind,
+                Kind::Configuration,
+                "{code:?}"
+            );
+        }
+        let fenced = fatal_outcome(RDKafkaErrorCode::Fenced, "Producer fenced");
+        assert_eq!(fenced.kind, Kind::Retryable);
+        assert!(
+            fenced.message.contains("Producer fenced"),
+            "{}",
+            fenced.message
+        );
     }
 }
