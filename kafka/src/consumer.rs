@@ -212,8 +212,8 @@ impl KafkaConsumer {
         &self.topics
     }
 
-    /// The records that arrived since the last call, partition by partition in offset order,
-    /// waiting at most `wait` for the first one; empty when none came. At most 1,000 per call;
+    /// The records that arrived since the last call, each partition's in offset order (the
+    /// partitions interleave), waiting at most `wait` for the first one; empty when none came. At most 1,000 per call;
     /// errors of the consumer are logged and skipped.
     pub async fn poll(&mut self, wait: Duration) -> Vec<ReceivedMessage> {
         let mut out = Vec::new();
