@@ -48,6 +48,15 @@ pid_alive() { # 0 when the pid file names a live tansu process
 }
 
 cmd_start() {
+    if ! port_open "$PORT" && pid_alive; then
+        # One that this script started is still coming up: wait for it, start no second one.
+        local deadline=$((SECONDS + START_TIMEOUT))
+        until port_open "$PORT"; do
+            pid_alive || die "tansu exited before it answered; see $STATE_DIR/tansu.log"
+            ((SECONDS < deadline)) || die "tansu (pid $(cat "$STATE_DIR/tansu.pid")) did not answer on 127.0.0.1:$PORT within ${START_TIMEOUT}s"
+            sleep 0.2
+        done
+    fi
     if port_open "$PORT"; then
         if pid_alive; then
             log "already running (127.0.0.1:$PORT, pid $(cat "$STATE_DIR/tansu.pid"))"
