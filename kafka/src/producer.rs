@@ -62,6 +62,8 @@ impl Holder {
         client
             .set("enable.idempotence", "true")
             .set("acks", "all")
+            // The Java client's partitioner: a key lands on the partition Java producers pick.
+            .set("partitioner", "murmur2_random")
             .set("message.timeout.ms", millis(config.send_timeout))
             .set(
                 "topic.metadata.propagation.max.ms",
