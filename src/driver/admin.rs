@@ -176,12 +176,14 @@ impl Driver {
             .to_owned()
     }
 
-    /// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SUCCESS'` (run through the
-    /// primary key).
-    pub fn purge(self, ids: &[i64]) -> ByIds {
+    /// `DELETE FROM t_event_record WHERE id IN (:ids) AND status = 'SUCCESS' AND update_time <
+    /// now - :older_than` (run through the primary key): the guards of [`Driver::purge_ids`]
+    /// checked again on each row.
+    pub fn purge(self, ids: &[i64], older_than: Duration) -> ByIds {
         ByIds::delete(self)
             .ids(ids)
             .filter(self.status_guard(Expr::val(EventStatus::Success.as_str())))
+            .filter(Expr::col(Column::UpdateTime).lt(self.now_minus(older_than)))
     }
 }
 

@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use sea_orm::sea_query::SelectStatement;
-use sea_orm::{ConnectionTrait, DbErr, TransactionSession, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbErr};
 use sea_orm_outbox_entity::event_record::Model;
 
 use crate::driver::{exec_by_ids, query_events, query_ids, retry_transient, ByIds, RECLAIM_BATCH};
@@ -149,31 +149,23 @@ pub async fn discard_all_dead<C: ConnectionTrait>(
     .await
 }
 
-/// One purge batch in its own transaction: how many ids were selected, how many rows deleted.
-/// A failed batch rolls back (the transaction is dropped) and may simply run again.
-async fn purge_batch<C>(
+/// One purge batch: how many ids were selected, how many rows deleted. The read takes no lock
+/// and the delete checks its guards again on each row, so the batch needs no transaction, and
+/// a pass that finds nothing writes nothing (on SQLite it takes no write lock).
+async fn purge_batch<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
     older_than: Duration,
     batch: u64,
-) -> Result<(u64, u64), DbErr>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
+) -> Result<(u64, u64), DbErr> {
     let driver = outbox.driver(db)?;
-    // Reads, then deletes: on SQLite only `BEGIN IMMEDIATE` waits for the write lock.
-    let txn = crate::ext::begin_write(db).await?;
-    let ids = query_ids(&txn, &driver.purge_ids(older_than, batch)).await?;
-    let selected = ids.len() as u64;
-    let deleted = if ids.is_empty() {
-        0
-    } else {
-        let delete = driver.purge(&ids);
-        // Not retried inside the transaction (a MySQL deadlock ends it): the whole batch is.
-        txn.execute_raw(delete.build()).await?.rows_affected()
-    };
-    txn.commit().await?;
-    Ok((selected, deleted))
+    let ids = query_ids(db, &driver.purge_ids(older_than, batch)).await?;
+    if ids.is_empty() {
+        return Ok((0, 0));
+    }
+    let delete = driver.purge(&ids, older_than).build();
+    let deleted = db.execute_raw(delete).await?.rows_affected();
+    Ok((ids.len() as u64, deleted))
 }
 
 fn outcome(rows: u64) -> DeadLetterOutcome {
@@ -185,30 +177,27 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 }
 
 /// Deletes delivered events (`SUCCESS`) last updated more than `older_than` ago (database
-/// clock), at most `batch` rows per transaction, and returns how many were deleted. `WAIT`,
+/// clock), at most `batch` rows per statement, and returns how many were deleted. `WAIT`,
 /// `SENDING` and `FAIL` rows are never touched.
 ///
-/// Each batch is its own short transaction, so locks are held briefly and a long purge does
-/// not block the relay: `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND
-/// update_time < now - :older_than ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record
-/// WHERE id IN (:ids) AND status = 'SUCCESS'` through the primary key (as [`retry_all_dead`]),
-/// commit; repeated until a batch comes back short. (Two statements because MariaDB allows no
+/// Each batch is two short statements, so locks are held briefly and a long purge does not
+/// block the relay: `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time <
+/// now - :older_than ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN
+/// (:ids) AND status = 'SUCCESS' AND update_time < now - :older_than` through the primary key
+/// (as [`retry_all_dead`]); repeated until a batch comes back short. (Two statements because MariaDB allows no
 /// `LIMIT` inside `IN (subquery)`.)
 ///
 /// # Errors
 /// [`OutboxError::InvalidArgument`] when `batch` is 0 or over 10,000 (its ids are bound as
 /// statement parameters); [`OutboxError::TableMissing`] without the migration;
 /// [`OutboxError::Db`] otherwise. A batch meeting a transient conflict (deadlock, SQLite busy)
-/// is tried up to 4 times first. Batches committed before an error stay deleted.
-pub async fn purge_delivered<C>(
+/// is tried up to 4 times first. Batches done before an error stay done.
+pub async fn purge_delivered<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
     older_than: Duration,
     batch: u64,
-) -> Result<u64, OutboxError>
-where
-    C: ConnectionTrait + TransactionTrait,
-{
+) -> Result<u64, OutboxError> {
     if batch == 0 || batch > crate::config::MAX_BATCH_SIZE {
         return Err(OutboxError::InvalidArgument(format!(
             "purge batch size must be 1 to {}",

@@ -52,7 +52,10 @@ fn admin() {
             .backend()
             .build(&b.purge_ids(Duration::from_secs(86_400), 1000)))
     );
-    insta::assert_snapshot!("admin_purge", render(|b| b.purge(&[7, 8]).build()));
+    insta::assert_snapshot!(
+        "admin_purge",
+        render(|b| b.purge(&[7, 8], Duration::from_secs(86_400)).build())
+    );
     insta::assert_snapshot!("admin_blocked_keys", render(|b| b.build(&b.blocked_keys())));
     insta::assert_snapshot!(
         "owned_ids",

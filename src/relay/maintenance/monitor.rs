@@ -72,8 +72,8 @@ impl Monitor {
     /// Writes this worker's heartbeat: `first` for the first of a run; `round` and `success`
     /// when the worker completed a claim round, or published, since the previous one.
     ///
-    /// SQL: [`crate::driver::Driver::heartbeat`], then
-    /// [`crate::driver::Driver::delete_expired_relays`] (rows expired more than 24 h ago).
+    /// SQL: [`crate::driver::Driver::delete_expired_relays`] (rows expired more than 24 h ago),
+    /// then [`crate::driver::Driver::heartbeat`]; a heartbeat that shows means both are done.
     pub(crate) async fn beat(
         &self,
         first: bool,
@@ -90,10 +90,10 @@ impl Monitor {
             round,
             success,
         };
-        self.db.execute(&driver.heartbeat(&beat)).await?;
         self.db
             .execute(&driver.delete_expired_relays(EXPIRED_RELAYS_KEPT))
             .await?;
+        self.db.execute(&driver.heartbeat(&beat)).await?;
         Ok(())
     }
 

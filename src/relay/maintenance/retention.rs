@@ -12,11 +12,12 @@ use crate::relay::{Observer, Op, WorkerSummary};
 /// Between two retention passes of one worker.
 pub(crate) const RETENTION_EVERY: Duration = Duration::from_secs(10 * 60);
 
-/// Rows per delete transaction of a retention pass.
+/// Rows per delete statement of a retention pass.
 pub(crate) const RETENTION_BATCH: u64 = 1_000;
 
 /// Deletes `SUCCESS` rows last updated longer than `keep` ago (database clock), in batches of
-/// [`RETENTION_BATCH`] rows, each its own transaction ([`crate::ops::purge_delivered`]).
+/// [`RETENTION_BATCH`] rows ([`crate::ops::purge_delivered`]); a pass that finds none writes
+/// nothing.
 #[derive(Debug, Clone)]
 pub(crate) struct Retention {
     db: RelayDb,
