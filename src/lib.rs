@@ -56,7 +56,9 @@ pub use event::{EventLimits, NewEvent};
 pub use ext::{begin_write, transactional_publish, OutboxExt};
 pub use outbox::Outbox;
 pub use pool::{guarded_pool, RelayPool};
-pub use publisher::{InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher};
+pub use publisher::{
+    send_in_key_rounds, InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher,
+};
 pub use relay::{Worker, WorkerSummary};
 pub use retry::{HealPolicy, RetryPolicy};
 pub use sea_orm_outbox_entity::{event_record, EventStatus};

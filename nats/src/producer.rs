@@ -1,6 +1,5 @@
 //! [`NatsPublisher`]: JetStream publishes with server acks, a batch's publishes in flight
 //! together, and in ordered mode a key's next event only after the previous one's ack.
-use std::collections::{HashMap, HashSet};
 use std::future::IntoFuture;
 
 use async_nats::jetstream::{self, context::PublishAckFuture};
@@ -142,58 +141,6 @@ impl NatsPublisher {
             Err(_) => Err(timed_out(&self.config)),
         }
     }
-
-    /// Ordered mode: sends `messages` in rounds, round `n` holding each key's `n`-th message
-    /// (and unordered messages in round 0), awaiting a round's acks before the next; a key
-    /// whose message failed sends nothing more.
-    async fn send_ordered(
-        &self,
-        messages: &[OutboxMessage],
-        deadline: Instant,
-    ) -> Vec<Result<(), PublishError>> {
-        let mut rounds: Vec<Vec<usize>> = Vec::new();
-        let mut next_round: HashMap<&str, usize> = HashMap::new();
-        for (i, m) in messages.iter().enumerate() {
-            let round = if m.ordered {
-                let n = next_round.entry(m.biz_no.as_str()).or_insert(0);
-                *n += 1;
-                *n - 1
-            } else {
-                0
-            };
-            if rounds.len() <= round {
-                rounds.resize_with(round + 1, Vec::new);
-            }
-            rounds[round].push(i);
-        }
-        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; messages.len()];
-        let mut failed: HashSet<&str> = HashSet::new();
-        for round in rounds {
-            let mut todo = Vec::with_capacity(round.len());
-            for i in round {
-                let m = &messages[i];
-                if m.ordered && failed.contains(m.biz_no.as_str()) {
-                    results[i] = Some(Err(PublishError::retryable(format!(
-                        "not sent: an earlier event of key {} failed in the same batch",
-                        m.biz_no
-                    ))));
-                } else {
-                    todo.push(i);
-                }
-            }
-            let batch: Vec<&OutboxMessage> = todo.iter().map(|&i| &messages[i]).collect();
-            for (i, result) in todo.into_iter().zip(self.send_all(&batch, deadline).await) {
-                if result.is_err() && messages[i].ordered {
-                    failed.insert(messages[i].biz_no.as_str());
-                }
-                results[i] = Some(result);
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
-            .collect()
-    }
 }
 
 /// The error of a publish whose ack did not come within the send timeout.
@@ -216,12 +163,10 @@ impl Publisher for NatsPublisher {
 
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let deadline = Instant::now() + self.config.send_timeout;
-        if messages.iter().any(|m| m.ordered) {
-            self.send_ordered(messages, deadline).await
-        } else {
-            let all: Vec<&OutboxMessage> = messages.iter().collect();
-            self.send_all(&all, deadline).await
-        }
+        sea_orm_outbox::send_in_key_rounds(messages, |round| async move {
+            self.send_all(&round, deadline).await
+        })
+        .await
     }
 
     fn batches(&self) -> bool {

@@ -122,13 +122,6 @@ pub(crate) fn routing_key_too_long(routing_key: &str) -> PublishError {
     ))
 }
 
-/// An event of `key` not sent because an earlier one of the same key failed (ordered mode).
-pub(crate) fn held_back(key: &str) -> PublishError {
-    PublishError::retryable(format!(
-        "not sent: an earlier event of key {key} failed in the same batch"
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +191,5 @@ mod tests {
             p.message
         );
         assert_eq!(routing_key_too_long(&"k".repeat(300)).kind, Permanent);
-        assert_eq!(held_back("order-1").kind, Retryable);
     }
 }

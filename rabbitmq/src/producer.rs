@@ -1,6 +1,5 @@
 //! [`RabbitMqPublisher`]: one connection and confirm-mode channel shared by every worker,
 //! reopened on the first publish after it broke.
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use async_trait::async_trait;
@@ -135,20 +134,44 @@ impl RabbitMqPublisher {
         }
     }
 
-    /// Publishes `round` (indexes into `messages`, with their messages) and waits for each
-    /// confirm, all before `deadline`; writes each outcome into `results`.
+    /// Publishes `round` and waits for each confirm, all before `deadline`; one result per
+    /// message. A message that cannot be built ([`outgoing`]) gets that error and is not sent.
     async fn send_round(
         &self,
-        messages: &[OutboxMessage],
-        round: Vec<(usize, Outgoing)>,
+        round: &[&OutboxMessage],
+        deadline: Instant,
+    ) -> Vec<Result<(), PublishError>> {
+        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; round.len()];
+        let mut built: Vec<(usize, Outgoing)> = Vec::with_capacity(round.len());
+        for (i, m) in round.iter().enumerate() {
+            match outgoing(&self.config, m) {
+                Ok(out) => built.push((i, out)),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        if !built.is_empty() {
+            self.send_built(round, built, deadline, &mut results).await;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
+            .collect()
+    }
+
+    /// Publishes `built` (indexes into `round`, with their messages) and waits for each
+    /// confirm, all before `deadline`; writes each outcome into `results`.
+    async fn send_built(
+        &self,
+        round: &[&OutboxMessage],
+        built: Vec<(usize, Outgoing)>,
         deadline: Instant,
         results: &mut [Option<Result<(), PublishError>>],
     ) {
         let timed_out = errors::no_confirm(self.config.send_timeout);
         let (generation, channel) = match timeout_at(deadline, self.channel()).await {
             Ok(Ok(open)) => open,
-            Ok(Err(e)) => return fill(results, round.iter().map(|(i, _)| *i), &e),
-            Err(_) => return fill(results, round.iter().map(|(i, _)| *i), &timed_out),
+            Ok(Err(e)) => return fill(results, built.iter().map(|(i, _)| *i), &e),
+            Err(_) => return fill(results, built.iter().map(|(i, _)| *i), &timed_out),
         };
         let exchange = self.config.exchange.as_str();
         let options = BasicPublishOptions {
@@ -156,8 +179,8 @@ impl RabbitMqPublisher {
             ..BasicPublishOptions::default()
         };
         let mut broken = None;
-        let mut pending: Vec<(usize, String, PublisherConfirm)> = Vec::with_capacity(round.len());
-        for (i, out) in round {
+        let mut pending: Vec<(usize, String, PublisherConfirm)> = Vec::with_capacity(built.len());
+        for (i, out) in built {
             if let Some(e) = &broken {
                 results[i] = Some(Err(PublishError::clone(e)));
                 continue;
@@ -167,7 +190,7 @@ impl RabbitMqPublisher {
                 exchange.into(),
                 out.routing_key,
                 options,
-                messages[i].payload.as_bytes(),
+                round[i].payload.as_bytes(),
                 out.properties,
             );
             match timeout_at(deadline, publish).await {
@@ -237,59 +260,10 @@ impl Publisher for RabbitMqPublisher {
     /// In ordered mode, rounds of at most one message per key (see [`RabbitMqPublisher`]).
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let deadline = Instant::now() + self.config.send_timeout;
-        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; messages.len()];
-        // Ordered mode: the keys whose message failed, with the index of the first that did;
-        // nothing of a key after that index is sent.
-        let mut failed: HashMap<&str, usize> = HashMap::new();
-        let after_failure = |failed: &HashMap<&str, usize>, i: usize| {
-            let m = &messages[i];
-            m.ordered && failed.get(m.biz_no.as_str()).is_some_and(|&f| f < i)
-        };
-        let mut waiting: Vec<(usize, Outgoing)> = Vec::with_capacity(messages.len());
-        for (i, m) in messages.iter().enumerate() {
-            if after_failure(&failed, i) {
-                results[i] = Some(Err(errors::held_back(&m.biz_no)));
-                continue;
-            }
-            match outgoing(&self.config, m) {
-                Ok(out) => waiting.push((i, out)),
-                Err(e) => {
-                    results[i] = Some(Err(e));
-                    if m.ordered {
-                        failed.entry(&m.biz_no).or_insert(i);
-                    }
-                }
-            }
-        }
-        while !waiting.is_empty() {
-            // A round: every unordered message, and the first waiting one of each key.
-            let (mut round, mut later) = (Vec::new(), Vec::new());
-            let mut keys = HashSet::new();
-            for (i, out) in waiting {
-                let m = &messages[i];
-                if after_failure(&failed, i) {
-                    results[i] = Some(Err(errors::held_back(&m.biz_no)));
-                } else if !m.ordered || keys.insert(m.biz_no.as_str()) {
-                    round.push((i, out));
-                } else {
-                    later.push((i, out));
-                }
-            }
-            let sent: Vec<usize> = round.iter().map(|(i, _)| *i).collect();
-            self.send_round(messages, round, deadline, &mut results)
-                .await;
-            for i in sent {
-                if messages[i].ordered && !matches!(results[i], Some(Ok(()))) {
-                    let first = failed.entry(&messages[i].biz_no).or_insert(i);
-                    *first = (*first).min(i);
-                }
-            }
-            waiting = later;
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
-            .collect()
+        sea_orm_outbox::send_in_key_rounds(messages, |round| async move {
+            self.send_round(&round, deadline).await
+        })
+        .await
     }
 
     fn batches(&self) -> bool {

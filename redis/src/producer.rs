@@ -16,10 +16,6 @@ use crate::errors::{
     rejected_credentials_text,
 };
 
-mod plan;
-
-use plan::Plan;
-
 /// Longest pause between two reconnection attempts of the connection manager.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -152,18 +148,50 @@ impl RedisPublisher {
             .username()
     }
 
-    /// Sends `commands` as one non-atomic pipeline; one result per command. The whole
-    /// pipeline fails alike when the connection fails or `deadline` passes.
-    async fn send_wave(
+    /// Sends one `XADD` per message as one non-atomic pipeline; one result per message. A
+    /// message whose entry cannot be built gets that error and is not sent; the whole pipeline
+    /// fails alike when the connection fails or `deadline` passes.
+    async fn send_round(
         &self,
-        commands: Vec<redis::Cmd>,
+        round: &[&OutboxMessage],
         deadline: Instant,
     ) -> Vec<Result<(), PublishError>> {
-        let n = commands.len();
+        if Instant::now() >= deadline {
+            let e = PublishError::retryable("not sent: the send timeout passed before its turn");
+            return vec![Err(e); round.len()];
+        }
+        let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; round.len()];
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for cmd in commands {
-            pipe.add_command(cmd);
+        for (i, m) in round.iter().enumerate() {
+            match entry::xadd(&self.config, m) {
+                Ok(cmd) => {
+                    pipe.add_command(cmd);
+                }
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        let refused = results.iter().flatten().count();
+        let mut sent = self
+            .send_pipeline(&pipe, round.len() - refused, deadline)
+            .await
+            .into_iter();
+        let unsent = || Err(PublishError::retryable("not sent"));
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| sent.next().unwrap_or_else(unsent)))
+            .collect()
+    }
+
+    /// Sends `pipe` of `n` commands; one result per command.
+    async fn send_pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        n: usize,
+        deadline: Instant,
+    ) -> Vec<Result<(), PublishError>> {
+        if n == 0 {
+            return Vec::new();
         }
         let (generation, mut conn) = self.connection();
         let sent = tokio::time::timeout_at(
@@ -213,19 +241,10 @@ impl Publisher for RedisPublisher {
 
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let deadline = Instant::now() + self.config.send_timeout;
-        let mut plan = Plan::new(messages);
-        loop {
-            let wave = plan.next_wave(|m| entry::xadd(&self.config, m));
-            if wave.is_empty() || Instant::now() >= deadline {
-                break;
-            }
-            let (indexes, commands): (Vec<usize>, Vec<redis::Cmd>) = wave.into_iter().unzip();
-            let results = self.send_wave(commands, deadline).await;
-            for (i, result) in indexes.into_iter().zip(results) {
-                plan.record(i, result);
-            }
-        }
-        plan.finish("not sent: the send timeout passed before its turn")
+        sea_orm_outbox::send_in_key_rounds(messages, |round| async move {
+            self.send_round(&round, deadline).await
+        })
+        .await
     }
 
     fn batches(&self) -> bool {

@@ -1,11 +1,13 @@
 //! Where the relay sends events: the [`Publisher`] trait and the publishers of this crate.
 mod logging;
 mod memory;
+mod rounds;
 
 use async_trait::async_trait;
 
 pub use logging::LoggingPublisher;
 pub use memory::InMemoryPublisher;
+pub use rounds::send_in_key_rounds;
 
 use crate::error::PublishError;
 

@@ -1,0 +1,160 @@
+//! Ordered batches sent in rounds, for publishers whose broker does not keep the order of the
+//! messages within one request.
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+
+use super::OutboxMessage;
+use crate::error::PublishError;
+
+/// Sends `messages` in rounds through `send`, so that no message of an ordered key
+/// ([`OutboxMessage::ordered`]) goes out before the key's earlier one was accepted, and returns
+/// one result per message, in the order given.
+///
+/// A round holds the next message of each ordered key, and the first round also every
+/// unordered message, in batch order; there are as many rounds as the busiest key has messages.
+/// `send` sends one round (as one broker request, a pipeline, or concurrent sends) and returns
+/// one result per message of the round (a missing one counts as a retryable failure). Once a
+/// message of an ordered key fails, the key's later messages are not sent and get a retryable
+/// error, as [`crate::Publisher::publish_batch`] requires.
+pub async fn send_in_key_rounds<'m, F, Fut>(
+    messages: &'m [OutboxMessage],
+    mut send: F,
+) -> Vec<Result<(), PublishError>>
+where
+    F: FnMut(Vec<&'m OutboxMessage>) -> Fut,
+    Fut: Future<Output = Vec<Result<(), PublishError>>>,
+{
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    let mut next_round: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in messages.iter().enumerate() {
+        let round = if m.ordered {
+            let n = next_round.entry(m.biz_no.as_str()).or_insert(0);
+            *n += 1;
+            *n - 1
+        } else {
+            0
+        };
+        if rounds.len() <= round {
+            rounds.resize_with(round + 1, Vec::new);
+        }
+        rounds[round].push(i);
+    }
+    let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; messages.len()];
+    let mut failed: HashSet<&str> = HashSet::new();
+    for round in rounds {
+        let mut todo = Vec::with_capacity(round.len());
+        for i in round {
+            let m = &messages[i];
+            if m.ordered && failed.contains(m.biz_no.as_str()) {
+                results[i] = Some(Err(PublishError::retryable(format!(
+                    "not sent: an earlier event of key {} failed in the same batch",
+                    m.biz_no
+                ))));
+            } else {
+                todo.push(i);
+            }
+        }
+        if todo.is_empty() {
+            continue;
+        }
+        let mut sent = send(todo.iter().map(|&i| &messages[i]).collect())
+            .await
+            .into_iter();
+        for i in todo {
+            let result = sent
+                .next()
+                .unwrap_or_else(|| Err(PublishError::retryable("not sent")));
+            if result.is_err() && messages[i].ordered {
+                failed.insert(messages[i].biz_no.as_str());
+            }
+            results[i] = Some(result);
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(PublishError::retryable("not sent"))))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(keys: &[(i64, &str)], ordered: bool) -> Vec<OutboxMessage> {
+        keys.iter()
+            .map(|(id, key)| OutboxMessage::new(*id, *key, "E", "{}").with_ordered(ordered))
+            .collect()
+    }
+
+    /// Sends in rounds, failing the ids in `fail`; returns the rounds' ids and whether each
+    /// message ended Ok.
+    async fn run(messages: &[OutboxMessage], fail: &[i64]) -> (Vec<Vec<i64>>, Vec<bool>) {
+        let mut rounds = Vec::new();
+        let results = send_in_key_rounds(messages, |round| {
+            rounds.push(round.iter().map(|m| m.event_id).collect::<Vec<_>>());
+            let out = round
+                .iter()
+                .map(|m| {
+                    if fail.contains(&m.event_id) {
+                        Err(PublishError::retryable("scripted"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .collect();
+            async move { out }
+        })
+        .await;
+        (rounds, results.iter().map(Result::is_ok).collect())
+    }
+
+    /// Unordered messages go in one round, whatever their keys; a failure fails only itself.
+    #[tokio::test]
+    async fn unordered_messages_go_in_one_round() {
+        let m = batch(&[(1, "A"), (2, "A"), (3, "B")], false);
+        let (rounds, ok) = run(&m, &[1]).await;
+        assert_eq!(rounds, vec![vec![1, 2, 3]]);
+        assert_eq!(ok, vec![false, true, true]);
+    }
+
+    /// A round holds one message per ordered key; after a failure the key's later messages
+    /// are not sent and fail retryably, other keys go on.
+    #[tokio::test]
+    async fn an_ordered_key_stops_at_its_first_failure() {
+        let m = batch(&[(1, "A"), (2, "B"), (3, "A"), (4, "A"), (5, "B")], true);
+        let (rounds, ok) = run(&m, &[3]).await;
+        assert_eq!(rounds, vec![vec![1, 2], vec![3, 5]]);
+        assert_eq!(ok, vec![true, true, false, false, true]);
+        let results = send_in_key_rounds(&m, |round| {
+            let out = round
+                .iter()
+                .map(|m| {
+                    if m.event_id == 3 {
+                        Err(PublishError::retryable("scripted"))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .collect();
+            async move { out }
+        })
+        .await;
+        let skipped = results[3].as_ref().expect_err("event 4 is not sent");
+        assert!(skipped.is_retryable(), "{skipped:?}");
+        assert!(
+            skipped.message.contains("earlier event of key A"),
+            "{skipped:?}"
+        );
+    }
+
+    /// A round whose `send` returns too few results: the missing ones fail retryably, and fail
+    /// their keys.
+    #[tokio::test]
+    async fn a_missing_result_is_a_retryable_failure() {
+        let m = batch(&[(1, "A"), (2, "B"), (3, "A")], true);
+        let results = send_in_key_rounds(&m, |_round| async { vec![Ok(())] }).await;
+        assert!(results[0].is_ok());
+        assert!(results[1].as_ref().is_err_and(PublishError::is_retryable));
+        assert!(results[2].is_ok(), "key A's first message was accepted");
+    }
+}
