@@ -57,7 +57,7 @@ pub use ext::{begin_write, transactional_publish, OutboxExt};
 pub use outbox::Outbox;
 pub use pool::{guarded_pool, RelayPool};
 pub use publisher::{
-    send_in_key_rounds, InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher,
+    send_in_key_rounds, InMemoryPublisher, LoggingPublisher, OutboxMessage, Publisher, Secret,
 };
 pub use relay::{Worker, WorkerSummary};
 pub use retry::{HealPolicy, RetryPolicy};

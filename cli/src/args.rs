@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use sea_orm_outbox_rocketmq::SecretKey;
+use sea_orm_outbox::Secret;
 
 use relay_config::{retention, Keep};
 
 /// A secret from the command line or the environment, kept redacted.
-fn secret(value: &str) -> Result<SecretKey, std::convert::Infallible> {
-    Ok(SecretKey::new(value))
+fn secret(value: &str) -> Result<Secret, std::convert::Infallible> {
+    Ok(Secret::new(value))
 }
 
 /// A table name as [`sea_orm_outbox::Outbox::table`] accepts it; clap refuses any other as a
@@ -238,7 +238,7 @@ pub(crate) struct RelayArgs {
     /// RocketMQ secret key of the access key. Prefer the environment variable (a flag shows
     /// in the process list); never printed.
     #[arg(long, env = "ROCKETMQ_SECRET_KEY", hide_env_values = true, value_parser = secret)]
-    pub(crate) rocketmq_secret_key: Option<SecretKey>,
+    pub(crate) rocketmq_secret_key: Option<Secret>,
     /// Whether the RocketMQ publisher checks the credentials at start with a signed read of a
     /// queue's offset (needs the `Get` permission when the broker runs authorization): `false`
     /// for a user that may only publish [default: true].

@@ -6,9 +6,6 @@ use std::str::FromStr;
 
 use sea_orm_outbox::OutboxError;
 
-/// What a redacted secret prints as.
-const REDACTED: &str = "<redacted>";
-
 /// The environment variable with the SASL user name.
 pub const ENV_USERNAME: &str = "KAFKA_USERNAME";
 /// The environment variable with the SASL password.
@@ -17,53 +14,7 @@ pub const ENV_PASSWORD: &str = "KAFKA_PASSWORD";
 /// `SCRAM-SHA-512` (default [`SaslMechanism::ScramSha512`]).
 pub const ENV_SASL_MECHANISM: &str = "KAFKA_SASL_MECHANISM";
 
-/// A secret (a password): `Debug` and `Display` print `<redacted>`, never the value. Read it
-/// with [`Secret::expose`], only to hand it to the client.
-///
-/// ```
-/// use sea_orm_outbox_kafka::Secret;
-/// let secret = Secret::new("s3cret");
-/// assert_eq!(format!("{secret} {secret:?}"), "<redacted> <redacted>");
-/// assert_eq!(secret.expose(), "s3cret");
-/// ```
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps `secret`.
-    pub fn new(secret: impl Into<String>) -> Self {
-        Secret(secret.into())
-    }
-
-    /// The secret itself. Never log or print it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for Secret {
-    fn from(secret: String) -> Self {
-        Secret(secret)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(secret: &str) -> Self {
-        Secret(secret.to_owned())
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
+pub use sea_orm_outbox::Secret;
 
 /// The SASL mechanism of a user/password login.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]

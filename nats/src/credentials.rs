@@ -1,13 +1,9 @@
 //! [`Credentials`]: how the publisher logs in to a NATS server (user and password, token, nkey
 //! seed or a creds file); each secret is a [`Secret`], which never shows.
-use std::fmt;
 use std::path::PathBuf;
 
 use async_nats::ConnectOptions;
 use sea_orm_outbox::OutboxError;
-
-/// What a redacted secret prints as.
-const REDACTED: &str = "<redacted>";
 
 /// The environment variable with the user name of a user/password login.
 pub const ENV_USER: &str = "NATS_USER";
@@ -21,53 +17,7 @@ pub const ENV_NKEY_SEED: &str = "NATS_NKEY_SEED";
 /// `nsc` writes it).
 pub const ENV_CREDS_FILE: &str = "NATS_CREDS_FILE";
 
-/// A secret (a password, token or nkey seed): `Debug` and `Display` print `<redacted>`, never
-/// the value. Read it with [`Secret::expose`], only to hand it to the client.
-///
-/// ```
-/// use sea_orm_outbox_nats::Secret;
-/// let secret = Secret::new("s3cret");
-/// assert_eq!(format!("{secret} {secret:?}"), "<redacted> <redacted>");
-/// assert_eq!(secret.expose(), "s3cret");
-/// ```
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps `secret`.
-    pub fn new(secret: impl Into<String>) -> Self {
-        Secret(secret.into())
-    }
-
-    /// The secret itself. Never log or print it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for Secret {
-    fn from(secret: String) -> Self {
-        Secret(secret)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(secret: &str) -> Self {
-        Secret(secret.to_owned())
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
+pub use sea_orm_outbox::Secret;
 
 /// How the publisher (and [`crate::NatsConsumer`]) logs in to a server that requires it.
 /// `Debug` shows the user name and the creds file's path, never a secret.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm_outbox::OutboxError;
 
-use crate::credentials::{redact_url, Credentials, Password, ENV_PASSWORD, ENV_USERNAME};
+use crate::credentials::{redact_url, Credentials, Secret, ENV_PASSWORD, ENV_USERNAME};
 
 mod checks;
 
@@ -163,7 +163,7 @@ impl RabbitMqConfig {
         };
         let mut config = RabbitMqConfig::new(var(ENV_URL).unwrap_or_else(|| DEFAULT_URL.into()));
         config.credentials =
-            Credentials::from_parts(var(ENV_USERNAME), var(ENV_PASSWORD).map(Password::from))?;
+            Credentials::from_parts(var(ENV_USERNAME), var(ENV_PASSWORD).map(Secret::from))?;
         if let Some(exchange) = var(ENV_EXCHANGE) {
             config.exchange = exchange;
         }
@@ -208,11 +208,7 @@ impl RabbitMqConfig {
     }
 
     /// Logs in as `username` with `password` instead of the URL's user.
-    pub fn credentials(
-        mut self,
-        username: impl Into<String>,
-        password: impl Into<Password>,
-    ) -> Self {
+    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<Secret>) -> Self {
         self.credentials = Some(Credentials::new(username, password));
         self
     }

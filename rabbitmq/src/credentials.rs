@@ -1,4 +1,4 @@
-//! The login of the publisher: [`Credentials`] (a user name and a [`Password`] that never
+//! The login of the publisher: [`Credentials`] (a user name and a [`Secret`] that never
 //! prints) and [`redact_url`], which hides the password of an AMQP URL.
 use std::fmt;
 
@@ -12,53 +12,7 @@ pub const ENV_USERNAME: &str = "RABBITMQ_USERNAME";
 /// The environment variable with the password; it replaces the URL's password.
 pub const ENV_PASSWORD: &str = "RABBITMQ_PASSWORD";
 
-/// A password: `Debug` and `Display` print `<redacted>`, never the value. Read it with
-/// [`Password::expose`], only to hand it to the client that logs in.
-///
-/// ```
-/// use sea_orm_outbox_rabbitmq::Password;
-/// let secret = Password::new("s3cret");
-/// assert_eq!(format!("{secret} {secret:?}"), "<redacted> <redacted>");
-/// assert_eq!(secret.expose(), "s3cret");
-/// ```
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Password(String);
-
-impl Password {
-    /// Wraps `secret`.
-    pub fn new(secret: impl Into<String>) -> Self {
-        Password(secret.into())
-    }
-
-    /// The password itself. Never log or print it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for Password {
-    fn from(secret: String) -> Self {
-        Password(secret)
-    }
-}
-
-impl From<&str> for Password {
-    fn from(secret: &str) -> Self {
-        Password(secret.to_owned())
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
-
-impl fmt::Display for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
+pub use sea_orm_outbox::Secret;
 
 /// A user name and password that replace those of the URL (SASL `PLAIN`). `Debug` shows the
 /// user name and `<redacted>` for the password.
@@ -72,7 +26,7 @@ impl fmt::Display for Password {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     username: String,
-    password: Password,
+    password: Secret,
 }
 
 impl fmt::Debug for Credentials {
@@ -86,7 +40,7 @@ impl fmt::Debug for Credentials {
 
 impl Credentials {
     /// Credentials of `username` with `password`.
-    pub fn new(username: impl Into<String>, password: impl Into<Password>) -> Self {
+    pub fn new(username: impl Into<String>, password: impl Into<Secret>) -> Self {
         Credentials {
             username: username.into(),
             password: password.into(),
@@ -101,7 +55,7 @@ impl Credentials {
     /// missing variable and never shows the password).
     pub fn from_parts(
         username: Option<String>,
-        password: Option<Password>,
+        password: Option<Secret>,
     ) -> Result<Option<Self>, OutboxError> {
         match (username, password) {
             (None, None) => Ok(None),
@@ -123,7 +77,7 @@ impl Credentials {
     }
 
     /// The password, redacted in `Debug` and `Display`.
-    pub fn password(&self) -> &Password {
+    pub fn password(&self) -> &Secret {
         &self.password
     }
 }

@@ -32,7 +32,7 @@
 //! ```
 //!
 //! One home for each concern: `config` ([`RabbitMqConfig`], its environment variables and
-//! checks), `credentials` ([`Credentials`], [`Password`], [`redact_url`]), `message` (the AMQP
+//! checks), `credentials` ([`Credentials`], [`Secret`], [`redact_url`]), `message` (the AMQP
 //! message of an event), `link` (the connection and confirm-mode channel, opened again after
 //! it broke), `producer` ([`RabbitMqPublisher`]), `errors` ([`classify`]) and `consumer`
 //! ([`RabbitMqConsumer`], a small consumer for tests and examples).
@@ -54,6 +54,6 @@ pub use config::{
     MAX_MESSAGE_BYTES_LIMIT,
 };
 pub use consumer::{RabbitMqConsumer, ReceivedMessage};
-pub use credentials::{redact_url, Credentials, Password, ENV_PASSWORD, ENV_USERNAME};
+pub use credentials::{redact_url, Credentials, Secret, ENV_PASSWORD, ENV_USERNAME};
 pub use errors::classify;
 pub use producer::RabbitMqPublisher;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 use sea_orm_outbox::{EventLimits, OutboxError};
 
-use crate::credentials::{redact_url, scrub, Password, ENV_PASSWORD, ENV_USERNAME};
+use crate::credentials::{redact_url, scrub, Secret, ENV_PASSWORD, ENV_USERNAME};
 
 /// Default server URL: `redis://127.0.0.1:6379`.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
@@ -63,8 +63,8 @@ pub struct RedisConfig {
     pub url: String,
     /// ACL user name (default none: the URL's, else Redis's `default` user).
     pub username: Option<String>,
-    /// Password of the user (default none: the URL's, else no `AUTH`).
-    pub password: Option<Password>,
+    /// Secret of the user (default none: the URL's, else no `AUTH`).
+    pub password: Option<Secret>,
     /// Stream key prefix: an event goes to stream `<stream_prefix>:<event_type>` (default
     /// [`DEFAULT_STREAM_PREFIX`]).
     pub stream_prefix: String,
@@ -138,7 +138,7 @@ impl RedisConfig {
         config.password = std::env::var(ENV_PASSWORD)
             .ok()
             .filter(|v| !v.is_empty())
-            .map(Password::from);
+            .map(Secret::from);
         if let Some(prefix) = var(ENV_STREAM_PREFIX) {
             config.stream_prefix = prefix;
         }
@@ -174,7 +174,7 @@ impl RedisConfig {
                  password: set {ENV_PASSWORD} (or the password in {ENV_URL})"
             ));
         }
-        if self.password.as_ref().is_some_and(Password::is_empty) {
+        if self.password.as_ref().is_some_and(Secret::is_empty) {
             return invalid(format!("{ENV_PASSWORD} (password) is set but empty"));
         }
         let prefix = &self.stream_prefix;
@@ -213,7 +213,7 @@ impl RedisConfig {
     }
 
     /// Sets the password ([`RedisConfig::password`]).
-    pub fn password(mut self, password: impl Into<Password>) -> Self {
+    pub fn password(mut self, password: impl Into<Secret>) -> Self {
         self.password = Some(password.into());
         self
     }

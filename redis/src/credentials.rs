@@ -1,6 +1,5 @@
-//! The password ([`Password`], never printed), the credential variables, and URLs shown
+//! The password ([`Secret`], never printed), the credential variables, and URLs shown
 //! without their password ([`redact_url`]).
-use std::fmt;
 
 /// The environment variable with the ACL user name (optional; Redis's `default` user when
 /// unset).
@@ -11,54 +10,7 @@ pub const ENV_PASSWORD: &str = "REDIS_PASSWORD";
 /// What a redacted secret prints.
 pub(crate) const REDACTED: &str = "<redacted>";
 
-/// A Redis password. Its `Debug` and `Display` print `<redacted>`; only
-/// [`Password::expose`] gives the value.
-///
-/// ```
-/// use sea_orm_outbox_redis::Password;
-/// let p = Password::from("s3cret");
-/// assert_eq!(p.to_string(), "<redacted>");
-/// assert_eq!(format!("{p:?}"), "<redacted>");
-/// assert_eq!(p.expose(), "s3cret");
-/// ```
-#[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    /// The password itself: for the connection only, never for a message or a log line.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the password is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<String> for Password {
-    fn from(value: String) -> Self {
-        Password(value)
-    }
-}
-
-impl From<&str> for Password {
-    fn from(value: &str) -> Self {
-        Password(value.to_owned())
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
-
-impl fmt::Display for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
+pub use sea_orm_outbox::Secret;
 
 /// `url` as it may be shown: the password of its user part and the `pass` / `password` query
 /// parameters (of `redis+unix://` URLs) replaced by `redacted`. A text that does not parse as a
@@ -98,7 +50,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// `text` with every occurrence of `secret` replaced by `<redacted>` (nothing replaced for an
 /// empty secret): a last guard on error texts that came from the client.
-pub(crate) fn scrub(text: &str, secret: Option<&Password>) -> String {
+pub(crate) fn scrub(text: &str, secret: Option<&Secret>) -> String {
     match secret {
         Some(p) if !p.is_empty() => text.replace(p.expose(), REDACTED),
         _ => text.to_owned(),
@@ -111,7 +63,7 @@ mod tests {
 
     #[test]
     fn the_password_never_shows() {
-        let p = Password::from("very-secret-value");
+        let p = Secret::from("very-secret-value");
         for text in [format!("{p:?}"), p.to_string()] {
             assert!(!text.contains("very-secret-value"), "{text}");
         }

@@ -33,7 +33,7 @@
 //! ```
 //!
 //! One home for each concern: `config` ([`RedisConfig`] and its checks), `credentials`
-//! ([`Password`], never printed, and [`redact_url`]), `entry` (the fields of a stream entry and
+//! ([`Secret`], never printed, and [`redact_url`]), `entry` (the fields of a stream entry and
 //! its `XADD`), `producer` ([`RedisPublisher`]), `errors` ([`classify`]: client errors as
 //! retryable, permanent or configuration) and `consumer` ([`RedisStreamConsumer`], a small
 //! consumer for tests and examples that read back what the relay sent).
@@ -53,7 +53,7 @@ pub use config::{
     ENV_URL, MAX_MESSAGE_BYTES_LIMIT, MAX_SEND_TIMEOUT,
 };
 pub use consumer::{ReceivedEntry, RedisStreamConsumer};
-pub use credentials::{redact_url, Password, ENV_PASSWORD, ENV_USERNAME};
+pub use credentials::{redact_url, Secret, ENV_PASSWORD, ENV_USERNAME};
 pub use entry::{
     FIELD_BIZ_NO, FIELD_EVENT_ID, FIELD_EVENT_TYPE, FIELD_PAYLOAD, HEADER_FIELD_PREFIX,
 };

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::credentials::{Credentials, SecretKey, ENV_ACCESS_KEY, ENV_SECRET_KEY};
+use super::credentials::{Credentials, Secret, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 use sea_orm_outbox::OutboxError;
 
 mod checks;
@@ -173,10 +173,8 @@ impl RocketMqConfig {
                 .topics_from_spec(&spec)
                 .map_err(|e| OutboxError::InvalidConfig(format!("{ENV_TOPICS}: {e}")))?;
         }
-        config.credentials = Credentials::from_parts(
-            var(ENV_ACCESS_KEY),
-            var(ENV_SECRET_KEY).map(SecretKey::from),
-        )?;
+        config.credentials =
+            Credentials::from_parts(var(ENV_ACCESS_KEY), var(ENV_SECRET_KEY).map(Secret::from))?;
         for (name, set) in [
             (ENV_MAX_MESSAGE_BYTES, &mut config.max_message_bytes),
             (ENV_MAX_BATCH_BYTES, &mut config.max_batch_bytes),
@@ -294,7 +292,7 @@ impl RocketMqConfig {
     pub fn credentials(
         mut self,
         access_key: impl Into<String>,
-        secret_key: impl Into<SecretKey>,
+        secret_key: impl Into<Secret>,
     ) -> Self {
         self.credentials = Some(Credentials::new(access_key, secret_key));
         self

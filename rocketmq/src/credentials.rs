@@ -1,5 +1,5 @@
 //! [`Credentials`]: the access key and secret key a RocketMQ broker with authentication
-//! (ACL) requires; the secret is a [`SecretKey`], which never shows it.
+//! (ACL) requires; the secret is a [`Secret`], which never shows it.
 use std::fmt;
 use std::sync::Arc;
 
@@ -7,62 +7,7 @@ use rocketmq_client_rust::{AclClientRPCHook, SessionCredentials};
 
 use sea_orm_outbox::OutboxError;
 
-/// What a redacted secret prints as.
-const SECRET_REDACTED: &str = "<redacted>";
-
-/// A secret (a broker's secret key, say): `Debug` and `Display` print `<redacted>`, never
-/// the value. Read it with [`SecretKey::expose`], only to hand it to the client that
-/// signs requests.
-///
-/// ```
-/// use sea_orm_outbox_rocketmq::SecretKey;
-/// let secret = SecretKey::new("s3cret");
-/// assert_eq!(format!("{secret} {secret:?}"), "<redacted> <redacted>");
-/// assert_eq!(secret.expose(), "s3cret");
-/// ```
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct SecretKey(String);
-
-impl SecretKey {
-    /// Wraps `secret`.
-    pub fn new(secret: impl Into<String>) -> Self {
-        SecretKey(secret.into())
-    }
-
-    /// The secret itself. Never log or print it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the secret is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<String> for SecretKey {
-    fn from(secret: String) -> Self {
-        SecretKey(secret)
-    }
-}
-
-impl From<&str> for SecretKey {
-    fn from(secret: &str) -> Self {
-        SecretKey(secret.to_owned())
-    }
-}
-
-impl fmt::Debug for SecretKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(SECRET_REDACTED)
-    }
-}
-
-impl fmt::Display for SecretKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(SECRET_REDACTED)
-    }
-}
+pub use sea_orm_outbox::Secret;
 
 /// The environment variable with the RocketMQ access key (the broker's user name).
 pub const ENV_ACCESS_KEY: &str = "ROCKETMQ_ACCESS_KEY";
@@ -85,7 +30,7 @@ pub const ENV_SECRET_KEY: &str = "ROCKETMQ_SECRET_KEY";
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     access_key: String,
-    secret_key: SecretKey,
+    secret_key: Secret,
 }
 
 impl fmt::Debug for Credentials {
@@ -99,7 +44,7 @@ impl fmt::Debug for Credentials {
 
 impl Credentials {
     /// Credentials of `access_key` with `secret_key` (checked by [`Credentials::validate`]).
-    pub fn new(access_key: impl Into<String>, secret_key: impl Into<SecretKey>) -> Self {
+    pub fn new(access_key: impl Into<String>, secret_key: impl Into<Secret>) -> Self {
         Credentials {
             access_key: access_key.into(),
             secret_key: secret_key.into(),
@@ -115,7 +60,7 @@ impl Credentials {
     /// missing one and never shows the secret), or the pair fails [`Credentials::validate`].
     pub fn from_parts(
         access_key: Option<String>,
-        secret_key: Option<SecretKey>,
+        secret_key: Option<Secret>,
     ) -> Result<Option<Self>, OutboxError> {
         match (access_key, secret_key) {
             (None, None) => Ok(None),
@@ -141,7 +86,7 @@ impl Credentials {
     }
 
     /// The secret key, redacted in `Debug` and `Display`.
-    pub fn secret_key(&self) -> &SecretKey {
+    pub fn secret_key(&self) -> &Secret {
         &self.secret_key
     }
 

@@ -63,7 +63,7 @@ pub use config::{
     ENV_PRODUCER_GROUP, ENV_TOPIC, ENV_TOPICS, ENV_VERIFY_CREDENTIALS,
 };
 pub use consumer::{ReceivedMessage, RocketMqConsumer};
-pub use credentials::{Credentials, SecretKey, ENV_ACCESS_KEY, ENV_SECRET_KEY};
+pub use credentials::{Credentials, Secret, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 pub use errors::classify;
 pub use limits::{
     EVENT_LIMITS, MAX_PROPERTIES_BYTES, RESERVED_PROPERTY_NAMES, RESERVED_PROPERTY_PREFIXES,

@@ -2,12 +2,14 @@
 mod logging;
 mod memory;
 mod rounds;
+mod secret;
 
 use async_trait::async_trait;
 
 pub use logging::LoggingPublisher;
 pub use memory::InMemoryPublisher;
 pub use rounds::send_in_key_rounds;
+pub use secret::Secret;
 
 use crate::error::PublishError;
 

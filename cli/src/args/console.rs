@@ -2,7 +2,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use sea_orm_outbox_rocketmq::SecretKey;
+use sea_orm_outbox::Secret;
 
 use super::secret;
 
@@ -17,7 +17,7 @@ pub(crate) struct ConsoleArgs {
     /// the console is read-only. Prefer the environment variable (a flag shows in the process
     /// list); never printed.
     #[arg(long, env = "OUTBOX_CONSOLE_TOKEN", hide_env_values = true, value_parser = secret)]
-    pub(crate) token: Option<SecretKey>,
+    pub(crate) token: Option<Secret>,
     /// The workers' lease: SENDING rows claimed longer ago than this are shown as past it.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
     pub(crate) lease: Duration,

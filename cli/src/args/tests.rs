@@ -196,7 +196,7 @@ fn secret_key_stays_hidden() {
         panic!("relay")
     };
     assert_eq!(
-        args.rocketmq_secret_key.as_ref().map(SecretKey::expose),
+        args.rocketmq_secret_key.as_ref().map(Secret::expose),
         Some("flag-secret-981")
     );
     let mut help = Vec::new();

@@ -1,7 +1,8 @@
 //! `outbox relay --publisher rocketmq` (the default): the producer's settings from the tool's
 //! RocketMQ flags.
+use sea_orm_outbox::Secret;
 use sea_orm_outbox::{OutboxError, WorkerConfig};
-use sea_orm_outbox_rocketmq::{Credentials, RocketMqConfig, SecretKey};
+use sea_orm_outbox_rocketmq::{Credentials, RocketMqConfig};
 
 use crate::args::RelayArgs;
 
@@ -56,7 +57,7 @@ fn config(
     let secret = args
         .rocketmq_secret_key
         .as_ref()
-        .map(|s| SecretKey::new(s.expose().trim()))
+        .map(|s| Secret::new(s.expose().trim()))
         .filter(|s| !s.is_empty());
     config.credentials = Credentials::from_parts(given(&args.rocketmq_access_key), secret)?;
     if let Some(verify) = args.rocketmq_verify_credentials {

@@ -140,7 +140,7 @@ fn config_from_env() {
     std::env::remove_var(ENV_SEND_TIMEOUT_MS);
     assert_eq!(c.username.as_deref(), Some("app"));
     assert_eq!(
-        c.password.as_ref().map(Password::expose),
+        c.password.as_ref().map(Secret::expose),
         Some(" env-secret-4711"),
         "a password is taken as is"
     );
