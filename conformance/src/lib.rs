@@ -42,9 +42,11 @@ use sea_orm_outbox::Publisher;
 pub mod cases;
 mod db;
 mod proxy;
+mod server;
 
 pub use db::{Backend, TestDb};
 pub use proxy::{free_port, Proxy};
+pub use server::{server_bin, Server};
 
 /// One message as a broker's consumer read it back.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sea_orm_outbox::Publisher;
 use sea_orm_outbox_conformance::{
-    free_port, Broker, Consumer, Outage, Proxy, Received, Switch, WrongCredentials,
+    free_port, server_bin, Broker, Consumer, Outage, Proxy, Received, Server, Switch,
+    WrongCredentials,
 };
 use sea_orm_outbox_kafka::{
     Credentials, KafkaConfig, KafkaConsumer, KafkaPublisher, SaslMechanism, DEFAULT_BROKERS,
@@ -70,7 +71,7 @@ impl Broker for Kafka {
 
     async fn wrong_credentials(&self, dest: &str) -> WrongCredentials {
         let port = free_port().await;
-        let server = PrivateTansu::start(port, port, true).await;
+        let server = private_tansu(port, port, true).await;
         let secret = format!("wrong-secret-{}", std::process::id());
         let config = KafkaConfig::new(format!("127.0.0.1:{port}"))
             .topic_prefix(dest)
@@ -101,7 +102,7 @@ impl Broker for Kafka {
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse().ok())
             .expect("the proxy's port");
-        let server = PrivateTansu::start(server_port, advertised, false).await;
+        let server = private_tansu(server_port, advertised, false).await;
         let addr = proxy.addr().to_owned();
         Outage {
             consumer: consumer(&addr, dest, false).await,
@@ -133,7 +134,7 @@ async fn consumer(brokers: &str, dest: &str, delete: bool) -> Box<dyn Consumer> 
 /// killed when this is dropped.
 struct ProxiedServer {
     proxy: Proxy,
-    _server: PrivateTansu,
+    _server: Server,
 }
 
 #[async_trait]
@@ -199,66 +200,26 @@ impl Drop for TestConsumer {
 
 /// A Tansu broker with in-memory storage listening on loopback port `port` and advertising
 /// port `advertised`, with SASL authentication required when asked; killed when dropped.
-struct PrivateTansu {
-    _child: tokio::process::Child,
-}
-
-impl PrivateTansu {
-    /// Starts the broker and waits until it accepts connections.
-    ///
-    /// # Panics
-    /// When the `tansu` binary is missing or the broker does not come up in 20 s.
-    async fn start(port: u16, advertised: u16, authentication: bool) -> PrivateTansu {
-        let bin = server_bin();
-        let mut command = tokio::process::Command::new(&bin);
-        command
-            .arg("broker")
-            .args(["--listener-url", &format!("tcp://127.0.0.1:{port}")])
-            .args([
-                "--advertised-listener-url",
-                &format!("tcp://127.0.0.1:{advertised}"),
-            ])
-            .args(["--storage-engine", "memory://tansu/"]);
-        if authentication {
-            command.arg("--authentication");
-        }
-        let child = command
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin} (set TANSU_BIN): {e}"));
-        let server = PrivateTansu { _child: child };
-        for _ in 0..400 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{bin} on port {port} did not accept connections within 20 s");
+///
+/// # Panics
+/// When the `tansu` binary (`TANSU_BIN`, else on the `PATH`, else `~/.cargo/bin/tansu`) is
+/// missing or the broker does not come up in 20 s.
+async fn private_tansu(port: u16, advertised: u16, authentication: bool) -> Server {
+    let home = std::env::var("HOME").unwrap_or_default();
+    let bin = server_bin("TANSU_BIN", "tansu", &format!("{home}/.cargo/bin/tansu"));
+    let mut command = tokio::process::Command::new(bin);
+    command
+        .arg("broker")
+        .args(["--listener-url", &format!("tcp://127.0.0.1:{port}")])
+        .args([
+            "--advertised-listener-url",
+            &format!("tcp://127.0.0.1:{advertised}"),
+        ])
+        .args(["--storage-engine", "memory://tansu/"]);
+    if authentication {
+        command.arg("--authentication");
     }
-}
-
-/// The `tansu` binary: `TANSU_BIN`, else `tansu` on the `PATH`, else `~/.cargo/bin/tansu`.
-fn server_bin() -> String {
-    if let Some(bin) = std::env::var("TANSU_BIN").ok().filter(|b| !b.is_empty()) {
-        return bin;
-    }
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("tansu"))
-            .find(|p| p.is_file())
-    });
-    on_path.map_or_else(
-        || {
-            let home = std::env::var("HOME").unwrap_or_default();
-            format!("{home}/.cargo/bin/tansu")
-        },
-        |p| p.display().to_string(),
-    )
+    Server::spawn(command, port, Duration::from_secs(20), "TANSU_BIN").await
 }
 
 sea_orm_outbox_conformance::suite!(crate::Kafka);

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sea_orm_outbox::Publisher;
-use sea_orm_outbox_conformance::{Broker, Consumer, Received, WrongCredentials};
+use sea_orm_outbox_conformance::{
+    server_bin, Broker, Consumer, Received, Server, WrongCredentials,
+};
 use sea_orm_outbox_nats::{
     Credentials, NatsConfig, NatsConsumer, NatsPublisher, DEFAULT_URL, ENV_PASSWORD, ENV_URL,
 };
@@ -61,9 +63,9 @@ impl Broker for Nats {
     }
 
     async fn wrong_credentials(&self, dest: &str) -> WrongCredentials {
-        let server = PrivateServer::start("right-secret-4711").await;
+        let (server, port) = private_server("right-secret-4711").await;
         let secret = format!("wrong-secret-{}", std::process::id());
-        let config = NatsConfig::new(format!("nats://127.0.0.1:{}", server.port))
+        let config = NatsConfig::new(format!("nats://127.0.0.1:{port}"))
             .subject_prefix(dest)
             .credentials(Credentials::user_password("outbox", secret.as_str()));
         let error = NatsPublisher::start(config)
@@ -131,66 +133,21 @@ impl Drop for TestConsumer {
     }
 }
 
-/// A `nats-server` with user `outbox` and a password, on a loopback port below 32768, killed
-/// by [`PrivateServer::stop`] (or when dropped).
-struct PrivateServer {
-    child: tokio::process::Child,
-    port: u16,
-}
-
-impl PrivateServer {
-    /// Starts the server and waits until it accepts connections.
-    ///
-    /// # Panics
-    /// When the `nats-server` binary is missing or the server does not come up in 10 s.
-    async fn start(password: &str) -> PrivateServer {
-        let bin = server_bin();
-        let port = sea_orm_outbox_conformance::free_port().await;
-        let child = tokio::process::Command::new(&bin)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--user", "outbox", "--pass", password])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin} (set NATS_SERVER_BIN): {e}"));
-        let server = PrivateServer { child, port };
-        for _ in 0..200 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{bin} on port {port} did not accept connections within 10 s");
-    }
-
-    /// Kills the server and waits for it.
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
-/// The `nats-server` binary: `NATS_SERVER_BIN`, else `nats-server` on the `PATH`, else
-/// `/usr/sbin/nats-server`.
-fn server_bin() -> String {
-    if let Some(bin) = std::env::var("NATS_SERVER_BIN")
-        .ok()
-        .filter(|b| !b.is_empty())
-    {
-        return bin;
-    }
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("nats-server"))
-            .find(|p| p.is_file())
-    });
-    on_path.map_or_else(
-        || "/usr/sbin/nats-server".to_owned(),
-        |p| p.display().to_string(),
-    )
+/// A `nats-server` with user `outbox` and `password` on a loopback port below 32768, and its
+/// port; killed by [`Server::stop`] (or when dropped).
+///
+/// # Panics
+/// When the `nats-server` binary (`NATS_SERVER_BIN`, else on the `PATH`, else
+/// `/usr/sbin/nats-server`) is missing or the server does not come up in 10 s.
+async fn private_server(password: &str) -> (Server, u16) {
+    let bin = server_bin("NATS_SERVER_BIN", "nats-server", "/usr/sbin/nats-server");
+    let port = sea_orm_outbox_conformance::free_port().await;
+    let mut command = tokio::process::Command::new(bin);
+    command
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .args(["--user", "outbox", "--pass", password]);
+    let server = Server::spawn(command, port, Duration::from_secs(10), "NATS_SERVER_BIN").await;
+    (server, port)
 }
 
 sea_orm_outbox_conformance::suite!(crate::Nats);
