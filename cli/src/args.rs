@@ -95,7 +95,7 @@ pub(crate) enum Command {
         /// Age of the last update beyond which a delivered event is deleted, e.g. 30s, 15m, 7d.
         #[arg(long, value_parser = humantime::parse_duration)]
         older_than: Duration,
-        /// Rows deleted per transaction.
+        /// Rows deleted per statement.
         #[arg(long, default_value_t = 1000)]
         batch: u64,
     },

@@ -237,13 +237,18 @@ impl KafkaPublisher {
     }
 }
 
-/// Whether `e` leaves the idempotent producer unable to send: fenced, or failed fatally. (A
-/// record refused for its producer id, epoch or sequence is not: librdkafka bumps the epoch
-/// itself, and the record is retried as any other.)
+/// Whether `e` leaves the idempotent producer unable to send: fenced, fatal, or its producer
+/// id or sequence numbers out of step with the broker's.
 fn is_fatal(e: &KafkaError) -> bool {
     matches!(
         e.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::Fatal)
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::Fatal
+                | RDKafkaErrorCode::InvalidProducerEpoch
+                | RDKafkaErrorCode::UnknownProducerId
+                | RDKafkaErrorCode::OutOfOrderSequenceNumber
+        )
     )
 }
 

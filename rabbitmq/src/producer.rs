@@ -22,7 +22,7 @@ use crate::message::{outgoing, Outgoing};
 /// as a whole, then each message's confirm is awaited, so each event gets its own outcome:
 /// a `basic.nack`, a returned (unroutable) message or a confirm that never came (connection
 /// lost, send timeout) fails that event retryably; a body above
-/// [`RabbitMqConfig::max_message_bytes`] fails it for good before anything is sent.
+/// [`RabbitMqConfig::max_message_bytes`] fails it for good without sending it.
 ///
 /// One connection and channel serve every worker (wrap the publisher in an `Arc`). lapin does
 /// not reconnect by itself: after the connection or channel broke, the next publish opens a

@@ -63,7 +63,7 @@ pub struct RedisConfig {
     pub url: String,
     /// ACL user name (default none: the URL's, else Redis's `default` user).
     pub username: Option<String>,
-    /// Secret of the user (default none: the URL's, else no `AUTH`).
+    /// Password of the user (default none: the URL's, else no `AUTH`).
     pub password: Option<Secret>,
     /// Stream key prefix: an event goes to stream `<stream_prefix>:<event_type>` (default
     /// [`DEFAULT_STREAM_PREFIX`]).

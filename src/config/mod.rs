@@ -109,7 +109,7 @@ pub struct WorkerConfig {
     /// How long delivered events kept as `SUCCESS` rows ([`Completion::Update`], or written
     /// before a switch to delete) are kept (default 7 days; `None` keeps them until
     /// `outbox purge`): every worker deletes those last updated longer ago (database clock)
-    /// at its start and every 10 minutes, 1,000 rows per transaction
+    /// at its start and every 10 minutes, 1,000 rows per statement
     /// ([`crate::ops::purge_delivered`]). `WAIT`, `SENDING` and `FAIL` rows are never deleted.
     pub retention: Option<Duration>,
     /// Healing of dead letters, opt-in: `None` (the default) leaves every dead letter to a

@@ -184,8 +184,8 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// block the relay: `SELECT id FROM t_event_record WHERE status = 'SUCCESS' AND update_time <
 /// now - :older_than ORDER BY id LIMIT :batch`, then `DELETE FROM t_event_record WHERE id IN
 /// (:ids) AND status = 'SUCCESS' AND update_time < now - :older_than` through the primary key
-/// (as [`retry_all_dead`]); repeated until a batch comes back short. (Two statements because MariaDB allows no
-/// `LIMIT` inside `IN (subquery)`.)
+/// (as [`retry_all_dead`]); repeated until a batch comes back short. (Two statements because
+/// MariaDB allows no `LIMIT` inside `IN (subquery)`.)
 ///
 /// # Errors
 /// [`OutboxError::InvalidArgument`] when `batch` is 0 or over 10,000 (its ids are bound as

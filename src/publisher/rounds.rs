@@ -13,9 +13,10 @@ use crate::error::PublishError;
 /// A round holds the next message of each ordered key, and the first round also every
 /// unordered message, in batch order; there are as many rounds as the busiest key has messages.
 /// `send` sends one round (as one broker request, a pipeline, or concurrent sends) and returns
-/// one result per message of the round (a missing one counts as a retryable failure). Once a
-/// message of an ordered key fails, the key's later messages are not sent and get a retryable
-/// error, as [`crate::Publisher::publish_batch`] requires.
+/// one result per message of the round, in the round's order (a missing one counts as a
+/// retryable failure, an extra one is ignored). Once a message of an ordered key fails, the
+/// key's later messages are not sent and get a retryable error, as
+/// [`crate::Publisher::publish_batch`] requires.
 pub async fn send_in_key_rounds<'m, F, Fut>(
     messages: &'m [OutboxMessage],
     mut send: F,
@@ -145,6 +146,18 @@ mod tests {
             skipped.message.contains("earlier event of key A"),
             "{skipped:?}"
         );
+    }
+
+    /// An unordered message of an ordered key's `biz_no` goes in the first round and does not
+    /// stop the key; nothing is sent for an empty batch.
+    #[tokio::test]
+    async fn unordered_messages_never_stop_a_key() {
+        let mut m = batch(&[(1, "A"), (2, "A")], false);
+        m.extend(batch(&[(3, "A"), (4, "A")], true));
+        let (rounds, ok) = run(&m, &[1, 2]).await;
+        assert_eq!(rounds, vec![vec![1, 2, 3], vec![4]]);
+        assert_eq!(ok, vec![false, false, true, true]);
+        assert_eq!(run(&[], &[]).await, (Vec::<Vec<i64>>::new(), Vec::new()));
     }
 
     /// A round whose `send` returns too few results: the missing ones fail retryably, and fail
