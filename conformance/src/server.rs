@@ -16,7 +16,7 @@ impl Server {
     ///
     /// # Panics
     /// When the binary cannot be started (the message names `bin_variable`, the variable that
-    /// points at it), or the port does not accept connections within `within`.
+    /// points at it), exits first, or the port does not accept connections within `within`.
     pub async fn spawn(
         mut command: Command,
         port: u16,
@@ -34,9 +34,12 @@ impl Server {
             .kill_on_drop(true)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {program} (set {bin_variable}): {e}"));
-        let server = Server { child };
+        let mut server = Server { child };
         let started = Instant::now();
         while started.elapsed() < within {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("{program} exited before it accepted connections on port {port}: {status}");
+            }
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
                 .is_ok()

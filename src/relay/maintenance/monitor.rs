@@ -72,9 +72,7 @@ impl Monitor {
     /// Writes this worker's heartbeat: `first` for the first of a run; `round` and `success`
     /// when the worker completed a claim round, or published, since the previous one.
     ///
-    /// SQL: [`crate::driver::Driver::delete_expired_relays`] (rows expired more than 24 h ago),
-    /// then [`crate::driver::Driver::heartbeat`]; a heartbeat that shows means both are done. A
-    /// failed delete is logged (WARN) and does not keep the heartbeat from being written.
+    /// SQL: [`crate::driver::Driver::heartbeat`].
     pub(crate) async fn beat(
         &self,
         first: bool,
@@ -91,14 +89,17 @@ impl Monitor {
             round,
             success,
         };
-        let cleanup = self
-            .db
-            .execute(&driver.delete_expired_relays(EXPIRED_RELAYS_KEPT))
-            .await;
         self.db.execute(&driver.heartbeat(&beat)).await?;
-        if let Err(e) = cleanup {
-            tracing::warn!(error = %e, "expired heartbeats not deleted; the next heartbeat tries again");
-        }
+        Ok(())
+    }
+
+    /// Deletes the heartbeats of this table's instances that expired more than 24 h ago.
+    ///
+    /// SQL: [`crate::driver::Driver::delete_expired_relays`].
+    pub(crate) async fn delete_expired(&self) -> Result<(), OutboxError> {
+        use sea_orm::ConnectionTrait;
+        let delete = self.db.driver().delete_expired_relays(EXPIRED_RELAYS_KEPT);
+        self.db.execute(&delete).await?;
         Ok(())
     }
 
@@ -167,6 +168,13 @@ impl Monitor {
         observer: &Observer,
         beat: Option<(bool, bool, bool)>,
     ) -> (bool, Option<Duration>) {
+        // The cleanup goes first: a heartbeat that shows means this pass wrote all it writes.
+        if beat.is_some() {
+            if let Err(e) = self.delete_expired().await {
+                let what = "expired heartbeats not deleted; the next heartbeat tries again";
+                observer.error(s, Op::Heartbeat, &e, what);
+            }
+        }
         let written = match beat {
             None => false,
             Some((first, round, success)) => match self.beat(first, round, success).await {
