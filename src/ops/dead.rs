@@ -5,7 +5,7 @@ use sea_orm::sea_query::SelectStatement;
 use sea_orm::{ConnectionTrait, DbErr};
 use sea_orm_outbox_entity::event_record::Model;
 
-use crate::driver::{exec_by_ids, query_events, query_ids, retry_transient, ByIds, RECLAIM_BATCH};
+use crate::driver::{exec_by_ids, query_events, query_ids, ByIds, RECLAIM_BATCH};
 use crate::error::OutboxError;
 use crate::outbox::Outbox;
 
@@ -160,11 +160,7 @@ async fn purge_batch<C: ConnectionTrait>(
 ) -> Result<(u64, u64), DbErr> {
     let driver = outbox.driver(db)?;
     let ids = query_ids(db, &driver.purge_ids(older_than, batch)).await?;
-    if ids.is_empty() {
-        return Ok((0, 0));
-    }
-    let delete = driver.purge(&ids, older_than).build();
-    let deleted = db.execute_raw(delete).await?.rows_affected();
+    let deleted = exec_by_ids(db, &driver.purge(&ids, older_than)).await?;
     Ok((ids.len() as u64, deleted))
 }
 
@@ -190,8 +186,8 @@ fn outcome(rows: u64) -> DeadLetterOutcome {
 /// # Errors
 /// [`OutboxError::InvalidArgument`] when `batch` is 0 or over 10,000 (its ids are bound as
 /// statement parameters); [`OutboxError::TableMissing`] without the migration;
-/// [`OutboxError::Db`] otherwise. A batch meeting a transient conflict (deadlock, SQLite busy)
-/// is tried up to 4 times first. Batches done before an error stay done.
+/// [`OutboxError::Db`] otherwise. A delete meeting a transient conflict (deadlock, SQLite
+/// busy) is tried up to 4 times first. Batches done before an error stay done.
 pub async fn purge_delivered<C: ConnectionTrait>(
     outbox: &Outbox,
     db: &C,
@@ -206,8 +202,7 @@ pub async fn purge_delivered<C: ConnectionTrait>(
     }
     let mut total = 0;
     loop {
-        let (selected, deleted) =
-            retry_transient(|| purge_batch(outbox, db, older_than, batch)).await?;
+        let (selected, deleted) = purge_batch(outbox, db, older_than, batch).await?;
         total += deleted;
         if selected > 0 {
             tracing::debug!(deleted, total, "purged a batch of delivered events");
