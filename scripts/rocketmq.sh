@@ -2,6 +2,7 @@
 # A throw-away local RocketMQ (rocketmq-rust 1.0.0): one name server and one broker, bound to
 # 127.0.0.1 only, with a small store (~75 MB on disk instead of ~1.5 GB).
 #
+#   scripts/rocketmq.sh install       install the servers when missing (cargo install), start nothing
 #   scripts/rocketmq.sh start         install the servers when missing, start both, wait until ready
 #   scripts/rocketmq.sh stop          stop both (SIGTERM, then SIGKILL after a grace period)
 #   scripts/rocketmq.sh status        exit 0 only when the name server and the broker both answer
@@ -521,6 +522,10 @@ cmd_cluster_status() {
 }
 
 case "${1:-}" in
+    install)
+        install_if_missing "$NAMESRV_BIN" rocketmq-namesrv
+        install_if_missing "$BROKER_BIN" rocketmq-broker
+        ;;
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
@@ -553,7 +558,7 @@ case "${1:-}" in
     _signal) cmd_signal "$2" "$3" ;;
     _status) cmd_part_status "$2" ;;
     *)
-        echo "usage: $0 start|stop|status|stop-broker|kill-broker" >&2
+        echo "usage: $0 install|start|stop|status|stop-broker|kill-broker" >&2
         echo "       $0 cluster-start|cluster-stop|cluster-status" >&2
         echo "       $0 broker-start|broker-stop|broker-kill|broker-pause|broker-resume a|b" >&2
         echo "       $0 namesrv-start|namesrv-stop|namesrv-kill 1|2" >&2

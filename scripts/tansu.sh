@@ -2,6 +2,7 @@
 # A throw-away local Kafka-compatible broker: Tansu 0.6.0 (crates.io `tansu`), one broker with
 # in-memory storage, bound to 127.0.0.1 only, for sea-orm-outbox-kafka's tests.
 #
+#   scripts/tansu.sh install  install tansu when missing (cargo install), start nothing
 #   scripts/tansu.sh start    install tansu when missing, start the broker, wait until it answers
 #   scripts/tansu.sh stop     stop it (SIGTERM, then SIGKILL after 20 s)
 #   scripts/tansu.sh status   exit 0 only when the broker answers on its port
@@ -113,11 +114,12 @@ cmd_status() {
 }
 
 case "${1:-}" in
+    install) install_if_missing ;;
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     *)
-        echo "usage: $0 start|stop|status" >&2
+        echo "usage: $0 install|start|stop|status" >&2
         exit 2
         ;;
 esac
