@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{age_many, claim_by_hand, dead_letter, insert_many, test_config, TestContext};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder};
 use sea_orm_outbox::event_record::{Column, Entity as Events};
 use sea_orm_outbox::{EventStatus, InMemoryPublisher, WorkerConfig};
 
@@ -114,6 +114,7 @@ async fn retention_deletes_only_delivered_events_past_the_period(ctx: &TestConte
     );
     let kept: Vec<(i64, EventStatus)> = Events::find()
         .filter(Column::Id.is_in(rows.kept.clone()))
+        .order_by_asc(Column::Id)
         .all(&ctx.db)
         .await
         .expect("read")
