@@ -300,7 +300,7 @@ impl Publisher for KafkaPublisher {
 
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let deadline = Instant::now() + self.config.send_timeout;
-        sea_orm_outbox::send_in_key_rounds(messages, |round| async move {
+        sea_orm_outbox::send_in_key_rounds(messages, deadline, |round| async move {
             self.send_all(&round, deadline).await
         })
         .await

@@ -260,7 +260,7 @@ impl Publisher for RabbitMqPublisher {
     /// In ordered mode, rounds of at most one message per key (see [`RabbitMqPublisher`]).
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let deadline = Instant::now() + self.config.send_timeout;
-        sea_orm_outbox::send_in_key_rounds(messages, |round| async move {
+        sea_orm_outbox::send_in_key_rounds(messages, deadline, |round| async move {
             self.send_round(&round, deadline).await
         })
         .await

@@ -156,10 +156,6 @@ impl RedisPublisher {
         round: &[&OutboxMessage],
         deadline: Instant,
     ) -> Vec<Result<(), PublishError>> {
-        if Instant::now() >= deadline {
-            let e = PublishError::retryable("not sent: the send timeout passed before its turn");
-            return vec![Err(e); round.len()];
-        }
         let mut results: Vec<Option<Result<(), PublishError>>> = vec![None; round.len()];
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -241,7 +237,7 @@ impl Publisher for RedisPublisher {
 
     async fn publish_batch(&self, messages: &[OutboxMessage]) -> Vec<Result<(), PublishError>> {
         let deadline = Instant::now() + self.config.send_timeout;
-        sea_orm_outbox::send_in_key_rounds(messages, |round| async move {
+        sea_orm_outbox::send_in_key_rounds(messages, deadline, |round| async move {
             self.send_round(&round, deadline).await
         })
         .await

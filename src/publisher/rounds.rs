@@ -3,6 +3,8 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
+use tokio::time::Instant;
+
 use super::OutboxMessage;
 use crate::error::PublishError;
 
@@ -16,9 +18,13 @@ use crate::error::PublishError;
 /// one result per message of the round, in the round's order (a missing one counts as a
 /// retryable failure, an extra one is ignored). Once a message of an ordered key fails, the
 /// key's later messages are not sent and get a retryable error, as
-/// [`crate::Publisher::publish_batch`] requires.
+/// [`crate::Publisher::publish_batch`] requires. A round whose turn comes at or after
+/// `deadline` (the end of the send timeout; a `std::time::Instant` converts with
+/// [`Instant::from_std`]) is not sent either: its messages, and those of every later round, fail
+/// retryably.
 pub async fn send_in_key_rounds<'m, F, Fut>(
     messages: &'m [OutboxMessage],
+    deadline: Instant,
     mut send: F,
 ) -> Vec<Result<(), PublishError>>
 where
@@ -58,6 +64,14 @@ where
         if todo.is_empty() {
             continue;
         }
+        if Instant::now() >= deadline {
+            for i in todo {
+                results[i] = Some(Err(PublishError::retryable(
+                    "not sent: the send timeout passed before its turn",
+                )));
+            }
+            continue;
+        }
         let mut sent = send(todo.iter().map(|&i| &messages[i]).collect())
             .await
             .into_iter();
@@ -93,7 +107,8 @@ mod tests {
     /// Sends in rounds, failing the ids in `fail`; returns the rounds' ids and the results.
     async fn run(messages: &[OutboxMessage], fail: &[i64]) -> (Vec<Vec<i64>>, Results) {
         let mut rounds = Vec::new();
-        let results = send_in_key_rounds(messages, |round| {
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        let results = send_in_key_rounds(messages, deadline, |round| {
             rounds.push(round.iter().map(|m| m.event_id).collect::<Vec<_>>());
             let out = round
                 .iter()
@@ -159,9 +174,35 @@ mod tests {
     #[tokio::test]
     async fn a_missing_result_is_a_retryable_failure() {
         let m = batch(&[(1, "A"), (2, "B"), (3, "A")], true);
-        let results = send_in_key_rounds(&m, |_round| async { vec![Ok(())] }).await;
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        let results = send_in_key_rounds(&m, deadline, |_round| async { vec![Ok(())] }).await;
         assert!(results[0].is_ok());
         assert!(results[1].as_ref().is_err_and(PublishError::is_retryable));
         assert!(results[2].is_ok(), "key A's first message was accepted");
+    }
+
+    /// A round whose turn comes after the deadline is not sent: its messages fail retryably.
+    #[tokio::test]
+    async fn no_round_starts_after_the_deadline() {
+        let m = batch(&[(1, "A"), (2, "A"), (3, "A")], true);
+        let deadline = Instant::now() + std::time::Duration::from_millis(50);
+        let mut sent = Vec::new();
+        let results = send_in_key_rounds(&m, deadline, |round| {
+            sent.extend(round.iter().map(|m| m.event_id));
+            let n = round.len();
+            async move {
+                // The first round outlasts the deadline.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                vec![Ok(()); n]
+            }
+        })
+        .await;
+        assert_eq!(sent, vec![1], "only the first round is sent");
+        assert!(results[0].is_ok());
+        for late in &results[1..] {
+            let e = late.as_ref().expect_err("not sent");
+            assert!(e.is_retryable(), "{e:?}");
+            assert!(e.message.contains("send timeout passed"), "{e:?}");
+        }
     }
 }
