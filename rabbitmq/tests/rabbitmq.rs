@@ -1,6 +1,6 @@
 //! What the conformance suite does not ask, on the RabbitMQ server at `RABBITMQ_URL` (default
-//! the local one): unroutable messages, a missing exchange, ordered batches, the message's
-//! AMQP fields, a wrong password in the URL.
+//! the local one): unroutable messages, a missing exchange, the message's AMQP fields, a wrong
+//! password in the URL.
 use std::time::Duration;
 
 use sea_orm_outbox::{OutboxError, OutboxMessage, PublishErrorKind, Publisher};
@@ -91,65 +91,6 @@ async fn a_missing_exchange_is_a_configuration_error_unless_declared() {
         .expect("consumer")
         .close(true)
         .await;
-}
-
-#[tokio::test]
-async fn an_ordered_batch_holds_back_a_key_after_its_failure() {
-    let Some(config) = config("ordered").await else {
-        return;
-    };
-    let config = config.max_message_bytes(16).app_id("order-service");
-    let mut consumer = RabbitMqConsumer::start(&config, "#")
-        .await
-        .expect("consumer");
-    let publisher = RabbitMqPublisher::start(config.clone())
-        .await
-        .expect("starts");
-    let batch: Vec<OutboxMessage> = [
-        (1, "A", "{}".to_owned()),
-        (2, "A", "x".repeat(17)),
-        (3, "B", "{}".to_owned()),
-        (4, "A", "{}".to_owned()),
-        (5, "B", "{}".to_owned()),
-    ]
-    .into_iter()
-    .map(|(id, key, body)| {
-        OutboxMessage::new(id, key, "E", body)
-            .with_ordered(true)
-            .with_header("tenant", "acme")
-    })
-    .collect();
-    let results = publisher.publish_batch(&batch).await;
-    let kinds: Vec<Option<PublishErrorKind>> = results
-        .iter()
-        .map(|r| r.as_ref().err().map(|e| e.kind))
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            None,
-            Some(PublishErrorKind::Permanent),
-            None,
-            Some(PublishErrorKind::Retryable),
-            None
-        ]
-    );
-    let mut got = Vec::new();
-    while got.len() < 3 {
-        let more = consumer.poll(Duration::from_secs(5)).await;
-        assert!(!more.is_empty(), "only {got:?} arrived");
-        got.extend(more);
-    }
-    let ids: Vec<Option<i64>> = got.iter().map(|m| m.event_id).collect();
-    assert_eq!(ids, [Some(1), Some(3), Some(5)]);
-    let first = &got[0];
-    assert_eq!(
-        (first.biz_no.as_str(), first.event_type.as_str()),
-        ("A", "E")
-    );
-    assert!(first.headers.contains(&("tenant".into(), "acme".into())));
-    publisher.shutdown().await;
-    consumer.close(true).await;
 }
 
 #[tokio::test]

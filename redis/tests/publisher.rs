@@ -93,50 +93,6 @@ async fn one_failed_command_fails_only_its_message() {
     publisher.shutdown().await;
 }
 
-/// Ordered mode: a message refused before sending (too large) fails for good and stops its
-/// key, whose later messages are not sent (retryable); another key's messages are added.
-#[tokio::test]
-async fn an_ordered_key_stops_at_a_refused_message() {
-    let Some(url) = server() else { return };
-    let dest = prefix("ordered_refusal");
-    let config = RedisConfig::new(&url)
-        .stream_prefix(&dest)
-        .max_message_bytes(1_000);
-    let publisher = RedisPublisher::start(config.clone()).await.expect("starts");
-    let messages: Vec<OutboxMessage> =
-        [(1, "A", 2_000), (2, "B", 10), (3, "A", 10), (4, "B", 2_000)]
-            .into_iter()
-            .map(|(id, key, size)| {
-                OutboxMessage::new(id, key, "OrderCreated", "x".repeat(size)).with_ordered(true)
-            })
-            .collect();
-    let results = publisher.publish_batch(&messages).await;
-    let kinds: Vec<Option<PublishErrorKind>> = results
-        .iter()
-        .map(|r| r.as_ref().err().map(|e| e.kind))
-        .collect();
-    assert_eq!(
-        kinds,
-        [
-            Some(PublishErrorKind::Permanent),
-            None,
-            Some(PublishErrorKind::Retryable),
-            Some(PublishErrorKind::Permanent)
-        ],
-        "{results:?}"
-    );
-    let mut consumer = RedisStreamConsumer::start(&config).await.expect("consumer");
-    let got = consumer.poll(Duration::from_secs(2)).await.expect("XREAD");
-    let ids: Vec<i64> = got.iter().filter_map(|e| e.event_id).collect();
-    assert_eq!(ids, [2]);
-    let mut admin = sync_connection(&url);
-    let _: i64 = redis::cmd("DEL")
-        .arg(format!("{dest}:OrderCreated"))
-        .query(&mut admin)
-        .expect("DEL");
-    publisher.shutdown().await;
-}
-
 /// Nothing listening: `start` fails with a broker error naming the variable, not the password.
 #[tokio::test]
 async fn start_names_the_url_without_its_password() {

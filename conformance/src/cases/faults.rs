@@ -1,9 +1,10 @@
-//! Faults: a message the broker refuses, an outage, wrong credentials.
+//! Faults: a message the broker refuses (alone, and in an ordered batch), an outage, wrong
+//! credentials.
 use std::time::Duration;
 
 use sea_orm::EntityTrait;
 use sea_orm_outbox::event_record::Entity as Events;
-use sea_orm_outbox::{EventStatus, NewEvent, RetryPolicy};
+use sea_orm_outbox::{EventStatus, NewEvent, OutboxMessage, PublishErrorKind, RetryPolicy};
 
 use super::{count, destination, wait_until, write, Inbox, Relays, DEADLINE};
 use crate::{Broker, TestDb};
@@ -118,4 +119,70 @@ pub async fn wrong_credentials_are_refused<B: Broker>(_db: &TestDb, broker: &B) 
         !error.contains(&attempt.secret),
         "the error shows the secret: {error}"
     );
+}
+
+/// One ordered batch of keys A and B sent by `publish_batch`: key A's second message is one the
+/// broker refuses for good. It fails as permanent, key A's later message is not sent and fails
+/// as retryable (it is sent again with its key's next claim), and key B's messages all arrive,
+/// in order where the broker keeps one ([`Broker::keeps_key_order`]).
+pub async fn ordered_batch_stops_a_key<B: Broker>(_db: &TestDb, broker: &B) {
+    let dest = destination("stops");
+    let mut inbox = Inbox::new(broker.consumer(&dest).await);
+    // Nothing retries here: a send timeout that no round of the batch comes near, also on a
+    // topic the broker has just created.
+    let publisher = broker
+        .publisher(&broker.addr(), &dest, Duration::from_secs(10))
+        .await
+        .expect("publisher starts");
+    let big = format!(
+        r#"{{"big":"{}"}}"#,
+        "x".repeat(broker.oversized_payload_bytes())
+    );
+    let batch: Vec<OutboxMessage> = [
+        (1, "A", r#"{"n":1}"#),
+        (2, "B", r#"{"n":2}"#),
+        (3, "A", big.as_str()),
+        (4, "B", r#"{"n":4}"#),
+        (5, "A", r#"{"n":5}"#),
+        (6, "B", r#"{"n":6}"#),
+    ]
+    .into_iter()
+    .map(|(id, key, payload)| {
+        OutboxMessage::new(id, key, "OrderCreated", payload).with_ordered(true)
+    })
+    .collect();
+    let kinds: Vec<Option<PublishErrorKind>> = publisher
+        .publish_batch(&batch)
+        .await
+        .iter()
+        .map(|r| r.as_ref().err().map(|e| e.kind))
+        .collect();
+    use PublishErrorKind::{Permanent, Retryable};
+    assert_eq!(
+        kinds,
+        [None, None, Some(Permanent), None, Some(Retryable), None],
+        "the outcome of each message"
+    );
+    let arrived = inbox.until(DEADLINE, |inbox| inbox.distinct() >= 4).await;
+    inbox.settle(Duration::from_secs(1)).await;
+    drop(publisher);
+    assert!(
+        arrived,
+        "{} of the 4 sent messages arrived",
+        inbox.distinct()
+    );
+    let of_key = |key: &str| -> Vec<i64> {
+        let mut ids: Vec<i64> = inbox
+            .messages
+            .iter()
+            .filter(|m| m.key == key)
+            .map(|m| m.event_id)
+            .collect();
+        if !broker.keeps_key_order() {
+            ids.sort_unstable();
+        }
+        ids
+    };
+    assert_eq!(of_key("A"), [1], "key A stops at its refused message");
+    assert_eq!(of_key("B"), [2, 4, 6], "key B");
 }

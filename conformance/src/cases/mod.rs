@@ -22,7 +22,10 @@ mod delivery;
 mod faults;
 
 pub use delivery::{every_event_once, fields_arrive, ordered_keeps_key_order};
-pub use faults::{outage_loses_nothing, oversized_fails_alone, wrong_credentials_are_refused};
+pub use faults::{
+    ordered_batch_stops_a_key, outage_loses_nothing, oversized_fails_alone,
+    wrong_credentials_are_refused,
+};
 
 /// The publishers' send timeout in the cases.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(2);
