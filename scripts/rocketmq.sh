@@ -94,6 +94,11 @@ install_if_missing() {
     command -v "$bin" >/dev/null 2>&1 || die "$bin still not on PATH after the install"
 }
 
+cmd_install() {
+    install_if_missing "$NAMESRV_BIN" rocketmq-namesrv
+    install_if_missing "$BROKER_BIN" rocketmq-broker
+}
+
 # ---- probes ---------------------------------------------------------------------------------
 port_open() { # port
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -398,8 +403,7 @@ cmd_start() {
         log "already running (name server 127.0.0.1:$NAMESRV_PORT, broker 127.0.0.1:$BROKER_PORT)"
         return 0
     fi
-    install_if_missing "$NAMESRV_BIN" rocketmq-namesrv
-    install_if_missing "$BROKER_BIN" rocketmq-broker
+    cmd_install
     write_configs
     start_namesrv
     start_broker
@@ -499,8 +503,7 @@ cmd_part_status() { # component (broker|namesrv): one line
 }
 
 cmd_cluster_start() {
-    install_if_missing "$NAMESRV_BIN" rocketmq-namesrv
-    install_if_missing "$BROKER_BIN" rocketmq-broker
+    cmd_install
     local p
     for p in 1 2; do on_part "$p" _namesrv-start; done
     for p in a b; do on_part "$p" _broker-start; done
@@ -522,10 +525,7 @@ cmd_cluster_status() {
 }
 
 case "${1:-}" in
-    install)
-        install_if_missing "$NAMESRV_BIN" rocketmq-namesrv
-        install_if_missing "$BROKER_BIN" rocketmq-broker
-        ;;
+    install) cmd_install ;;
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;

@@ -1,6 +1,5 @@
 //! What the conformance suite does not ask, on the RabbitMQ server at `RABBITMQ_URL` (default
-//! the local one): unroutable messages, a missing exchange, the message's AMQP fields, a wrong
-//! password in the URL.
+//! the local one): unroutable messages, a missing exchange, a wrong password in the URL.
 use std::time::Duration;
 
 use sea_orm_outbox::{OutboxError, OutboxMessage, PublishErrorKind, Publisher};
