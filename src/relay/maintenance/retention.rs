@@ -16,8 +16,9 @@ pub(crate) const RETENTION_EVERY: Duration = Duration::from_secs(10 * 60);
 pub(crate) const RETENTION_BATCH: u64 = 1_000;
 
 /// Deletes `SUCCESS` rows last updated longer than `keep` ago (database clock), in batches of
-/// [`RETENTION_BATCH`] rows ([`crate::ops::purge_delivered`]); a pass that finds none writes
-/// nothing.
+/// [`RETENTION_BATCH`] rows ([`crate::ops::purge_delivered`] over the relay's connection, so
+/// with its statement protocol: behind a transaction-mode pooler no statement is prepared); a
+/// pass that finds none writes nothing.
 #[derive(Debug, Clone)]
 pub(crate) struct Retention {
     db: RelayDb,
@@ -34,7 +35,7 @@ impl Retention {
     /// done before a database error stay done.
     pub(crate) async fn run_once(&self) -> Result<u64, OutboxError> {
         let outbox = Outbox::of_table(self.db.table());
-        crate::ops::purge_delivered(&outbox, self.db.inner(), self.keep, RETENTION_BATCH).await
+        crate::ops::purge_delivered(&outbox, &self.db, self.keep, RETENTION_BATCH).await
     }
 
     /// A pass at once and then every [`RETENTION_EVERY`] until `cancel` fires; logs each pass
