@@ -185,14 +185,15 @@ mod tests {
     #[tokio::test]
     async fn no_round_starts_after_the_deadline() {
         let m = batch(&[(1, "A"), (2, "A"), (3, "A")], true);
-        let deadline = Instant::now() + std::time::Duration::from_millis(50);
+        // Far enough out that the first round starts before it even on a loaded machine.
+        let deadline = Instant::now() + std::time::Duration::from_secs(2);
         let mut sent = Vec::new();
         let results = send_in_key_rounds(&m, deadline, |round| {
             sent.extend(round.iter().map(|m| m.event_id));
             let n = round.len();
             async move {
-                // The first round outlasts the deadline.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                // The first round lasts until the deadline.
+                tokio::time::sleep_until(deadline).await;
                 vec![Ok(()); n]
             }
         })

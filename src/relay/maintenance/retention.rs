@@ -17,7 +17,7 @@ pub(crate) const RETENTION_BATCH: u64 = 1_000;
 
 /// Deletes `SUCCESS` rows last updated longer than `keep` ago (database clock), in batches of
 /// [`RETENTION_BATCH`] rows ([`crate::ops::purge_delivered`] over the relay's connection, so
-/// with its statement protocol: behind a transaction-mode pooler no statement is prepared); a
+/// with its statement protocol: with `StatementProtocol::Simple` no statement is prepared); a
 /// pass that finds none writes nothing.
 #[derive(Debug, Clone)]
 pub(crate) struct Retention {
