@@ -225,7 +225,21 @@ mappedFileSizeCommitLog = 67108864
 maxHashSlotNum = 50000
 maxIndexNum = 200000
 maxMessageSize = $MAX_MESSAGE_SIZE
+# Above 85 % disk use the broker would delete commit-log files whether consumed or not; a test
+# broker keeps every message it acknowledged.
+cleanFileForciblyEnable = false
 EOF
+}
+
+# The broker refuses every write once its disk is more than 90 % used, by its own measure:
+# (size - available) / size, where blocks reserved for root count as used, so the share can run
+# far above df's Use%. Checked before each start, so a full disk stops here with the reason and
+# not later as refused sends.
+check_disk() {
+    local size avail used
+    read -r size avail < <(df -B1 --output=size,avail "$STATE_DIR" | tail -n 1)
+    used=$(((size - avail) * 100 / size))
+    ((used < 88)) || die "the disk holding $STATE_DIR is ${used}% used by the broker's measure ((size - available) / size); it refuses writes above 90%: free at least $(((size * 12 / 100 - avail) / 1073741824 + 1)) GiB"
 }
 
 # ---- start / stop ---------------------------------------------------------------------------
@@ -341,6 +355,7 @@ start_broker() {
     if pid_alive "$STATE_DIR/broker.pid"; then
         log "broker process $(cat "$STATE_DIR/broker.pid") exists but is not ready; waiting"
     else
+        check_disk
         settle_store
         warn_if_ephemeral "$BROKER_PORT" "$((BROKER_PORT - 2))" "$HA_PORT" "$HEALTH_PORT"
         log "starting broker on 127.0.0.1:$BROKER_PORT (health 127.0.0.1:$HEALTH_PORT)"
