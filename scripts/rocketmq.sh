@@ -225,16 +225,16 @@ mappedFileSizeCommitLog = 67108864
 maxHashSlotNum = 50000
 maxIndexNum = 200000
 maxMessageSize = $MAX_MESSAGE_SIZE
-# Above 85 % disk use the broker would delete commit-log files whether consumed or not; a test
-# broker keeps every message it acknowledged.
+# Above 85 % disk use the broker would delete commit-log files before their retention (72 h)
+# ends, consumed or not; a test broker keeps them.
 cleanFileForciblyEnable = false
 EOF
 }
 
-# The broker refuses every write once its disk is more than 90 % used, by its own measure:
-# (size - available) / size, where blocks reserved for root count as used, so the share can run
-# far above df's Use%. Checked before each start, so a full disk stops here with the reason and
-# not later as refused sends.
+# The broker refuses every write once its disk is more than 90 % used (until it is back at 85 %),
+# by its own measure: (size - available) / size, where blocks reserved for root count as used, so
+# the share can run far above df's Use%. Checked before each start, so a full disk stops here
+# with the reason and not later as refused sends.
 check_disk() {
     local size avail used
     read -r size avail < <(df -B1 --output=size,avail "$STATE_DIR" | tail -n 1)
